@@ -1,0 +1,1 @@
+//! TODO: artifact (being written)

@@ -1,0 +1,1 @@
+//! TODO: capability (being written)

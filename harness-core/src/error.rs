@@ -1,0 +1,497 @@
+//! The error model: one category per error, a stable code, retry advice, and two faces.
+//!
+//! A [`HarnessError`] carries everything the runtime knows, including an internal diagnostic
+//! for operators. It deliberately does **not** implement `Serialize`: the only way to put an
+//! error on the wire is [`HarnessError::public`], which yields the [`PublicError`] safe
+//! projection (category, code, safe message, retry advice, sanitized provider code). So a
+//! diagnostic cannot reach a client by accident: it does not type-check.
+//!
+//! ```
+//! use harness_core::error::{ErrorCategory, ErrorCode, HarnessError};
+//!
+//! let err = HarnessError::new(ErrorCategory::Throttled, "the provider is rate limiting")
+//!     .with_diagnostic("429 from api.example.com, token sk-live-123")
+//!     .with_retry_after(std::time::Duration::from_secs(2));
+//! assert!(err.retryable());
+//! let wire = serde_json::to_value(err.public()).unwrap();
+//! assert_eq!(wire["category"], "throttled");
+//! assert_eq!(wire["code"], "THROTTLED");
+//! assert_eq!(wire["retryAfterMs"], 2000);
+//! assert!(!wire.to_string().contains("sk-live-123"));
+//! ```
+
+use std::borrow::Cow;
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// The eleven error categories of the adapter contract.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCategory {
+    /// Invalid options, incompatible model. Not retryable.
+    Configuration,
+    /// Missing or expired provider credentials. Usually not retryable.
+    Authentication,
+    /// Provider or IAM denial. Not retryable.
+    Authorization,
+    /// Concurrency quota or local capacity. Retryable.
+    Capacity,
+    /// Provider rate limit. Retryable.
+    Throttled,
+    /// Provider, sandbox worker or SDK subprocess unavailable. Retryable.
+    Unavailable,
+    /// Initialization, turn or tool deadline. Retryable by policy.
+    Timeout,
+    /// Malformed events or invalid event order. Not retryable.
+    Protocol,
+    /// Native state could not be saved or loaded. Retryable by policy.
+    Persistence,
+    /// Caller or shutdown cancellation. Not retryable.
+    Cancelled,
+    /// An unexpected adapter defect. Not retryable.
+    Internal,
+}
+
+impl ErrorCategory {
+    /// Every category, in contract order.
+    pub const ALL: [Self; 11] = [
+        Self::Configuration,
+        Self::Authentication,
+        Self::Authorization,
+        Self::Capacity,
+        Self::Throttled,
+        Self::Unavailable,
+        Self::Timeout,
+        Self::Protocol,
+        Self::Persistence,
+        Self::Cancelled,
+        Self::Internal,
+    ];
+
+    /// The wire name (`throttled`, ...).
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Configuration => "configuration",
+            Self::Authentication => "authentication",
+            Self::Authorization => "authorization",
+            Self::Capacity => "capacity",
+            Self::Throttled => "throttled",
+            Self::Unavailable => "unavailable",
+            Self::Timeout => "timeout",
+            Self::Protocol => "protocol",
+            Self::Persistence => "persistence",
+            Self::Cancelled => "cancelled",
+            Self::Internal => "internal",
+        }
+    }
+
+    /// Whether errors of this category are retryable unless said otherwise.
+    ///
+    /// `capacity`, `throttled` and `unavailable` are; `timeout` and `persistence` are
+    /// "policy" in the contract and default to not retryable here: a retry policy opts in.
+    #[must_use]
+    pub const fn retryable_by_default(self) -> bool {
+        matches!(self, Self::Capacity | Self::Throttled | Self::Unavailable)
+    }
+
+    /// The generic code used when an error names no more specific one.
+    #[must_use]
+    pub const fn default_code(self) -> ErrorCode {
+        ErrorCode::from_static(match self {
+            Self::Configuration => "CONFIGURATION",
+            Self::Authentication => "AUTHENTICATION",
+            Self::Authorization => "AUTHORIZATION",
+            Self::Capacity => "CAPACITY",
+            Self::Throttled => "THROTTLED",
+            Self::Unavailable => "UNAVAILABLE",
+            Self::Timeout => "TIMEOUT",
+            Self::Protocol => "PROTOCOL",
+            Self::Persistence => "PERSISTENCE",
+            Self::Cancelled => "CANCELLED",
+            Self::Internal => "INTERNAL",
+        })
+    }
+}
+
+impl fmt::Display for ErrorCategory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A stable, SCREAMING_SNAKE error code (`ACTION_ALREADY_RESOLVED`).
+///
+/// ```
+/// use harness_core::error::ErrorCode;
+/// assert_eq!(ErrorCode::ACTION_ALREADY_RESOLVED.as_str(), "ACTION_ALREADY_RESOLVED");
+/// assert!("not_screaming".parse::<ErrorCode>().is_err());
+/// ```
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ErrorCode(Cow<'static, str>);
+
+const fn is_code(s: &str) -> bool {
+    let b = s.as_bytes();
+    if b.is_empty() || b.len() > 64 || !b[0].is_ascii_uppercase() {
+        return false;
+    }
+    let mut i = 0;
+    while i < b.len() {
+        if !(b[i].is_ascii_uppercase() || b[i].is_ascii_digit() || b[i] == b'_') {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+impl ErrorCode {
+    /// A second answer to an action that was already answered.
+    pub const ACTION_ALREADY_RESOLVED: Self = Self::from_static("ACTION_ALREADY_RESOLVED");
+    /// No pending action has that id.
+    pub const ACTION_NOT_FOUND: Self = Self::from_static("ACTION_NOT_FOUND");
+    /// The answer names a revision other than the pending one.
+    pub const ACTION_REVISION_STALE: Self = Self::from_static("ACTION_REVISION_STALE");
+    /// The answer does not fit the request (wrong kind, invalid values, undeclared decision).
+    pub const ACTION_RESPONSE_INVALID: Self = Self::from_static("ACTION_RESPONSE_INVALID");
+    /// The same idempotency key was used with a different request.
+    pub const IDEMPOTENCY_CONFLICT: Self = Self::from_static("IDEMPOTENCY_CONFLICT");
+    /// A required capability is not supported at the required level.
+    pub const CAPABILITY_UNSUPPORTED: Self = Self::from_static("CAPABILITY_UNSUPPORTED");
+    /// Adapter options do not match the adapter's options schema.
+    pub const OPTIONS_INVALID: Self = Self::from_static("OPTIONS_INVALID");
+    /// The adapter produced events out of order or malformed.
+    pub const EVENT_ORDER_VIOLATION: Self = Self::from_static("EVENT_ORDER_VIOLATION");
+    /// The adapter panicked.
+    pub const ADAPTER_PANICKED: Self = Self::from_static("ADAPTER_PANICKED");
+    /// The execution has already ended.
+    pub const EXECUTION_TERMINAL: Self = Self::from_static("EXECUTION_TERMINAL");
+
+    /// A code from a literal; fails to compile (in `const` context) or panics if the literal is
+    /// not SCREAMING_SNAKE, so invalid literals are caught where they are written.
+    #[must_use]
+    pub const fn from_static(code: &'static str) -> Self {
+        assert!(is_code(code), "error codes are SCREAMING_SNAKE, 1 to 64 chars");
+        Self(Cow::Borrowed(code))
+    }
+
+    /// The code as a string slice.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// An error code was not SCREAMING_SNAKE.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("invalid error code `{0}`: expected SCREAMING_SNAKE such as ACTION_ALREADY_RESOLVED")]
+pub struct InvalidErrorCode(String);
+
+impl FromStr for ErrorCode {
+    type Err = InvalidErrorCode;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if is_code(s) {
+            Ok(Self(Cow::Owned(s.to_owned())))
+        } else {
+            Err(InvalidErrorCode(s.chars().take(80).collect()))
+        }
+    }
+}
+
+impl fmt::Debug for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Serialize for ErrorCode {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for ErrorCode {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = <Cow<'de, str>>::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+impl JsonSchema for ErrorCode {
+    fn schema_name() -> Cow<'static, str> {
+        "ErrorCode".into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({ "type": "string", "pattern": "^[A-Z][A-Z0-9_]{0,63}$" })
+    }
+}
+
+/// Keeps a provider's error code only when it is short and plainly an identifier, so that
+/// a provider cannot smuggle a message, token or path through the code field.
+fn sanitize_provider_code(code: &str) -> Option<Box<str>> {
+    let ok = (1..=64).contains(&code.len())
+        && code
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    ok.then(|| code.into())
+}
+
+/// An error with everything the runtime knows about it.
+///
+/// `Display` shows only the safe message; `Debug` also shows the internal diagnostic, for
+/// operators' logs. Only [`HarnessError::public`] may cross to a client.
+#[derive(Clone, PartialEq, Eq)]
+pub struct HarnessError {
+    category: ErrorCategory,
+    code: ErrorCode,
+    message: Cow<'static, str>,
+    retryable: bool,
+    retry_after: Option<Duration>,
+    provider_code: Option<Box<str>>,
+    side_effects: bool,
+    diagnostic: Option<Box<str>>,
+}
+
+impl HarnessError {
+    /// An error of `category` with a safe public `message`, the category's default code and
+    /// retry advice, and no side effects.
+    #[must_use]
+    pub fn new(category: ErrorCategory, message: impl Into<Cow<'static, str>>) -> Self {
+        Self {
+            category,
+            code: category.default_code(),
+            message: message.into(),
+            retryable: category.retryable_by_default(),
+            retry_after: None,
+            provider_code: None,
+            side_effects: false,
+            diagnostic: None,
+        }
+    }
+
+    /// Replaces the code.
+    #[must_use]
+    pub fn with_code(mut self, code: ErrorCode) -> Self {
+        self.code = code;
+        self
+    }
+
+    /// Overrides whether the error is retryable. Errors whose output or side effects may have
+    /// occurred stay non-retryable whatever this says (see [`HarnessError::retryable`]).
+    #[must_use]
+    pub fn with_retryable(mut self, retryable: bool) -> Self {
+        self.retryable = retryable;
+        self
+    }
+
+    /// Advises waiting at least `after` before a retry.
+    #[must_use]
+    pub fn with_retry_after(mut self, after: Duration) -> Self {
+        self.retry_after = Some(after);
+        self
+    }
+
+    /// Records the provider's own code, kept only if it is a short identifier
+    /// (`[A-Za-z0-9_.-]{1,64}`); anything else is dropped as possibly sensitive.
+    #[must_use]
+    pub fn with_provider_code(mut self, code: &str) -> Self {
+        self.provider_code = sanitize_provider_code(code);
+        self
+    }
+
+    /// Marks that output or side effects may have occurred before the error.
+    #[must_use]
+    pub fn with_side_effects(mut self, may_have_occurred: bool) -> Self {
+        self.side_effects = may_have_occurred;
+        self
+    }
+
+    /// Attaches an internal diagnostic (never serialized toward a client).
+    #[must_use]
+    pub fn with_diagnostic(mut self, diagnostic: impl Into<String>) -> Self {
+        self.diagnostic = Some(diagnostic.into().into_boxed_str());
+        self
+    }
+
+    /// The category.
+    #[must_use]
+    pub fn category(&self) -> ErrorCategory {
+        self.category
+    }
+
+    /// The stable code.
+    #[must_use]
+    pub fn code(&self) -> &ErrorCode {
+        &self.code
+    }
+
+    /// The safe public message.
+    #[must_use]
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// Whether a retry may help: the error says so *and* no output or side effect may have
+    /// occurred (retrying then could repeat them).
+    #[must_use]
+    pub fn retryable(&self) -> bool {
+        self.retryable && !self.side_effects
+    }
+
+    /// The advised wait before a retry.
+    #[must_use]
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
+    }
+
+    /// The sanitized provider code.
+    #[must_use]
+    pub fn provider_code(&self) -> Option<&str> {
+        self.provider_code.as_deref()
+    }
+
+    /// Whether output or side effects may have occurred.
+    #[must_use]
+    pub fn side_effects_may_have_occurred(&self) -> bool {
+        self.side_effects
+    }
+
+    /// The internal diagnostic, for operators only.
+    #[must_use]
+    pub fn diagnostic(&self) -> Option<&str> {
+        self.diagnostic.as_deref()
+    }
+
+    /// The safe projection: the only form of an error that may reach a client.
+    #[must_use]
+    pub fn public(&self) -> PublicError {
+        PublicError {
+            category: self.category,
+            code: self.code.clone(),
+            message: self.message.to_string(),
+            retryable: self.retryable(),
+            retry_after_ms: self
+                .retry_after
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            provider_code: self.provider_code.as_deref().map(str::to_owned),
+            side_effects_may_have_occurred: self.side_effects,
+        }
+    }
+}
+
+impl fmt::Debug for HarnessError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HarnessError")
+            .field("category", &self.category)
+            .field("code", &self.code)
+            .field("message", &self.message)
+            .field("retryable", &self.retryable())
+            .field("retry_after", &self.retry_after)
+            .field("provider_code", &self.provider_code)
+            .field("side_effects", &self.side_effects)
+            .field("diagnostic", &self.diagnostic)
+            .finish()
+    }
+}
+
+impl fmt::Display for HarnessError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({}): {}", self.code, self.category, self.message)
+    }
+}
+
+impl std::error::Error for HarnessError {}
+
+impl From<PublicError> for HarnessError {
+    fn from(p: PublicError) -> Self {
+        Self {
+            category: p.category,
+            code: p.code,
+            message: p.message.into(),
+            retryable: p.retryable,
+            retry_after: p.retry_after_ms.map(Duration::from_millis),
+            provider_code: p.provider_code.as_deref().and_then(sanitize_provider_code),
+            side_effects: p.side_effects_may_have_occurred,
+            diagnostic: None,
+        }
+    }
+}
+
+/// The safe projection of a [`HarnessError`]: what clients see.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PublicError {
+    /// The category.
+    pub category: ErrorCategory,
+    /// The stable code.
+    pub code: ErrorCode,
+    /// The safe, human-readable message.
+    pub message: String,
+    /// Whether a retry may help.
+    pub retryable: bool,
+    /// The advised wait before a retry, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
+    /// The provider's own code, when short and non-sensitive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_code: Option<String>,
+    /// Whether output or side effects may have occurred before the error.
+    pub side_effects_may_have_occurred: bool,
+}
+
+impl fmt::Display for PublicError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({}): {}", self.code, self.category, self.message)
+    }
+}
+
+impl std::error::Error for PublicError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn side_effects_make_an_error_non_retryable() {
+        let e = HarnessError::new(ErrorCategory::Unavailable, "down");
+        assert!(e.retryable());
+        assert!(!e.clone().with_side_effects(true).retryable());
+        assert!(!e.with_side_effects(true).public().retryable);
+    }
+
+    #[test]
+    fn provider_code_is_sanitized() {
+        let e = HarnessError::new(ErrorCategory::Internal, "x").with_provider_code("rate_limit.exceeded");
+        assert_eq!(e.provider_code(), Some("rate_limit.exceeded"));
+        let e = HarnessError::new(ErrorCategory::Internal, "x").with_provider_code("Bearer abc def");
+        assert_eq!(e.provider_code(), None);
+    }
+
+    #[test]
+    fn public_projection_has_no_diagnostic_and_round_trips() {
+        let e = HarnessError::new(ErrorCategory::Timeout, "turn deadline")
+            .with_diagnostic("secret detail")
+            .with_retry_after(Duration::from_millis(1500));
+        let json = serde_json::to_string(&e.public()).unwrap();
+        assert!(!json.contains("secret detail"));
+        let back: PublicError = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, e.public());
+        let err = serde_json::from_str::<PublicError>(
+            r#"{"category":"nope","code":"X","message":"m","retryable":false,"sideEffectsMayHaveOccurred":false}"#,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("unknown variant `nope`"), "{err}");
+    }
+}

@@ -1,0 +1,1 @@
+//! TODO: lifecycle (being written)
