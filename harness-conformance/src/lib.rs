@@ -1,1 +1,2 @@
-//! placeholder
+//! The shared conformance suite for harness adapters. Nothing is built here yet: see the
+//! project's issues.

@@ -177,7 +177,10 @@ impl ErrorCode {
     /// not SCREAMING_SNAKE, so invalid literals are caught where they are written.
     #[must_use]
     pub const fn from_static(code: &'static str) -> Self {
-        assert!(is_code(code), "error codes are SCREAMING_SNAKE, 1 to 64 chars");
+        assert!(
+            is_code(code),
+            "error codes are SCREAMING_SNAKE, 1 to 64 chars"
+        );
         Self(Cow::Borrowed(code))
     }
 
@@ -473,9 +476,11 @@ mod tests {
 
     #[test]
     fn provider_code_is_sanitized() {
-        let e = HarnessError::new(ErrorCategory::Internal, "x").with_provider_code("rate_limit.exceeded");
+        let e = HarnessError::new(ErrorCategory::Internal, "x")
+            .with_provider_code("rate_limit.exceeded");
         assert_eq!(e.provider_code(), Some("rate_limit.exceeded"));
-        let e = HarnessError::new(ErrorCategory::Internal, "x").with_provider_code("Bearer abc def");
+        let e =
+            HarnessError::new(ErrorCategory::Internal, "x").with_provider_code("Bearer abc def");
         assert_eq!(e.provider_code(), None);
     }
 

@@ -1,1 +1,693 @@
-//! TODO: event (being written)
+//! Portable events: the numbered, replayable record of one execution.
+//!
+//! Every event travels in an [`Event`] envelope (execution id, sequence, time) with a dotted
+//! `kind` and its `data`:
+//!
+//! ```json
+//! {"executionId":"exec_1","seq":3,"time":"2026-11-30T12:00:00Z","kind":"message.delta","data":{"text":"Hel"}}
+//! ```
+//!
+//! | kind | data | meaning |
+//! |---|---|---|
+//! | `run.queued`, `run.starting`, `run.running` | none | lifecycle |
+//! | `run.awaiting_input`, `run.awaiting_approval` | `{actionId}` | paused on an action |
+//! | `run.cancelling` | `{reason?}` | a cancellation request was accepted |
+//! | `run.succeeded` / `run.failed` / `run.cancelled` | summary / public error / reason | the one terminal event |
+//! | `message.delta`, `reasoning.delta` | `{text}` | streamed text |
+//! | `usage` | token counts | an increment of usage (sum them for the total) |
+//! | `tool.call.started`, `tool.call.completed` | call, outcome | tool activity |
+//! | `action.requested`, `action.resolved` | request, resolution | action correlation |
+//! | `artifact.created` | descriptor | exactly one per artifact |
+//! | `native` | `{namespace, name, payload}` | provider-native payload |
+//!
+//! Provider-native payloads live only in the `native` kind, under a namespace that may not be a
+//! portable one (`run`, `message`, ...): a native event can never end, pause or resume a run,
+//! or masquerade as a portable kind.
+//!
+//! Consumers should ignore envelope fields they do not know: additive optional fields do not
+//! change the contract version.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::str::FromStr;
+
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value;
+
+use crate::action::{ActionRequest, ActionResolution};
+use crate::artifact::ArtifactDescriptor;
+use crate::error::PublicError;
+use crate::id::{ActionId, ExecutionId, Sequence, ToolCallId};
+use crate::time::Timestamp;
+
+/// One event of one execution: `(execution_id, seq)` identifies it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Event {
+    execution_id: ExecutionId,
+    seq: Sequence,
+    time: Timestamp,
+    #[serde(flatten)]
+    payload: EventPayload,
+}
+
+impl Event {
+    /// Assembles an envelope. Only the event log numbers events; this exists for stores and
+    /// tests that rebuild events they read back.
+    #[must_use]
+    pub fn new(
+        execution_id: ExecutionId,
+        seq: Sequence,
+        time: Timestamp,
+        payload: EventPayload,
+    ) -> Self {
+        Self {
+            execution_id,
+            seq,
+            time,
+            payload,
+        }
+    }
+
+    /// The owning execution.
+    #[must_use]
+    pub fn execution_id(&self) -> &ExecutionId {
+        &self.execution_id
+    }
+    /// The sequence number (from 1).
+    #[must_use]
+    pub fn seq(&self) -> Sequence {
+        self.seq
+    }
+    /// When the event was appended.
+    #[must_use]
+    pub fn time(&self) -> Timestamp {
+        self.time
+    }
+    /// The kind and data.
+    #[must_use]
+    pub fn payload(&self) -> &EventPayload {
+        &self.payload
+    }
+    /// The kind.
+    #[must_use]
+    pub fn kind(&self) -> EventKind {
+        self.payload.kind()
+    }
+}
+
+/// The kind and data of an event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "kind", content = "data")]
+#[non_exhaustive]
+pub enum EventPayload {
+    /// The execution was accepted.
+    #[serde(rename = "run.queued")]
+    RunQueued,
+    /// The provider runtime is being prepared.
+    #[serde(rename = "run.starting")]
+    RunStarting,
+    /// The provider is working (first start, or resumed after an action).
+    #[serde(rename = "run.running")]
+    RunRunning,
+    /// Paused until the caller submits form input.
+    #[serde(rename = "run.awaiting_input")]
+    RunAwaitingInput(AwaitingAction),
+    /// Paused until the caller decides on tool calls.
+    #[serde(rename = "run.awaiting_approval")]
+    RunAwaitingApproval(AwaitingAction),
+    /// Cancellation was requested; `run.cancelled` confirms it.
+    #[serde(rename = "run.cancelling")]
+    RunCancelling(CancelReason),
+    /// Terminal: the execution succeeded.
+    #[serde(rename = "run.succeeded")]
+    RunSucceeded(RunSucceeded),
+    /// Terminal: the execution failed.
+    #[serde(rename = "run.failed")]
+    RunFailed(RunFailed),
+    /// Terminal: the execution was cancelled.
+    #[serde(rename = "run.cancelled")]
+    RunCancelled(CancelReason),
+    /// Assistant message text.
+    #[serde(rename = "message.delta")]
+    MessageDelta(TextDelta),
+    /// Reasoning text.
+    #[serde(rename = "reasoning.delta")]
+    ReasoningDelta(TextDelta),
+    /// An increment of token usage.
+    #[serde(rename = "usage")]
+    Usage(Usage),
+    /// A tool call began.
+    #[serde(rename = "tool.call.started")]
+    ToolCallStarted(ToolCall),
+    /// A tool call ended.
+    #[serde(rename = "tool.call.completed")]
+    ToolCallCompleted(ToolCallCompleted),
+    /// An action request was opened.
+    #[serde(rename = "action.requested")]
+    ActionRequested(ActionRequest),
+    /// An action request was answered.
+    #[serde(rename = "action.resolved")]
+    ActionResolved(ActionResolution),
+    /// An artifact was created.
+    #[serde(rename = "artifact.created")]
+    ArtifactCreated(ArtifactDescriptor),
+    /// A provider-native payload under a namespace.
+    #[serde(rename = "native")]
+    Native(NativeEvent),
+}
+
+impl EventPayload {
+    /// The kind of this payload.
+    #[must_use]
+    pub fn kind(&self) -> EventKind {
+        match self {
+            Self::RunQueued => EventKind::RunQueued,
+            Self::RunStarting => EventKind::RunStarting,
+            Self::RunRunning => EventKind::RunRunning,
+            Self::RunAwaitingInput(_) => EventKind::RunAwaitingInput,
+            Self::RunAwaitingApproval(_) => EventKind::RunAwaitingApproval,
+            Self::RunCancelling(_) => EventKind::RunCancelling,
+            Self::RunSucceeded(_) => EventKind::RunSucceeded,
+            Self::RunFailed(_) => EventKind::RunFailed,
+            Self::RunCancelled(_) => EventKind::RunCancelled,
+            Self::MessageDelta(_) => EventKind::MessageDelta,
+            Self::ReasoningDelta(_) => EventKind::ReasoningDelta,
+            Self::Usage(_) => EventKind::Usage,
+            Self::ToolCallStarted(_) => EventKind::ToolCallStarted,
+            Self::ToolCallCompleted(_) => EventKind::ToolCallCompleted,
+            Self::ActionRequested(_) => EventKind::ActionRequested,
+            Self::ActionResolved(_) => EventKind::ActionResolved,
+            Self::ArtifactCreated(_) => EventKind::ArtifactCreated,
+            Self::Native(_) => EventKind::Native,
+        }
+    }
+
+    /// Whether this payload ends the execution.
+    #[must_use]
+    pub fn is_terminal(&self) -> bool {
+        self.kind().is_terminal()
+    }
+}
+
+/// The content an execution may append while running or cancelling: everything but
+/// lifecycle, action and artifact events, which have their own typed transitions.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Content {
+    /// `message.delta`
+    MessageDelta(TextDelta),
+    /// `reasoning.delta`
+    ReasoningDelta(TextDelta),
+    /// `usage`
+    Usage(Usage),
+    /// `tool.call.started`
+    ToolCallStarted(ToolCall),
+    /// `tool.call.completed`
+    ToolCallCompleted(ToolCallCompleted),
+    /// `native`
+    Native(NativeEvent),
+}
+
+impl From<Content> for EventPayload {
+    fn from(c: Content) -> Self {
+        match c {
+            Content::MessageDelta(d) => Self::MessageDelta(d),
+            Content::ReasoningDelta(d) => Self::ReasoningDelta(d),
+            Content::Usage(u) => Self::Usage(u),
+            Content::ToolCallStarted(t) => Self::ToolCallStarted(t),
+            Content::ToolCallCompleted(t) => Self::ToolCallCompleted(t),
+            Content::Native(n) => Self::Native(n),
+        }
+    }
+}
+
+macro_rules! event_kinds {
+    ($($variant:ident => $wire:literal),* $(,)?) => {
+        /// The kind of an event, without its data: a label of few values, fit for metrics.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        #[non_exhaustive]
+        pub enum EventKind {
+            $(
+                #[doc = concat!("`", $wire, "`")]
+                $variant,
+            )*
+        }
+
+        impl EventKind {
+            /// Every kind.
+            pub const ALL: &'static [Self] = &[$(Self::$variant),*];
+
+            /// The dotted wire name.
+            #[must_use]
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $wire,)*
+                }
+            }
+        }
+    };
+}
+
+event_kinds! {
+    RunQueued => "run.queued",
+    RunStarting => "run.starting",
+    RunRunning => "run.running",
+    RunAwaitingInput => "run.awaiting_input",
+    RunAwaitingApproval => "run.awaiting_approval",
+    RunCancelling => "run.cancelling",
+    RunSucceeded => "run.succeeded",
+    RunFailed => "run.failed",
+    RunCancelled => "run.cancelled",
+    MessageDelta => "message.delta",
+    ReasoningDelta => "reasoning.delta",
+    Usage => "usage",
+    ToolCallStarted => "tool.call.started",
+    ToolCallCompleted => "tool.call.completed",
+    ActionRequested => "action.requested",
+    ActionResolved => "action.resolved",
+    ArtifactCreated => "artifact.created",
+    Native => "native",
+}
+
+impl EventKind {
+    /// Whether events of this kind end an execution.
+    #[must_use]
+    pub const fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            Self::RunSucceeded | Self::RunFailed | Self::RunCancelled
+        )
+    }
+
+    /// Whether this is a lifecycle kind (`run.*`).
+    #[must_use]
+    pub const fn is_lifecycle(self) -> bool {
+        matches!(
+            self,
+            Self::RunQueued
+                | Self::RunStarting
+                | Self::RunRunning
+                | Self::RunAwaitingInput
+                | Self::RunAwaitingApproval
+                | Self::RunCancelling
+                | Self::RunSucceeded
+                | Self::RunFailed
+                | Self::RunCancelled
+        )
+    }
+}
+
+impl fmt::Display for EventKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The action an execution is paused on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AwaitingAction {
+    /// The pending action.
+    pub action_id: ActionId,
+}
+
+/// Why an execution is being cancelled.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CancelReason {
+    /// A short reason from the caller.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl CancelReason {
+    /// A reason with text.
+    #[must_use]
+    pub fn new(reason: impl Into<String>) -> Self {
+        Self {
+            reason: Some(reason.into()),
+        }
+    }
+}
+
+/// Data of `run.succeeded`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RunSucceeded {
+    /// An optional short summary of the result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+}
+
+/// Data of `run.failed`: only the safe projection of the error.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RunFailed {
+    /// The public error.
+    pub error: PublicError,
+}
+
+/// Streamed text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TextDelta {
+    /// The text fragment.
+    pub text: String,
+}
+
+impl TextDelta {
+    /// A delta of `text`.
+    #[must_use]
+    pub fn new(text: impl Into<String>) -> Self {
+        Self { text: text.into() }
+    }
+}
+
+/// An increment of token usage; the execution's total is the sum of its `usage` events.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Usage {
+    /// Input (prompt) tokens.
+    #[serde(default)]
+    pub input_tokens: u64,
+    /// Output (completion) tokens.
+    #[serde(default)]
+    pub output_tokens: u64,
+    /// Reasoning tokens, when reported separately.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reasoning_tokens: u64,
+    /// Input tokens served from a cache.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cached_input_tokens: u64,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl std::ops::AddAssign for Usage {
+    fn add_assign(&mut self, o: Self) {
+        self.input_tokens = self.input_tokens.saturating_add(o.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(o.output_tokens);
+        self.reasoning_tokens = self.reasoning_tokens.saturating_add(o.reasoning_tokens);
+        self.cached_input_tokens = self
+            .cached_input_tokens
+            .saturating_add(o.cached_input_tokens);
+    }
+}
+
+/// A tool call as the provider made it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ToolCall {
+    /// The call's id, unique within the execution.
+    pub call_id: ToolCallId,
+    /// The stable tool name.
+    pub tool: String,
+    /// The arguments.
+    #[serde(default)]
+    pub arguments: Value,
+}
+
+/// The end of a tool call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ToolCallCompleted {
+    /// The call that ended.
+    pub call_id: ToolCallId,
+    /// How it ended.
+    pub outcome: ToolCallOutcome,
+}
+
+/// How a tool call ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "status", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ToolCallOutcome {
+    /// The tool returned a result.
+    Success {
+        /// The result.
+        #[serde(default)]
+        output: Value,
+    },
+    /// The tool failed with a bounded, safe message.
+    Failure {
+        /// What went wrong.
+        message: String,
+    },
+    /// The caller rejected the call.
+    Rejected {
+        /// The caller's reason.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+}
+
+/// Namespaces that belong to portable kinds and may not carry native payloads.
+pub const RESERVED_NAMESPACES: &[&str] = &[
+    "run",
+    "message",
+    "reasoning",
+    "usage",
+    "tool",
+    "action",
+    "artifact",
+    "native",
+    "harness",
+];
+
+/// A provider-native namespace: an adapter-id-like name that is not a portable one.
+///
+/// ```
+/// use harness_core::event::Namespace;
+/// assert!("acp".parse::<Namespace>().is_ok());
+/// let err = "run".parse::<Namespace>().unwrap_err();
+/// assert!(err.to_string().contains("reserved"));
+/// ```
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Namespace(Box<str>);
+
+/// A native namespace or name was rejected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NativeError {
+    /// The namespace is not `^[a-z][a-z0-9_]{1,63}$`.
+    #[error(
+        "invalid native namespace `{0}`: expected ^[a-z][a-z0-9_]{{1,63}}$, usually the adapter id"
+    )]
+    Namespace(String),
+    /// The namespace is a portable one.
+    #[error("native namespace `{0}` is reserved for portable events; use the adapter id instead")]
+    Reserved(String),
+    /// The name is not a dotted lowercase identifier.
+    #[error(
+        "invalid native event name `{0}`: expected 1 to 128 characters of [a-z0-9_.], starting with a letter"
+    )]
+    Name(String),
+}
+
+impl Namespace {
+    /// The namespace as a string slice.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl FromStr for Namespace {
+    type Err = NativeError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if !crate::id::AdapterId::is_valid(s) {
+            return Err(NativeError::Namespace(s.chars().take(80).collect()));
+        }
+        if RESERVED_NAMESPACES.contains(&s) {
+            return Err(NativeError::Reserved(s.to_owned()));
+        }
+        Ok(Self(s.into()))
+    }
+}
+
+impl fmt::Debug for Namespace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Display for Namespace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Serialize for Namespace {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Namespace {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = <Cow<'de, str>>::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+impl JsonSchema for Namespace {
+    fn schema_name() -> Cow<'static, str> {
+        "Namespace".into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "type": "string",
+            "pattern": crate::id::ADAPTER_ID_PATTERN,
+            "not": { "enum": RESERVED_NAMESPACES }
+        })
+    }
+}
+
+fn is_native_name(s: &str) -> bool {
+    (1..=128).contains(&s.len())
+        && s.as_bytes()[0].is_ascii_lowercase()
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'.')
+}
+
+/// A provider-native payload. It never changes portable state.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(deny_unknown_fields)]
+pub struct NativeEvent {
+    namespace: Namespace,
+    #[schemars(regex(pattern = r"^[a-z][a-z0-9_.]{0,127}$"))]
+    name: String,
+    #[serde(default)]
+    payload: Value,
+}
+
+impl NativeEvent {
+    /// A native event `name` under `namespace`.
+    ///
+    /// # Errors
+    /// When the namespace is invalid or reserved, or the name is not `[a-z][a-z0-9_.]*`.
+    pub fn new(namespace: &str, name: &str, payload: Value) -> Result<Self, NativeError> {
+        if !is_native_name(name) {
+            return Err(NativeError::Name(name.chars().take(80).collect()));
+        }
+        Ok(Self {
+            namespace: namespace.parse()?,
+            name: name.to_owned(),
+            payload,
+        })
+    }
+
+    /// The namespace.
+    #[must_use]
+    pub fn namespace(&self) -> &Namespace {
+        &self.namespace
+    }
+    /// The native event name.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// The payload.
+    #[must_use]
+    pub fn payload(&self) -> &Value {
+        &self.payload
+    }
+    /// Mutable access to the payload (for redaction).
+    pub fn payload_mut(&mut self) -> &mut Value {
+        &mut self.payload
+    }
+}
+
+impl<'de> Deserialize<'de> for NativeEvent {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase", deny_unknown_fields)]
+        struct Raw {
+            namespace: Namespace,
+            name: String,
+            #[serde(default)]
+            payload: Value,
+        }
+        let raw = Raw::deserialize(d)?;
+        if !is_native_name(&raw.name) {
+            return Err(serde::de::Error::custom(NativeError::Name(raw.name)));
+        }
+        Ok(Self {
+            namespace: raw.namespace,
+            name: raw.name,
+            payload: raw.payload,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn wire_shape() {
+        let e = Event::new(
+            "exec_1".parse().unwrap(),
+            Sequence::FIRST,
+            "2026-11-30T12:00:00Z".parse().unwrap(),
+            EventPayload::MessageDelta(TextDelta::new("Hel")),
+        );
+        let v = serde_json::to_value(&e).unwrap();
+        assert_eq!(
+            v,
+            json!({"executionId":"exec_1","seq":1,"time":"2026-11-30T12:00:00Z","kind":"message.delta","data":{"text":"Hel"}})
+        );
+        assert_eq!(serde_json::from_value::<Event>(v).unwrap(), e);
+        let unit = Event::new(
+            e.execution_id().clone(),
+            Sequence::FIRST,
+            e.time(),
+            EventPayload::RunQueued,
+        );
+        let v = serde_json::to_value(&unit).unwrap();
+        assert_eq!(v["kind"], "run.queued");
+        assert_eq!(serde_json::from_value::<Event>(v).unwrap(), unit);
+    }
+
+    #[test]
+    fn every_kind_has_a_unique_dotted_name() {
+        let names: std::collections::HashSet<_> =
+            EventKind::ALL.iter().map(|k| k.as_str()).collect();
+        assert_eq!(names.len(), EventKind::ALL.len());
+        assert_eq!(EventKind::ALL.iter().filter(|k| k.is_terminal()).count(), 3);
+    }
+
+    #[test]
+    fn unknown_kind_is_named() {
+        let err =
+            serde_json::from_value::<EventPayload>(json!({"kind":"run.exploded"})).unwrap_err();
+        assert!(
+            err.to_string().contains("unknown variant `run.exploded`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn native_events_cannot_take_portable_namespaces() {
+        assert!(NativeEvent::new("acp", "plan.update", json!({})).is_ok());
+        for ns in RESERVED_NAMESPACES {
+            assert!(matches!(
+                NativeEvent::new(ns, "x", json!({})),
+                Err(NativeError::Reserved(_))
+            ));
+        }
+        assert!(matches!(
+            NativeEvent::new("acp", "Bad Name", json!({})),
+            Err(NativeError::Name(_))
+        ));
+        let err = serde_json::from_value::<EventPayload>(
+            json!({"kind":"native","data":{"namespace":"run","name":"succeeded"}}),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("reserved"), "{err}");
+    }
+}

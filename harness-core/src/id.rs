@@ -11,6 +11,7 @@ use std::fmt;
 use std::hash::{BuildHasher, Hasher};
 use std::num::NonZeroU64;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
@@ -57,8 +58,7 @@ const OPAQUE_EXPECTED: &str = "1 to 128 characters from [A-Za-z0-9._:-]";
 
 fn is_opaque(s: &str) -> bool {
     (1..=128).contains(&s.len())
-        && s
-            .bytes()
+        && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
 }
 
@@ -77,14 +77,16 @@ fn fresh_suffix() -> String {
 macro_rules! opaque_id {
     ($(#[$doc:meta])* $name:ident, $kind:literal, $prefix:literal) => {
         $(#[$doc])*
+        ///
+        /// Cloning is cheap (a reference count), so events and spans can carry it freely.
         #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-        pub struct $name(Box<str>);
+        pub struct $name(Arc<str>);
 
         impl $name {
             /// Generates a fresh identifier, unique within this process.
             #[must_use]
             pub fn generate() -> Self {
-                Self(format!(concat!($prefix, "_{}"), fresh_suffix()).into_boxed_str())
+                Self(Arc::from(format!(concat!($prefix, "_{}"), fresh_suffix())))
             }
 
             /// The identifier as a string slice.
@@ -109,7 +111,7 @@ macro_rules! opaque_id {
             type Error = InvalidId;
             fn try_from(s: String) -> Result<Self, Self::Error> {
                 if is_opaque(&s) {
-                    Ok(Self(s.into_boxed_str()))
+                    Ok(Self(Arc::from(s)))
                 } else {
                     Err(InvalidId::new($kind, &s, OPAQUE_EXPECTED))
                 }
@@ -430,14 +432,18 @@ mod tests {
     #[test]
     fn deserialization_validates_and_names_the_rule() {
         let err = serde_json::from_str::<AdapterId>("\"Nope\"").unwrap_err();
-        assert!(err.to_string().contains("invalid adapter id `Nope`"), "{err}");
+        assert!(
+            err.to_string().contains("invalid adapter id `Nope`"),
+            "{err}"
+        );
         let err = serde_json::from_str::<ExecutionId>("\"a b\"").unwrap_err();
         assert!(err.to_string().contains("[A-Za-z0-9._:-]"), "{err}");
     }
 
     #[test]
     fn generated_ids_are_distinct_and_valid() {
-        let ids: std::collections::HashSet<_> = (0..1000).map(|_| ExecutionId::generate()).collect();
+        let ids: std::collections::HashSet<_> =
+            (0..1000).map(|_| ExecutionId::generate()).collect();
         assert_eq!(ids.len(), 1000);
         for id in ids {
             assert!(is_opaque(id.as_str()));

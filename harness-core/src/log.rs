@@ -1,1 +1,412 @@
-//! TODO: log (being written)
+//! The append-only event log of one execution.
+//!
+//! There is exactly one writer, [`EventLog`] (not `Clone`), owned by whoever drives the
+//! execution; any number of [`LogReader`]s (cheap to clone) replay from a [`Cursor`] and then
+//! follow the live tail as a [`Stream`].
+//!
+//! Invariants the log enforces on every append, whatever the caller does:
+//! - sequence numbers are contiguous and strictly increasing from 1 (the log assigns them);
+//! - exactly one terminal event, and nothing after it ([`AppendError::Closed`]);
+//! - artifact ids are unique with exactly one `artifact.created` each, owned by this
+//!   execution ([`AppendError::DuplicateArtifact`], [`AppendError::ForeignArtifact`]).
+//!
+//! Events are stored once and shared (`Arc<Event>`), so readers never copy payloads and the
+//! writer never waits for a reader: a slow reader only falls behind, it neither blocks the
+//! writer nor loses an event. Which lifecycle transitions are legal is not the log's business:
+//! the typestate [`lifecycle`](crate::lifecycle) makes illegal ones unrepresentable.
+//!
+//! ```
+//! use futures_util::StreamExt;
+//! use harness_core::event::{EventPayload, RunSucceeded, TextDelta};
+//! use harness_core::id::{Cursor, ExecutionId};
+//! use harness_core::log::EventLog;
+//!
+//! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+//! let log = EventLog::new(ExecutionId::generate());
+//! let reader = log.reader();
+//! let tail = tokio::spawn(reader.subscribe(Cursor::START).map(|e| e.kind()).collect::<Vec<_>>());
+//!
+//! log.append(EventPayload::RunQueued).unwrap();
+//! log.append(EventPayload::MessageDelta(TextDelta::new("hi"))).unwrap();
+//! log.append(EventPayload::RunSucceeded(RunSucceeded::default())).unwrap();
+//! assert!(log.append(EventPayload::RunQueued).is_err()); // nothing after the terminal event
+//!
+//! let kinds = tail.await.unwrap();
+//! assert_eq!(kinds.len(), 3);
+//! // A reconnecting reader passes the last sequence it saw.
+//! let replay: Vec<_> = reader.subscribe(Cursor::after_seq(2)).collect().await;
+//! assert_eq!(replay[0].seq().get(), 3);
+//! # });
+//! ```
+
+use std::collections::HashSet;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Waker};
+
+use futures_core::Stream;
+
+use crate::event::{Event, EventPayload};
+use crate::id::{ArtifactId, Cursor, ExecutionId, Sequence};
+use crate::time::Timestamp;
+
+/// An append was refused; the log is unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AppendError {
+    /// The log already holds its terminal event.
+    #[error(
+        "execution {execution_id} already ended at event #{terminal_seq}; nothing may follow the terminal event"
+    )]
+    Closed {
+        /// The execution.
+        execution_id: ExecutionId,
+        /// The sequence of the terminal event.
+        terminal_seq: Sequence,
+    },
+    /// An artifact with this id was already created.
+    #[error(
+        "artifact {artifact_id} was already created in execution {execution_id}; artifact ids are unique per execution"
+    )]
+    DuplicateArtifact {
+        /// The execution.
+        execution_id: ExecutionId,
+        /// The repeated id.
+        artifact_id: ArtifactId,
+    },
+    /// The artifact names another execution as its owner.
+    #[error("artifact {artifact_id} is owned by execution {owner}, not {execution_id}")]
+    ForeignArtifact {
+        /// The execution whose log was appended to.
+        execution_id: ExecutionId,
+        /// The artifact.
+        artifact_id: ArtifactId,
+        /// The execution the descriptor names.
+        owner: ExecutionId,
+    },
+}
+
+struct State {
+    events: Vec<Arc<Event>>,
+    terminal: bool,
+    artifacts: HashSet<ArtifactId>,
+    /// Parked readers, keyed by reader id. Drained (and woken) on every append.
+    waiters: Vec<(u64, Waker)>,
+}
+
+struct Shared {
+    execution_id: ExecutionId,
+    state: Mutex<State>,
+    next_waiter: AtomicU64,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave `State` half-updated (every mutation is
+        // a single push or insert after validation), so a poisoned lock is still consistent.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn waiter_id(&self) -> u64 {
+        self.next_waiter.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn park(state: &mut State, id: u64, waker: &Waker) {
+        match state.waiters.iter_mut().find(|(w, _)| *w == id) {
+            Some((_, slot)) => slot.clone_from(waker),
+            None => state.waiters.push((id, waker.clone())),
+        }
+    }
+
+    fn unpark(&self, id: u64) {
+        let mut state = self.lock();
+        state.waiters.retain(|(w, _)| *w != id);
+    }
+}
+
+/// The single writer of one execution's event log.
+pub struct EventLog {
+    shared: Arc<Shared>,
+}
+
+impl EventLog {
+    /// An empty log for `execution_id`.
+    #[must_use]
+    pub fn new(execution_id: ExecutionId) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                execution_id,
+                state: Mutex::new(State {
+                    events: Vec::new(),
+                    terminal: false,
+                    artifacts: HashSet::new(),
+                    waiters: Vec::new(),
+                }),
+                next_waiter: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// Appends one event, numbering it, and wakes every waiting reader.
+    ///
+    /// # Errors
+    /// [`AppendError`] when the append would break an invariant; the log is then unchanged.
+    pub fn append(&self, payload: EventPayload) -> Result<Arc<Event>, AppendError> {
+        let shared = &*self.shared;
+        let (event, waiters) = {
+            let mut state = shared.lock();
+            if state.terminal {
+                return Err(AppendError::Closed {
+                    execution_id: shared.execution_id.clone(),
+                    terminal_seq: state.events.last().map_or(Sequence::FIRST, |e| e.seq()),
+                });
+            }
+            if let EventPayload::ArtifactCreated(artifact) = &payload {
+                if artifact.execution_id() != &shared.execution_id {
+                    return Err(AppendError::ForeignArtifact {
+                        execution_id: shared.execution_id.clone(),
+                        artifact_id: artifact.id().clone(),
+                        owner: artifact.execution_id().clone(),
+                    });
+                }
+                if !state.artifacts.insert(artifact.id().clone()) {
+                    return Err(AppendError::DuplicateArtifact {
+                        execution_id: shared.execution_id.clone(),
+                        artifact_id: artifact.id().clone(),
+                    });
+                }
+            }
+            let seq = Sequence::new(state.events.len() as u64 + 1).unwrap_or(Sequence::FIRST);
+            state.terminal = payload.is_terminal();
+            let event = Arc::new(Event::new(
+                shared.execution_id.clone(),
+                seq,
+                Timestamp::now(),
+                payload,
+            ));
+            state.events.push(Arc::clone(&event));
+            (event, std::mem::take(&mut state.waiters))
+        };
+        // Wake outside the lock so woken readers do not contend with us.
+        for (_, waker) in waiters {
+            waker.wake();
+        }
+        Ok(event)
+    }
+
+    /// A reader of this log.
+    #[must_use]
+    pub fn reader(&self) -> LogReader {
+        LogReader {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    /// The execution this log belongs to.
+    #[must_use]
+    pub fn execution_id(&self) -> &ExecutionId {
+        &self.shared.execution_id
+    }
+
+    /// Whether the terminal event has been appended.
+    #[must_use]
+    pub fn is_closed(&self) -> bool {
+        self.shared.lock().terminal
+    }
+
+    /// How many events the log holds.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.shared.lock().events.len()
+    }
+
+    /// Whether the log holds no event yet.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl fmt::Debug for EventLog {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.shared.lock();
+        f.debug_struct("EventLog")
+            .field("execution_id", &self.shared.execution_id)
+            .field("len", &state.events.len())
+            .field("closed", &state.terminal)
+            .finish()
+    }
+}
+
+/// A read handle on an execution's log; clone it freely.
+#[derive(Clone)]
+pub struct LogReader {
+    shared: Arc<Shared>,
+}
+
+impl LogReader {
+    /// The execution this log belongs to.
+    #[must_use]
+    pub fn execution_id(&self) -> &ExecutionId {
+        &self.shared.execution_id
+    }
+
+    /// The events after `cursor` that exist now.
+    #[must_use]
+    pub fn snapshot(&self, cursor: Cursor) -> Vec<Arc<Event>> {
+        let state = self.shared.lock();
+        let from = usize::try_from(cursor.after()).unwrap_or(usize::MAX);
+        state
+            .events
+            .get(from..)
+            .map(<[_]>::to_vec)
+            .unwrap_or_default()
+    }
+
+    /// The events after `cursor`: first those already appended, then each new one as it is
+    /// appended. The stream ends after the terminal event.
+    #[must_use]
+    pub fn subscribe(&self, cursor: Cursor) -> EventStream {
+        EventStream {
+            shared: Arc::clone(&self.shared),
+            next: usize::try_from(cursor.after()).unwrap_or(usize::MAX),
+            waiter: self.shared.waiter_id(),
+        }
+    }
+
+    /// Resolves to the terminal event once it is appended.
+    #[must_use]
+    pub fn terminal(&self) -> TerminalEvent {
+        TerminalEvent {
+            shared: Arc::clone(&self.shared),
+            waiter: self.shared.waiter_id(),
+        }
+    }
+
+    /// How many events the log holds.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.shared.lock().events.len()
+    }
+
+    /// Whether the log holds no event yet.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether the terminal event has been appended.
+    #[must_use]
+    pub fn is_closed(&self) -> bool {
+        self.shared.lock().terminal
+    }
+
+    /// The last event appended, if any.
+    #[must_use]
+    pub fn last(&self) -> Option<Arc<Event>> {
+        self.shared.lock().events.last().cloned()
+    }
+}
+
+impl fmt::Debug for LogReader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LogReader")
+            .field("execution_id", &self.shared.execution_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The replay-then-tail stream of [`LogReader::subscribe`].
+///
+/// Dropping it unregisters its waker; it holds no lock between polls.
+pub struct EventStream {
+    shared: Arc<Shared>,
+    next: usize,
+    waiter: u64,
+}
+
+impl EventStream {
+    /// The cursor this stream would resume from: after the last event it yielded.
+    #[must_use]
+    pub fn cursor(&self) -> Cursor {
+        Cursor::after_seq(self.next as u64)
+    }
+}
+
+impl Stream for EventStream {
+    type Item = Arc<Event>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        let mut state = this.shared.lock();
+        if let Some(event) = state.events.get(this.next) {
+            let event = Arc::clone(event);
+            this.next += 1;
+            return Poll::Ready(Some(event));
+        }
+        if state.terminal {
+            return Poll::Ready(None);
+        }
+        Shared::park(&mut state, this.waiter, cx.waker());
+        Poll::Pending
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let state = self.shared.lock();
+        let ready = state.events.len().saturating_sub(self.next);
+        (ready, state.terminal.then_some(ready))
+    }
+}
+
+impl Drop for EventStream {
+    fn drop(&mut self) {
+        self.shared.unpark(self.waiter);
+    }
+}
+
+impl fmt::Debug for EventStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EventStream")
+            .field("execution_id", &self.shared.execution_id)
+            .field("cursor", &self.cursor())
+            .finish()
+    }
+}
+
+/// The future of [`LogReader::terminal`].
+pub struct TerminalEvent {
+    shared: Arc<Shared>,
+    waiter: u64,
+}
+
+impl Future for TerminalEvent {
+    type Output = Arc<Event>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut state = self.shared.lock();
+        if state.terminal
+            && let Some(last) = state.events.last()
+        {
+            return Poll::Ready(Arc::clone(last));
+        }
+        Shared::park(&mut state, self.waiter, cx.waker());
+        Poll::Pending
+    }
+}
+
+impl Drop for TerminalEvent {
+    fn drop(&mut self) {
+        self.shared.unpark(self.waiter);
+    }
+}
+
+impl fmt::Debug for TerminalEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TerminalEvent")
+            .field("execution_id", &self.shared.execution_id)
+            .finish()
+    }
+}

@@ -1,1 +1,1 @@
-//! placeholder
+//! Derive macros for harness adapters. Nothing is built here yet: see the project's issues.

@@ -1,1 +1,1 @@
-//! placeholder
+//! The scripted adapter. Nothing is built here yet: see the project's issues.

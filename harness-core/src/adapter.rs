@@ -1,0 +1,575 @@
+//! The adapter contract (v1), Rust-shaped: [`HarnessAdapter`] and [`HarnessRuntime`].
+//!
+//! An adapter isolates one provider SDK from the control plane. The control plane (here,
+//! [`AdapterService`](crate::service::AdapterService)) owns the lifecycle, event numbering,
+//! actions and the terminal outcome; the adapter only yields [`AdapterEvent`]s.
+//!
+//! Both traits are object-safe, so one registry can hold `Arc<dyn HarnessAdapter>` of
+//! different adapters. Methods return boxed futures and streams that borrow `self`; a runtime
+//! takes `&self` everywhere so that [`HarnessRuntime::cancel`] can run *while* a stream is
+//! being consumed. The contract's "only one mutating operation at a time" is guaranteed by
+//! the service, which never overlaps `stream`, `resume`, `restart` and `cleanup`.
+//!
+//! For simple adapters there is an easier path, after the contract's vertical-slice note:
+//! implement [`SimpleAdapter`] (descriptor, evaluate, initial provider session id, and a
+//! stream of one run context) and wrap it in [`Simple`] to get a full [`HarnessAdapter`].
+//!
+//! # What a runtime yields
+//!
+//! `stream` and `resume` each yield exactly one canonical run segment: any number of
+//! [`AdapterEvent::Content`] and [`AdapterEvent::Artifact`] items, then exactly one of
+//! [`AdapterEvent::Completed`], [`AdapterEvent::Interrupt`] or an `Err`, then the end of the
+//! stream. Anything else (an item after the terminal one, a stream that ends without one) is
+//! a protocol violation and ends the execution with the `protocol` category.
+//!
+//! # What a runtime receives
+//!
+//! [`RuntimeContext`], [`TurnInput`] and [`ResumeDecision`] are immutable, narrowed values:
+//! none carries credentials, raw environment, transport objects or another adapter's state.
+//! Tools arrive as [`ToolHandle`]s, which validate arguments and never expose a credential.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use futures_core::Stream;
+use futures_util::StreamExt;
+use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
+
+use crate::action::{ActionResolution, ApprovalRequest, FormRequest, ValidatedResponse};
+use crate::artifact::{ArtifactDescriptor, ArtifactUri, MediaType};
+use crate::capability::CapabilityReport;
+use crate::error::HarnessError;
+use crate::event::{CancelReason, Content, RunSucceeded};
+use crate::id::{ActionId, AdapterId, ConversationId, ExecutionId, IdempotencyKey};
+use crate::manifest::{ContractVersion, HarnessDescriptor};
+use crate::session::{ScopedThreadState, SessionBinding};
+use crate::time::Timestamp;
+use crate::tool::ToolHandle;
+use crate::trace::TraceContext;
+
+/// A boxed, `Send` future borrowing from `'a`.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+/// A boxed, `Send` stream borrowing from `'a`.
+pub type BoxStream<'a, T> = Pin<Box<dyn Stream<Item = T> + Send + 'a>>;
+/// One item of a runtime's stream.
+pub type EventResult = Result<AdapterEvent, HarnessError>;
+
+/// What a runtime yields; the service numbers it and moves the lifecycle.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AdapterEvent {
+    /// Text, reasoning, usage, tool activity or a native payload.
+    Content(Content),
+    /// An artifact was created (its descriptor names this execution).
+    Artifact(ArtifactDescriptor),
+    /// The run pauses on an action; the segment ends here.
+    Interrupt(Interrupt),
+    /// The run succeeded; the segment ends here.
+    Completed(RunSucceeded),
+}
+
+impl From<Content> for AdapterEvent {
+    fn from(c: Content) -> Self {
+        Self::Content(c)
+    }
+}
+
+/// A native pause, normalized to a portable action request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Interrupt {
+    /// The id the action request will carry; the resume decision names it back.
+    pub id: ActionId,
+    /// Form input or tool approval.
+    pub kind: InterruptKind,
+}
+
+/// The two portable pauses.
+#[derive(Debug, Clone, PartialEq)]
+pub enum InterruptKind {
+    /// Form input with validated field definitions.
+    FormInput(FormRequest),
+    /// Tool approval over one or more calls.
+    ToolApproval(ApprovalRequest),
+}
+
+/// The result of a bounded, side-effect-free health check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HarnessHealth {
+    /// Whether the adapter can take executions.
+    pub ready: bool,
+    /// A sanitized reason when not ready.
+    pub reason: Option<String>,
+    /// When the check ran.
+    pub checked_at: Timestamp,
+}
+
+impl HarnessHealth {
+    /// A ready adapter.
+    #[must_use]
+    pub fn ready() -> Self {
+        Self {
+            ready: true,
+            reason: None,
+            checked_at: Timestamp::now(),
+        }
+    }
+
+    /// An adapter that cannot take executions, with a sanitized reason.
+    #[must_use]
+    pub fn not_ready(reason: impl Into<String>) -> Self {
+        Self {
+            ready: false,
+            reason: Some(reason.into()),
+            checked_at: Timestamp::now(),
+        }
+    }
+}
+
+/// The normalized agent configuration an adapter evaluates.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AgentConfig {
+    /// Adapter options, already validated against the adapter's options schema.
+    pub options: Value,
+    /// The selected model, if the caller chose one.
+    pub model: Option<String>,
+    /// Whether the caller asked for conversation continuity.
+    pub conversation: Option<ConversationId>,
+}
+
+/// What the deployment offers the adapter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeploymentContext {
+    /// Contract versions the control plane speaks.
+    pub contract_versions: Vec<ContractVersion>,
+    /// Whether sandbox workers are available in this deployment.
+    pub sandbox_available: bool,
+}
+
+impl Default for DeploymentContext {
+    fn default() -> Self {
+        Self {
+            contract_versions: vec![ContractVersion::V1],
+            sandbox_available: false,
+        }
+    }
+}
+
+/// Resource limits for one execution.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunLimits {
+    /// Deadline for one turn.
+    pub turn_timeout: Option<Duration>,
+    /// Upper bound on tool calls in one execution.
+    pub max_tool_calls: Option<u32>,
+}
+
+/// The immutable, narrowed values a runtime is built from. No credentials, no raw
+/// environment, no transport objects, no other adapter's state.
+#[derive(Debug, Clone)]
+pub struct RuntimeContext {
+    /// The negotiated contract version.
+    pub contract_version: ContractVersion,
+    /// The adapter this runtime belongs to.
+    pub adapter: AdapterId,
+    /// The execution this runtime serves.
+    pub execution_id: ExecutionId,
+    /// The normalized configuration.
+    pub config: AgentConfig,
+    /// The session binding, for multi-turn conversations.
+    pub binding: Option<SessionBinding>,
+    /// A rendered system prompt, if any.
+    pub prompt: Option<String>,
+    /// Portable tools, each behind a validating handle.
+    pub tools: Vec<ToolHandle>,
+    /// Limits.
+    pub limits: RunLimits,
+    /// Thread state scoped to this binding only.
+    pub thread_state: Option<ScopedThreadState>,
+    /// Cancelled when the execution is cancelled; runtimes may watch it.
+    pub cancellation: CancellationToken,
+}
+
+/// An input file: an engine-controlled reference, never inline bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputFile {
+    /// Display name.
+    pub name: String,
+    /// Media type.
+    pub media_type: MediaType,
+    /// Where to read it.
+    pub uri: ArtifactUri,
+}
+
+/// One turn's input.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TurnInput {
+    /// The execution (run) id.
+    pub execution_id: ExecutionId,
+    /// The conversation, for multi-turn adapters.
+    pub conversation_id: Option<ConversationId>,
+    /// The user's message.
+    pub message: String,
+    /// Input files.
+    pub files: Vec<InputFile>,
+    /// Opaque client context (no credentials: callers must not put any here).
+    pub client_context: Map<String, Value>,
+    /// The caller's trace context, to continue.
+    pub trace_context: Option<TraceContext>,
+    /// When the turn must end.
+    pub deadline: Option<Timestamp>,
+    /// The request's idempotency key.
+    pub idempotency_key: Option<IdempotencyKey>,
+}
+
+/// A validated answer to an interrupt, handed to [`HarnessRuntime::resume`].
+///
+/// Only the service builds one, from an answer that passed validation against the pending
+/// request, so a runtime never sees a decision that broadens what it offered.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResumeDecision {
+    response: ValidatedResponse,
+}
+
+impl ResumeDecision {
+    /// Wraps a validated answer.
+    #[must_use]
+    pub fn new(response: ValidatedResponse) -> Self {
+        Self { response }
+    }
+
+    /// The interrupt being answered.
+    #[must_use]
+    pub fn interrupt_id(&self) -> &ActionId {
+        self.response.action_id()
+    }
+
+    /// The answer, validated against the request.
+    #[must_use]
+    pub fn response(&self) -> &ValidatedResponse {
+        &self.response
+    }
+
+    /// The record appended as `action.resolved`.
+    #[must_use]
+    pub fn resolution(&self) -> ActionResolution {
+        self.response.resolution()
+    }
+
+    /// The validated answer, by value.
+    #[must_use]
+    pub fn into_response(self) -> ValidatedResponse {
+        self.response
+    }
+}
+
+/// Who a runtime is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeIdentity {
+    /// The adapter.
+    pub adapter: AdapterId,
+    /// The execution.
+    pub execution_id: ExecutionId,
+    /// The provider's native session id, once known.
+    pub provider_session_id: Option<String>,
+}
+
+/// What [`HarnessRuntime::initialize`] reports.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RuntimeInit {
+    /// The provider's native session id, if one was created.
+    pub provider_session_id: Option<String>,
+}
+
+/// What [`HarnessRuntime::cancel`] reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelResult {
+    /// Native work was asked to stop.
+    Requested,
+    /// Nothing was running.
+    NothingToCancel,
+}
+
+/// An adapter: a static, allowlisted registry entry that builds runtimes.
+pub trait HarnessAdapter: Send + Sync + 'static {
+    /// The descriptor; building it performed no I/O.
+    fn descriptor(&self) -> &HarnessDescriptor;
+
+    /// A bounded, side-effect-free health check. The caller bounds it with a deadline too.
+    fn health(&self) -> BoxFuture<'_, HarnessHealth> {
+        Box::pin(async { HarnessHealth::ready() })
+    }
+
+    /// The capability report for this configuration in this deployment.
+    fn evaluate<'a>(
+        &'a self,
+        config: &'a AgentConfig,
+        deployment: &'a DeploymentContext,
+    ) -> BoxFuture<'a, Result<CapabilityReport, HarnessError>> {
+        let _ = (config, deployment);
+        Box::pin(async move { Ok(self.descriptor().capabilities().clone()) })
+    }
+
+    /// Builds a runtime for one execution.
+    fn create_runtime(
+        &self,
+        context: RuntimeContext,
+    ) -> BoxFuture<'_, Result<Box<dyn HarnessRuntime>, HarnessError>>;
+}
+
+/// One execution's provider runtime.
+pub trait HarnessRuntime: Send + Sync + 'static {
+    /// Who this runtime is.
+    fn identity(&self) -> RuntimeIdentity;
+
+    /// Prepares provider clients. Idempotent, or returns the same terminal error again.
+    fn initialize(&self) -> BoxFuture<'_, Result<RuntimeInit, HarnessError>>;
+
+    /// Runs one turn: one canonical run segment (see the [module docs](self)).
+    fn stream(&self, turn: TurnInput) -> BoxStream<'_, EventResult>;
+
+    /// Continues after an interrupt with a validated decision: one canonical run segment.
+    fn resume(&self, decision: ResumeDecision) -> BoxStream<'_, EventResult>;
+
+    /// The interrupt the runtime is paused on, if any (for restore after restart).
+    fn pending_interrupt(&self) -> BoxFuture<'_, Option<Interrupt>>;
+
+    /// Asks native work to stop. Idempotent; safe before, during and after a run.
+    fn cancel(&self, reason: CancelReason) -> BoxFuture<'_, CancelResult>;
+
+    /// Releases provider clients and processes, to be recreated on next use, without
+    /// clearing durable conversation state.
+    fn restart(&self) -> BoxFuture<'_, Result<(), HarnessError>>;
+
+    /// Releases everything. Idempotent; the caller bounds it with a deadline.
+    fn cleanup(&self) -> BoxFuture<'_, ()>;
+}
+
+impl<A: HarnessAdapter + ?Sized> HarnessAdapter for Arc<A> {
+    fn descriptor(&self) -> &HarnessDescriptor {
+        (**self).descriptor()
+    }
+    fn health(&self) -> BoxFuture<'_, HarnessHealth> {
+        (**self).health()
+    }
+    fn evaluate<'a>(
+        &'a self,
+        config: &'a AgentConfig,
+        deployment: &'a DeploymentContext,
+    ) -> BoxFuture<'a, Result<CapabilityReport, HarnessError>> {
+        (**self).evaluate(config, deployment)
+    }
+    fn create_runtime(
+        &self,
+        context: RuntimeContext,
+    ) -> BoxFuture<'_, Result<Box<dyn HarnessRuntime>, HarnessError>> {
+        (**self).create_runtime(context)
+    }
+}
+
+impl crate::registry::Describe for dyn HarnessAdapter {
+    fn descriptor(&self) -> &HarnessDescriptor {
+        HarnessAdapter::descriptor(self)
+    }
+}
+
+/// Everything one run of a [`SimpleAdapter`] needs.
+#[derive(Debug, Clone)]
+pub struct RunContext {
+    /// The runtime's construction context.
+    pub context: Arc<RuntimeContext>,
+    /// The turn.
+    pub turn: TurnInput,
+    /// The decision, when this run resumes after an interrupt.
+    pub resume: Option<ResumeDecision>,
+    /// The provider session id from [`SimpleAdapter::initial_provider_session_id`].
+    pub provider_session_id: Option<String>,
+    /// Cancelled when the execution is cancelled; the stream should end soon after.
+    pub cancellation: CancellationToken,
+}
+
+/// The vertical-slice adapter protocol: descriptor, evaluate, initial provider session id,
+/// and one stream per run context. Wrap it in [`Simple`] to get a [`HarnessAdapter`].
+///
+/// A resumed run calls [`SimpleAdapter::stream`] again with [`RunContext::resume`] set.
+pub trait SimpleAdapter: Send + Sync + 'static {
+    /// The descriptor.
+    fn descriptor(&self) -> &HarnessDescriptor;
+
+    /// The capability report; by default the descriptor's.
+    fn evaluate(&self, config: &AgentConfig) -> Result<CapabilityReport, HarnessError> {
+        let _ = config;
+        Ok(self.descriptor().capabilities().clone())
+    }
+
+    /// The provider session id a new runtime starts with.
+    fn initial_provider_session_id(&self, context: &RuntimeContext) -> Option<String> {
+        let _ = context;
+        None
+    }
+
+    /// One run segment.
+    fn stream(&self, run: RunContext) -> BoxStream<'static, EventResult>;
+}
+
+/// Bridges a [`SimpleAdapter`] to the full contract.
+///
+/// The bridged runtime is stateless between segments apart from the turn it remembers for
+/// resumes and the last interrupt it saw; `cancel` cancels the run's token, `restart` is a
+/// no-op (there is nothing to release), and `cleanup` cancels the token (idempotently).
+#[derive(Debug, Clone)]
+pub struct Simple<A>(pub Arc<A>);
+
+impl<A> Simple<A> {
+    /// Wraps an adapter.
+    #[must_use]
+    pub fn new(adapter: A) -> Self {
+        Self(Arc::new(adapter))
+    }
+}
+
+impl<A: SimpleAdapter> HarnessAdapter for Simple<A> {
+    fn descriptor(&self) -> &HarnessDescriptor {
+        self.0.descriptor()
+    }
+
+    fn evaluate<'a>(
+        &'a self,
+        config: &'a AgentConfig,
+        _deployment: &'a DeploymentContext,
+    ) -> BoxFuture<'a, Result<CapabilityReport, HarnessError>> {
+        Box::pin(async move { self.0.evaluate(config) })
+    }
+
+    fn create_runtime(
+        &self,
+        context: RuntimeContext,
+    ) -> BoxFuture<'_, Result<Box<dyn HarnessRuntime>, HarnessError>> {
+        let session = self.0.initial_provider_session_id(&context);
+        let runtime = SimpleRuntime {
+            adapter: Arc::clone(&self.0),
+            cancellation: context.cancellation.child_token(),
+            context: Arc::new(context),
+            provider_session_id: session,
+            state: Arc::new(Mutex::new(BridgeState::default())),
+        };
+        Box::pin(async move { Ok(Box::new(runtime) as Box<dyn HarnessRuntime>) })
+    }
+}
+
+#[derive(Default)]
+struct BridgeState {
+    turn: Option<TurnInput>,
+    interrupt: Option<Interrupt>,
+}
+
+struct SimpleRuntime<A> {
+    adapter: Arc<A>,
+    context: Arc<RuntimeContext>,
+    provider_session_id: Option<String>,
+    cancellation: CancellationToken,
+    state: Arc<Mutex<BridgeState>>,
+}
+
+impl<A: SimpleAdapter> SimpleRuntime<A> {
+    fn run(&self, turn: TurnInput, resume: Option<ResumeDecision>) -> BoxStream<'_, EventResult> {
+        let stream = self.adapter.stream(RunContext {
+            context: Arc::clone(&self.context),
+            turn,
+            resume,
+            provider_session_id: self.provider_session_id.clone(),
+            cancellation: self.cancellation.clone(),
+        });
+        let state = Arc::clone(&self.state);
+        Box::pin(stream.inspect(move |item| {
+            if let Ok(AdapterEvent::Interrupt(i)) = item {
+                state
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .interrupt = Some(i.clone());
+            }
+        }))
+    }
+}
+
+impl<A: SimpleAdapter> HarnessRuntime for SimpleRuntime<A> {
+    fn identity(&self) -> RuntimeIdentity {
+        RuntimeIdentity {
+            adapter: self.context.adapter.clone(),
+            execution_id: self.context.execution_id.clone(),
+            provider_session_id: self.provider_session_id.clone(),
+        }
+    }
+
+    fn initialize(&self) -> BoxFuture<'_, Result<RuntimeInit, HarnessError>> {
+        let init = RuntimeInit {
+            provider_session_id: self.provider_session_id.clone(),
+        };
+        Box::pin(async move { Ok(init) })
+    }
+
+    fn stream(&self, turn: TurnInput) -> BoxStream<'_, EventResult> {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .turn = Some(turn.clone());
+        self.run(turn, None)
+    }
+
+    fn resume(&self, decision: ResumeDecision) -> BoxStream<'_, EventResult> {
+        let turn = {
+            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            state.interrupt = None;
+            state.turn.clone()
+        };
+        match turn {
+            Some(turn) => self.run(turn, Some(decision)),
+            None => Box::pin(futures_util::stream::once(async {
+                Err(HarnessError::new(
+                    crate::error::ErrorCategory::Protocol,
+                    "resume was called before any turn was streamed",
+                ))
+            })),
+        }
+    }
+
+    fn pending_interrupt(&self) -> BoxFuture<'_, Option<Interrupt>> {
+        let pending = self
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .interrupt
+            .clone();
+        Box::pin(async move { pending })
+    }
+
+    fn cancel(&self, _reason: CancelReason) -> BoxFuture<'_, CancelResult> {
+        let result = if self.cancellation.is_cancelled() {
+            CancelResult::NothingToCancel
+        } else {
+            self.cancellation.cancel();
+            CancelResult::Requested
+        };
+        Box::pin(async move { result })
+    }
+
+    fn restart(&self) -> BoxFuture<'_, Result<(), HarnessError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn cleanup(&self) -> BoxFuture<'_, ()> {
+        self.cancellation.cancel();
+        Box::pin(async {})
+    }
+}
+
+impl<A> fmt::Debug for SimpleRuntime<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SimpleRuntime")
+            .field("adapter", &self.context.adapter)
+            .field("execution_id", &self.context.execution_id)
+            .finish_non_exhaustive()
+    }
+}
