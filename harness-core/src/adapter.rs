@@ -193,7 +193,10 @@ pub struct RuntimeContext {
 }
 
 /// An input file: an engine-controlled reference, never inline bytes.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct InputFile {
     /// Display name.
     pub name: String,

@@ -1,7 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 pub mod action;
-// pending: pub mod adapter;
+pub mod adapter;
 pub mod artifact;
 pub mod capability;
 pub mod error;
@@ -11,8 +11,9 @@ pub mod lifecycle;
 pub mod log;
 pub mod manifest;
 pub mod registry;
-pub mod session;
 pub mod schema;
+pub mod service;
+pub mod session;
 pub mod time;
 pub mod tool;
 pub mod trace;

@@ -49,8 +49,11 @@ use std::task::{Context, Poll, Waker};
 
 use futures_core::Stream;
 
+use crate::action::ActionRequest;
+use crate::artifact::ArtifactDescriptor;
 use crate::event::{Event, EventPayload};
 use crate::id::{ArtifactId, Cursor, ExecutionId, Sequence};
+use crate::lifecycle::ExecutionState;
 use crate::time::Timestamp;
 
 /// An append was refused; the log is unchanged.
@@ -93,8 +96,54 @@ struct State {
     events: Vec<Arc<Event>>,
     terminal: bool,
     artifacts: HashSet<ArtifactId>,
+    /// Derived from the events under the same lock as the append, so a reader that saw an
+    /// event never reads a state, pending action or artifact list older than it.
+    lifecycle: Option<ExecutionState>,
+    /// Index of the open `action.requested` event.
+    pending: Option<usize>,
+    /// Indexes of the `artifact.created` events.
+    artifact_events: Vec<usize>,
     /// Parked readers, keyed by reader id. Drained (and woken) on every append.
     waiters: Vec<(u64, Waker)>,
+}
+
+impl State {
+    fn derive(&mut self, payload: &EventPayload, index: usize) {
+        let lifecycle = match payload {
+            EventPayload::RunQueued => ExecutionState::Queued,
+            EventPayload::RunStarting => ExecutionState::Starting,
+            EventPayload::RunRunning => ExecutionState::Running,
+            EventPayload::RunAwaitingInput(_) => ExecutionState::AwaitingInput,
+            EventPayload::RunAwaitingApproval(_) => ExecutionState::AwaitingApproval,
+            EventPayload::RunCancelling(_) => ExecutionState::Cancelling,
+            EventPayload::RunSucceeded(_) => ExecutionState::Succeeded,
+            EventPayload::RunFailed(_) => ExecutionState::Failed,
+            EventPayload::RunCancelled(_) => ExecutionState::Cancelled,
+            EventPayload::ActionRequested(_) => {
+                self.pending = Some(index);
+                return;
+            }
+            EventPayload::ActionResolved(_) => {
+                self.pending = None;
+                return;
+            }
+            EventPayload::ArtifactCreated(_) => {
+                self.artifact_events.push(index);
+                return;
+            }
+            _ => return,
+        };
+        if matches!(
+            lifecycle,
+            ExecutionState::Cancelling
+                | ExecutionState::Succeeded
+                | ExecutionState::Failed
+                | ExecutionState::Cancelled
+        ) {
+            self.pending = None;
+        }
+        self.lifecycle = Some(lifecycle);
+    }
 }
 
 struct Shared {
@@ -143,6 +192,9 @@ impl EventLog {
                     events: Vec::new(),
                     terminal: false,
                     artifacts: HashSet::new(),
+                    lifecycle: None,
+                    pending: None,
+                    artifact_events: Vec::new(),
                     waiters: Vec::new(),
                 }),
                 next_waiter: AtomicU64::new(0),
@@ -179,8 +231,10 @@ impl EventLog {
                     });
                 }
             }
-            let seq = Sequence::new(state.events.len() as u64 + 1).unwrap_or(Sequence::FIRST);
+            let index = state.events.len();
+            let seq = Sequence::new(index as u64 + 1).unwrap_or(Sequence::FIRST);
             state.terminal = payload.is_terminal();
+            state.derive(&payload, index);
             let event = Arc::new(Event::new(
                 shared.execution_id.clone(),
                 seq,
@@ -308,6 +362,41 @@ impl LogReader {
     #[must_use]
     pub fn last(&self) -> Option<Arc<Event>> {
         self.shared.lock().events.last().cloned()
+    }
+
+    /// The state implied by the last lifecycle event (`None` before the first one).
+    ///
+    /// It is derived under the same lock as the append: once a reader has seen an event,
+    /// this never reports an older state.
+    #[must_use]
+    pub fn state(&self) -> Option<ExecutionState> {
+        self.shared.lock().lifecycle
+    }
+
+    /// The open action request: requested, not yet resolved, and the run neither cancelling
+    /// nor ended.
+    #[must_use]
+    pub fn pending_action(&self) -> Option<ActionRequest> {
+        let state = self.shared.lock();
+        let event = state.pending.and_then(|i| state.events.get(i))?;
+        match event.payload() {
+            EventPayload::ActionRequested(request) => Some(request.clone()),
+            _ => None,
+        }
+    }
+
+    /// The artifacts created so far, in creation order.
+    #[must_use]
+    pub fn artifacts(&self) -> Vec<ArtifactDescriptor> {
+        let state = self.shared.lock();
+        state
+            .artifact_events
+            .iter()
+            .filter_map(|&i| match state.events.get(i)?.payload() {
+                EventPayload::ArtifactCreated(a) => Some(a.clone()),
+                _ => None,
+            })
+            .collect()
     }
 }
 

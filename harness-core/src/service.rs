@@ -56,7 +56,9 @@
 //! }
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-//! # let descriptor = harness_core::manifest::HarnessDescriptor::builder("echo".parse().unwrap(), "0.1.0").build().unwrap();
+//! # use harness_core::manifest::{ContractVersion, ExecutionMode};
+//! # let descriptor = HarnessDescriptor::builder("echo".parse().unwrap(), "0.1.0")
+//! #     .contract_version(ContractVersion::V1).execution_mode(ExecutionMode::in_process()).build().unwrap();
 //! let service = AdapterService::new(Simple::new(Echo(descriptor)));
 //! let execution = service.oneshot(ExecutionRequest::new("hello")).await.unwrap();
 //! let kinds: Vec<_> = execution.events(Cursor::START).map(|e| e.kind().as_str()).collect().await;
@@ -91,7 +93,7 @@ use crate::artifact::ArtifactDescriptor;
 use crate::capability::Requirement;
 use crate::error::{ErrorCategory, ErrorCode, HarnessError};
 use crate::event::{CancelReason, RunSucceeded};
-use crate::id::{ActionId, AdapterId, ConversationId, Cursor, ExecutionId};
+use crate::id::{ActionId, AdapterId, ConversationId, Cursor, ExecutionId, IdempotencyKey};
 use crate::lifecycle::{Execution, ExecutionState, NonTerminal, state};
 use crate::log::{EventStream, LogReader};
 use crate::manifest::ContractVersion;
@@ -323,7 +325,7 @@ impl<A: HarnessAdapter> AdapterService<A> {
             conversation: request.conversation_id.clone(),
         };
         if !request.required_capabilities.is_empty() {
-            let report = catch(inner.adapter.evaluate(&config, &inner.deployment))
+            let report = catch(async { inner.adapter.evaluate(&config, &inner.deployment).await })
                 .await
                 .and_then(|r| r)?;
             if let Err(unmet) = report.check(&request.required_capabilities) {
@@ -348,9 +350,6 @@ impl<A: HarnessAdapter> AdapterService<A> {
             reader: queued.events(),
             cancel: CancellationToken::new(),
             snapshot: Mutex::new(Snapshot {
-                state: ExecutionState::Queued,
-                pending: None,
-                artifacts: Vec::new(),
                 resolved: HashSet::new(),
                 cancel_reason: None,
                 outcome: None,
@@ -388,10 +387,10 @@ impl<A: HarnessAdapter> tower::Service<ExecutionRequest> for AdapterService<A> {
     }
 }
 
+/// What the driver shares with handles beyond the log. State, pending action and artifacts
+/// are *not* here: they are derived from the log under its append lock, so they can never
+/// lag behind the events a caller has already seen.
 struct Snapshot {
-    state: ExecutionState,
-    pending: Option<ActionRequest>,
-    artifacts: Vec<ArtifactDescriptor>,
     resolved: HashSet<ActionId>,
     cancel_reason: Option<CancelReason>,
     outcome: Option<Outcome>,
@@ -406,6 +405,10 @@ struct Shared {
 }
 
 impl Shared {
+    fn state(&self) -> ExecutionState {
+        self.reader.state().unwrap_or(ExecutionState::Queued)
+    }
+
     fn snapshot(&self) -> MutexGuard<'_, Snapshot> {
         // Every update under this lock is a single assignment, so a poisoned lock still holds
         // a consistent snapshot.
@@ -450,7 +453,7 @@ impl ExecutionHandle {
     /// The current state.
     #[must_use]
     pub fn state(&self) -> ExecutionState {
-        self.shared.snapshot().state
+        self.shared.state()
     }
 
     /// The events after `cursor`: replay, then the live tail, ending after the terminal event.
@@ -468,13 +471,13 @@ impl ExecutionHandle {
     /// The pending action requests (at most one in this version of the runtime).
     #[must_use]
     pub fn pending_actions(&self) -> Vec<ActionRequest> {
-        self.shared.snapshot().pending.iter().cloned().collect()
+        self.shared.reader.pending_action().into_iter().collect()
     }
 
     /// The artifacts created so far.
     #[must_use]
     pub fn artifacts(&self) -> Vec<ArtifactDescriptor> {
-        self.shared.snapshot().artifacts.clone()
+        self.shared.reader.artifacts()
     }
 
     /// Answers a pending action.
@@ -498,15 +501,15 @@ impl ExecutionHandle {
 
     /// The error for an answer that arrives after the driver stopped listening.
     fn late_answer(&self, action_id: &ActionId) -> HarnessError {
-        let snapshot = self.shared.snapshot();
-        if snapshot.resolved.contains(action_id) {
+        if self.shared.snapshot().resolved.contains(action_id) {
             already_resolved(action_id)
         } else {
             HarnessError::new(
                 ErrorCategory::Configuration,
                 format!(
                     "execution {} has ended ({}); action {action_id} can no longer be answered",
-                    self.shared.id, snapshot.state
+                    self.shared.id,
+                    self.shared.state()
                 ),
             )
             .with_code(ErrorCode::EXECUTION_TERMINAL)
@@ -516,10 +519,11 @@ impl ExecutionHandle {
     /// Requests cancellation. Returns at once; `run.cancelled` confirms it. Safe to call any
     /// number of times, from any number of tasks, before, during or after the run.
     pub fn cancel(&self, reason: CancelReason) -> CancelRequest {
-        let mut snapshot = self.shared.snapshot();
-        if snapshot.state.is_terminal() {
-            return CancelRequest::AlreadyEnded(snapshot.state);
+        let state = self.shared.state();
+        if state.is_terminal() {
+            return CancelRequest::AlreadyEnded(state);
         }
+        let mut snapshot = self.shared.snapshot();
         if snapshot.cancel_reason.is_some() {
             return CancelRequest::AlreadyRequested;
         }
@@ -594,6 +598,20 @@ async fn catch<T>(fut: impl Future<Output = T>) -> Result<T, HarnessError> {
         .map_err(|p| panic_error("a future", &*p))
 }
 
+/// Opens a run segment, turning a panic in the synchronous part of `stream`/`resume` into a
+/// segment that fails with `ADAPTER_PANICKED`.
+fn open_segment<'a>(
+    open: impl FnOnce() -> BoxStream<'a, EventResult>,
+) -> BoxStream<'a, EventResult> {
+    match std::panic::catch_unwind(AssertUnwindSafe(open)) {
+        Ok(segment) => segment,
+        Err(panic) => {
+            let err = panic_error("opening its event stream", &*panic);
+            Box::pin(futures_util::stream::once(async move { Err(err) }))
+        }
+    }
+}
+
 /// How a run segment ended.
 enum SegmentEnd {
     Completed(RunSucceeded),
@@ -620,10 +638,6 @@ async fn next_command(commands: &mut Option<mpsc::UnboundedReceiver<Command>>) -
 }
 
 impl<A: HarnessAdapter> Driver<A> {
-    fn set_state(&self, state: ExecutionState) {
-        self.shared.snapshot().state = state;
-    }
-
     fn cancel_reason(&self) -> CancelReason {
         self.shared
             .snapshot()
@@ -655,7 +669,6 @@ impl<A: HarnessAdapter> Driver<A> {
             return self.finish_cancel(queued, None).await;
         }
         let starting = queued.start();
-        self.set_state(ExecutionState::Starting);
 
         let inner = Arc::clone(&self.service);
         let context = RuntimeContext {
@@ -674,7 +687,7 @@ impl<A: HarnessAdapter> Driver<A> {
         let created = tokio::select! {
             biased;
             () = cancel.cancelled() => return self.finish_cancel(starting, None).await,
-            created = catch(inner.adapter.create_runtime(context)) => created.and_then(|r| r),
+            created = catch(async { inner.adapter.create_runtime(context).await }) => created.and_then(|r| r),
         };
         let runtime = match created {
             Ok(runtime) => runtime,
@@ -684,13 +697,12 @@ impl<A: HarnessAdapter> Driver<A> {
         let initialized = tokio::select! {
             biased;
             () = cancel.cancelled() => return self.finish_cancel(starting, Some(runtime)).await,
-            init = catch(runtime.initialize()) => init.and_then(|r| r),
+            init = catch(async { runtime.initialize().await }) => init.and_then(|r| r),
         };
         if let Err(err) = initialized {
             return self.fail(starting.run(), err, Some(runtime)).await;
         }
         let mut running = starting.run();
-        self.set_state(ExecutionState::Running);
 
         let turn = TurnInput {
             execution_id: self.shared.id.clone(),
@@ -702,7 +714,7 @@ impl<A: HarnessAdapter> Driver<A> {
             deadline: request.deadline,
             idempotency_key: request.idempotency_key,
         };
-        let mut segment = runtime.stream(turn);
+        let mut segment = open_segment(|| runtime.stream(turn));
         loop {
             match self.consume(&mut running, segment).await {
                 SegmentEnd::Completed(summary) => {
@@ -717,19 +729,17 @@ impl<A: HarnessAdapter> Driver<A> {
                     let resumed = match interrupt.kind {
                         InterruptKind::FormInput(form) => {
                             let awaiting = running.request_input(interrupt.id, form);
-                            self.await_answer(awaiting, ExecutionState::AwaitingInput)
-                                .await
+                            self.await_answer(awaiting).await
                         }
                         InterruptKind::ToolApproval(approval) => {
                             let awaiting = running.request_approval(interrupt.id, approval);
-                            self.await_answer(awaiting, ExecutionState::AwaitingApproval)
-                                .await
+                            self.await_answer(awaiting).await
                         }
                     };
                     match resumed {
                         Ok((next, decision)) => {
                             running = next;
-                            segment = runtime.resume(decision);
+                            segment = open_segment(|| runtime.resume(decision));
                         }
                         Err(cancelling) => {
                             return self.confirm_cancel(cancelling, Some(runtime)).await;
@@ -803,17 +813,16 @@ impl<A: HarnessAdapter> Driver<A> {
                     self.emitted = true;
                 }
                 AdapterEvent::Artifact(artifact) => {
-                    if let Err(e) = running.create_artifact(artifact.clone()) {
+                    if let Err(e) = running.create_artifact(artifact) {
                         return SegmentEnd::Failed(protocol(
                             "the adapter produced an invalid artifact",
                             e.to_string(),
                         ));
                     }
                     self.emitted = true;
-                    self.shared.snapshot().artifacts.push(artifact);
                 }
                 AdapterEvent::Interrupt(interrupt) => {
-                    ending = Some(SegmentEnd::Interrupt(interrupt))
+                    ending = Some(SegmentEnd::Interrupt(interrupt));
                 }
                 AdapterEvent::Completed(summary) => ending = Some(SegmentEnd::Completed(summary)),
             }
@@ -824,38 +833,26 @@ impl<A: HarnessAdapter> Driver<A> {
     async fn await_answer<S>(
         &mut self,
         mut awaiting: Execution<S>,
-        state: ExecutionState,
     ) -> Result<(Execution<state::Running>, ResumeDecision), Execution<state::Cancelling>>
     where
         S: NonTerminal,
         Execution<S>: Awaiting,
     {
         let pending = awaiting.pending_request().clone();
-        {
-            let mut snapshot = self.shared.snapshot();
-            snapshot.state = state;
-            snapshot.pending = Some(pending.clone());
-        }
         let cancel = self.shared.cancel.clone();
         loop {
             let command = tokio::select! {
                 biased;
-                () = cancel.cancelled() => {
-                    self.shared.snapshot().pending = None;
-                    return Err(awaiting.begin_cancel(self.cancel_reason()));
-                }
+                () = cancel.cancelled() => return Err(awaiting.begin_cancel(self.cancel_reason())),
                 command = next_command(&mut self.commands) => command,
             };
             let Some(Command::Respond(response, reply)) = command else {
                 // Every handle is gone: nobody can answer any more.
                 self.commands = None;
-                {
-                    let mut snapshot = self.shared.snapshot();
-                    snapshot.pending = None;
-                    snapshot
-                        .cancel_reason
-                        .get_or_insert_with(|| CancelReason::new("abandoned"));
-                }
+                self.shared
+                    .snapshot()
+                    .cancel_reason
+                    .get_or_insert_with(|| CancelReason::new("abandoned"));
                 self.shared.cancel.cancel();
                 return Err(awaiting.begin_cancel(self.cancel_reason()));
             };
@@ -872,12 +869,7 @@ impl<A: HarnessAdapter> Driver<A> {
             }
             match awaiting.answer(response) {
                 Ok((running, validated)) => {
-                    {
-                        let mut snapshot = self.shared.snapshot();
-                        snapshot.resolved.insert(id);
-                        snapshot.pending = None;
-                        snapshot.state = ExecutionState::Running;
-                    }
+                    self.shared.snapshot().resolved.insert(id);
                     let _ = reply.send(Ok(()));
                     return Ok((running, ResumeDecision::new(validated)));
                 }
@@ -890,21 +882,18 @@ impl<A: HarnessAdapter> Driver<A> {
     }
 
     fn record(&self, outcome: Outcome) {
-        let mut snapshot = self.shared.snapshot();
-        snapshot.state = outcome.state();
-        snapshot.pending = None;
-        snapshot.outcome = Some(outcome);
+        self.shared.snapshot().outcome = Some(outcome);
     }
 
     async fn cleanup(&self, runtime: &dyn HarnessRuntime) {
         let deadline = self.service.config.cleanup_deadline;
-        match tokio::time::timeout(deadline, catch(runtime.cleanup())).await {
+        match tokio::time::timeout(deadline, catch(async { runtime.cleanup().await })).await {
             Ok(Ok(())) => {}
             Ok(Err(err)) => {
-                tracing::warn!(execution = %self.shared.id, error = ?err, "runtime cleanup panicked")
+                tracing::warn!(execution = %self.shared.id, error = ?err, "runtime cleanup panicked");
             }
             Err(_) => {
-                tracing::warn!(execution = %self.shared.id, ?deadline, "runtime cleanup exceeded its deadline")
+                tracing::warn!(execution = %self.shared.id, ?deadline, "runtime cleanup exceeded its deadline");
             }
         }
     }
@@ -938,11 +927,10 @@ impl<A: HarnessAdapter> Driver<A> {
         cancelling: Execution<state::Cancelling>,
         runtime: Option<&dyn HarnessRuntime>,
     ) {
-        self.set_state(ExecutionState::Cancelling);
         let reason = self.cancel_reason();
         if let Some(runtime) = runtime {
             let grace = self.service.config.cancel_grace;
-            if tokio::time::timeout(grace, catch(runtime.cancel(reason.clone())))
+            if tokio::time::timeout(grace, catch(async { runtime.cancel(reason.clone()).await }))
                 .await
                 .is_err()
             {

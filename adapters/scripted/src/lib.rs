@@ -1,1 +1,12 @@
-//! The scripted adapter. Nothing is built here yet: see the project's issues.
+#![doc = include_str!("../README.md")]
+
+mod adapter;
+mod script;
+mod stream;
+
+pub use adapter::{
+    ADAPTER_ID, DISMISSED_REASON, ScriptedAdapter, ScriptedOptions, Stats, StatsSnapshot,
+};
+pub use script::{
+    ApprovalCall, DEFAULT_NAMESPACE, QUICKSTART, Script, ScriptBuilder, ScriptError, Step,
+};

@@ -1,0 +1,597 @@
+//! The guarantees of `AdapterService`, proven under load: at most one answer per action, one
+//! cancel hook, one cleanup and one `run.cancelled` however many callers race, panics and
+//! out-of-order events contained, and readers at any cursor seeing the exact suffix.
+//!
+//! The runtime here is a controllable one (its segments are closures the test chooses) that
+//! counts calls to its cancel hook and cleanup: fault injection for the service, whose real
+//! adapter tests live with the adapters.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use futures_util::StreamExt;
+use harness_core::action::{
+    ActionResponse, ApprovalRequest, ApprovalResponse, FormResponse, FormValues, Revision,
+    ToolDecision,
+};
+use harness_core::adapter::{
+    AdapterEvent, BoxFuture, BoxStream, CancelResult, EventResult, HarnessAdapter, HarnessRuntime,
+    Interrupt, InterruptKind, ResumeDecision, RuntimeContext, RuntimeIdentity, RuntimeInit,
+    TurnInput,
+};
+use harness_core::capability::{Capability, CapabilityKey};
+use harness_core::error::{ErrorCategory, ErrorCode, HarnessError};
+use harness_core::event::{CancelReason, Content, EventPayload, RunSucceeded, TextDelta};
+use harness_core::id::{ActionId, Cursor, ToolCallId};
+use harness_core::lifecycle::ExecutionState;
+use harness_core::manifest::{ContractVersion, ExecutionMode, HarnessDescriptor};
+use harness_core::service::{
+    AdapterService, CancelRequest, ExecutionHandle, ExecutionRequest, Outcome,
+};
+use tokio_util::sync::CancellationToken;
+
+type Segment = Arc<dyn Fn(Option<&ResumeDecision>) -> Vec<Step> + Send + Sync>;
+
+/// One item of a scripted segment.
+#[derive(Clone)]
+enum Step {
+    Event(EventResult),
+    /// Wait until the run is cancelled (never yields).
+    Hang,
+    Panic,
+}
+
+#[derive(Default)]
+struct Counters {
+    runtimes: AtomicUsize,
+    cancels: AtomicUsize,
+    cleanups: AtomicUsize,
+}
+
+struct Controlled {
+    descriptor: HarnessDescriptor,
+    segment: Segment,
+    counters: Arc<Counters>,
+    panic_on_create: bool,
+}
+
+impl Controlled {
+    fn new(segment: impl Fn(Option<&ResumeDecision>) -> Vec<Step> + Send + Sync + 'static) -> Self {
+        let descriptor = HarnessDescriptor::builder("controlled".parse().unwrap(), "1.0.0")
+            .contract_version(ContractVersion::V1)
+            .execution_mode(ExecutionMode::in_process())
+            .capability(CapabilityKey::StreamText, Capability::native())
+            .capability(CapabilityKey::InterruptToolApproval, Capability::native())
+            .build()
+            .unwrap();
+        Self {
+            descriptor,
+            segment: Arc::new(segment),
+            counters: Arc::default(),
+            panic_on_create: false,
+        }
+    }
+}
+
+impl HarnessAdapter for Controlled {
+    fn descriptor(&self) -> &HarnessDescriptor {
+        &self.descriptor
+    }
+
+    fn create_runtime(
+        &self,
+        context: RuntimeContext,
+    ) -> BoxFuture<'_, Result<Box<dyn HarnessRuntime>, HarnessError>> {
+        assert!(!self.panic_on_create, "boom in create_runtime");
+        self.counters.runtimes.fetch_add(1, Ordering::SeqCst);
+        let runtime = ControlledRuntime {
+            segment: Arc::clone(&self.segment),
+            counters: Arc::clone(&self.counters),
+            token: context.cancellation.clone(),
+            context,
+        };
+        Box::pin(async move { Ok(Box::new(runtime) as Box<dyn HarnessRuntime>) })
+    }
+}
+
+struct ControlledRuntime {
+    segment: Segment,
+    counters: Arc<Counters>,
+    token: CancellationToken,
+    context: RuntimeContext,
+}
+
+impl ControlledRuntime {
+    fn play(&self, steps: Vec<Step>) -> BoxStream<'_, EventResult> {
+        let token = self.token.clone();
+        Box::pin(
+            futures_util::stream::iter(steps)
+                .then(move |step| {
+                    let token = token.clone();
+                    async move {
+                        match step {
+                            Step::Event(e) => Some(e),
+                            Step::Hang => {
+                                token.cancelled().await;
+                                None
+                            }
+                            Step::Panic => panic!("boom in the stream"),
+                        }
+                    }
+                })
+                .take_while(|item| std::future::ready(item.is_some()))
+                .map(|item| item.expect("filtered above")),
+        )
+    }
+}
+
+impl HarnessRuntime for ControlledRuntime {
+    fn identity(&self) -> RuntimeIdentity {
+        RuntimeIdentity {
+            adapter: self.context.adapter.clone(),
+            execution_id: self.context.execution_id.clone(),
+            provider_session_id: None,
+        }
+    }
+    fn initialize(&self) -> BoxFuture<'_, Result<RuntimeInit, HarnessError>> {
+        Box::pin(async { Ok(RuntimeInit::default()) })
+    }
+    fn stream(&self, _turn: TurnInput) -> BoxStream<'_, EventResult> {
+        self.play((self.segment)(None))
+    }
+    fn resume(&self, decision: ResumeDecision) -> BoxStream<'_, EventResult> {
+        self.play((self.segment)(Some(&decision)))
+    }
+    fn pending_interrupt(&self) -> BoxFuture<'_, Option<Interrupt>> {
+        Box::pin(async { None })
+    }
+    fn cancel(&self, _reason: CancelReason) -> BoxFuture<'_, CancelResult> {
+        self.counters.cancels.fetch_add(1, Ordering::SeqCst);
+        self.token.cancel();
+        Box::pin(async { CancelResult::Requested })
+    }
+    fn restart(&self) -> BoxFuture<'_, Result<(), HarnessError>> {
+        Box::pin(async { Ok(()) })
+    }
+    fn cleanup(&self) -> BoxFuture<'_, ()> {
+        self.counters.cleanups.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async {})
+    }
+}
+
+fn delta(text: &str) -> Step {
+    Step::Event(Ok(AdapterEvent::Content(Content::MessageDelta(
+        TextDelta::new(text),
+    ))))
+}
+
+fn complete() -> Step {
+    Step::Event(Ok(AdapterEvent::Completed(RunSucceeded::default())))
+}
+
+const APPROVAL_ID: &str = "act_approval";
+
+fn approval_interrupt() -> Step {
+    let approval = ApprovalRequest::single(
+        "call_1".parse().unwrap(),
+        "shell",
+        serde_json::json!({"cmd": "ls"}),
+        serde_json::json!({"type": "object"}),
+    )
+    .unwrap();
+    Step::Event(Ok(AdapterEvent::Interrupt(Interrupt {
+        id: APPROVAL_ID.parse().unwrap(),
+        kind: InterruptKind::ToolApproval(approval),
+    })))
+}
+
+/// Asks for approval, then completes once approved.
+fn approval_then_complete() -> Controlled {
+    Controlled::new(|decision| match decision {
+        None => vec![delta("thinking"), approval_interrupt()],
+        Some(_) => vec![delta("done"), complete()],
+    })
+}
+
+fn approve() -> ActionResponse {
+    ApprovalResponse::decide(
+        APPROVAL_ID.parse().unwrap(),
+        Revision::FIRST,
+        vec![ToolDecision::approve("call_1".parse().unwrap())],
+    )
+    .into()
+}
+
+async fn kinds(handle: &ExecutionHandle) -> Vec<&'static str> {
+    handle
+        .events(Cursor::START)
+        .map(|e| e.kind().as_str())
+        .collect()
+        .await
+}
+
+async fn wait_for(handle: &ExecutionHandle, state: ExecutionState) {
+    let mut events = handle.events(Cursor::START);
+    while handle.state() != state {
+        if events.next().await.is_none() {
+            break;
+        }
+    }
+    assert_eq!(handle.state(), state);
+}
+
+fn terminal_count(events: &[&str]) -> usize {
+    events
+        .iter()
+        .filter(|k| matches!(**k, "run.succeeded" | "run.failed" | "run.cancelled"))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_concurrent_answers_have_one_winner() {
+    let service = AdapterService::new(approval_then_complete());
+    let handle = service.start(ExecutionRequest::new("go")).await.unwrap();
+    wait_for(&handle, ExecutionState::AwaitingApproval).await;
+
+    let answers = (0..1000).map(|_| {
+        let handle = handle.clone();
+        tokio::spawn(async move { handle.respond(approve()).await })
+    });
+    let results = futures_util::future::join_all(answers).await;
+    let accepted = results.iter().filter(|r| matches!(r, Ok(Ok(())))).count();
+    let already: Vec<_> = results
+        .iter()
+        .filter_map(|r| r.as_ref().unwrap().as_ref().err())
+        .collect();
+    assert_eq!(accepted, 1);
+    assert_eq!(already.len(), 999);
+    assert!(
+        already
+            .iter()
+            .all(|e| e.code() == &ErrorCode::ACTION_ALREADY_RESOLVED),
+        "{already:?}"
+    );
+
+    assert!(matches!(handle.outcome().await, Outcome::Succeeded(_)));
+    let events = kinds(&handle).await;
+    assert_eq!(
+        events.iter().filter(|k| **k == "action.resolved").count(),
+        1
+    );
+    assert_eq!(terminal_count(&events), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_concurrent_cancels_give_one_hook_one_cleanup_one_cancelled() {
+    let adapter = Controlled::new(|_| vec![delta("working"), Step::Hang]);
+    let counters = Arc::clone(&adapter.counters);
+    let service = AdapterService::new(adapter);
+    let handle = service.start(ExecutionRequest::new("go")).await.unwrap();
+    // Wait until the runtime is streaming (the delta is appended).
+    let mut events = handle.events(Cursor::START);
+    while let Some(e) = events.next().await {
+        if e.kind().as_str() == "message.delta" {
+            break;
+        }
+    }
+
+    let cancels = (0..1000).map(|i| {
+        let handle = handle.clone();
+        tokio::spawn(async move { handle.cancel(CancelReason::new(format!("caller {i}"))) })
+    });
+    let results = futures_util::future::join_all(cancels).await;
+    let accepted = results
+        .iter()
+        .filter(|r| matches!(r, Ok(CancelRequest::Accepted)))
+        .count();
+    assert_eq!(accepted, 1);
+
+    let Outcome::Cancelled(reason) = handle.outcome().await else {
+        panic!("expected a cancelled outcome");
+    };
+    assert!(reason.reason.unwrap().starts_with("caller "));
+    let events = kinds(&handle).await;
+    assert_eq!(events.iter().filter(|k| **k == "run.cancelled").count(), 1);
+    assert_eq!(events.iter().filter(|k| **k == "run.cancelling").count(), 1);
+    assert_eq!(terminal_count(&events), 1);
+    assert_eq!(counters.cancels.load(Ordering::SeqCst), 1);
+    assert_eq!(counters.cleanups.load(Ordering::SeqCst), 1);
+    // After the end, cancel reports the terminal state and changes nothing.
+    assert_eq!(
+        handle.cancel(CancelReason::default()),
+        CancelRequest::AlreadyEnded(ExecutionState::Cancelled)
+    );
+    assert_eq!(counters.cleanups.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn cancel_while_awaiting_approval() {
+    let adapter = approval_then_complete();
+    let counters = Arc::clone(&adapter.counters);
+    let handle = AdapterService::new(adapter)
+        .start(ExecutionRequest::new("go"))
+        .await
+        .unwrap();
+    wait_for(&handle, ExecutionState::AwaitingApproval).await;
+    assert_eq!(handle.pending_actions().len(), 1);
+    assert_eq!(
+        handle.cancel(CancelReason::new("changed my mind")),
+        CancelRequest::Accepted
+    );
+    assert!(matches!(handle.outcome().await, Outcome::Cancelled(_)));
+    assert!(handle.pending_actions().is_empty());
+    // The pending action can no longer be answered.
+    let err = handle.respond(approve()).await.unwrap_err();
+    assert_eq!(err.code(), &ErrorCode::EXECUTION_TERMINAL);
+    assert_eq!(
+        kinds(&handle).await,
+        [
+            "run.queued",
+            "run.starting",
+            "run.running",
+            "message.delta",
+            "action.requested",
+            "run.awaiting_approval",
+            "run.cancelling",
+            "run.cancelled"
+        ]
+    );
+    assert_eq!(counters.cancels.load(Ordering::SeqCst), 1);
+    assert_eq!(counters.cleanups.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn cancel_before_start_creates_no_runtime() {
+    let adapter = approval_then_complete();
+    let counters = Arc::clone(&adapter.counters);
+    // A current-thread runtime: the driver cannot run before we cancel.
+    let handle = AdapterService::new(adapter)
+        .start(ExecutionRequest::new("go"))
+        .await
+        .unwrap();
+    assert_eq!(
+        handle.cancel(CancelReason::default()),
+        CancelRequest::Accepted
+    );
+    assert!(matches!(handle.outcome().await, Outcome::Cancelled(_)));
+    assert_eq!(
+        kinds(&handle).await,
+        ["run.queued", "run.cancelling", "run.cancelled"]
+    );
+    assert_eq!(counters.runtimes.load(Ordering::SeqCst), 0);
+    assert_eq!(counters.cleanups.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn cancel_after_the_end_changes_nothing() {
+    let adapter = Controlled::new(|_| vec![delta("hi"), complete()]);
+    let handle = AdapterService::new(adapter)
+        .start(ExecutionRequest::new("go"))
+        .await
+        .unwrap();
+    assert!(matches!(handle.outcome().await, Outcome::Succeeded(_)));
+    let before = handle.log().len();
+    assert_eq!(
+        handle.cancel(CancelReason::default()),
+        CancelRequest::AlreadyEnded(ExecutionState::Succeeded)
+    );
+    assert_eq!(handle.log().len(), before);
+}
+
+#[tokio::test]
+async fn bad_answers_leave_the_action_pending() {
+    let handle = AdapterService::new(approval_then_complete())
+        .start(ExecutionRequest::new("go"))
+        .await
+        .unwrap();
+    wait_for(&handle, ExecutionState::AwaitingApproval).await;
+
+    let unknown = ApprovalResponse::decide(
+        ActionId::generate(),
+        Revision::FIRST,
+        vec![ToolDecision::approve("call_1".parse().unwrap())],
+    );
+    let err = handle.respond(unknown.into()).await.unwrap_err();
+    assert_eq!(err.code(), &ErrorCode::ACTION_NOT_FOUND);
+
+    let stale = ApprovalResponse::decide(
+        APPROVAL_ID.parse().unwrap(),
+        Revision::FIRST.next(),
+        vec![ToolDecision::approve("call_1".parse().unwrap())],
+    );
+    let err = handle.respond(stale.into()).await.unwrap_err();
+    assert_eq!(err.code(), &ErrorCode::ACTION_REVISION_STALE);
+
+    let form = FormResponse::submit(
+        APPROVAL_ID.parse().unwrap(),
+        Revision::FIRST,
+        FormValues::new(),
+    );
+    let err = handle.respond(form.into()).await.unwrap_err();
+    assert_eq!(err.code(), &ErrorCode::ACTION_RESPONSE_INVALID);
+
+    let unknown_call = ApprovalResponse::decide(
+        APPROVAL_ID.parse().unwrap(),
+        Revision::FIRST,
+        vec![ToolDecision::approve(ToolCallId::generate())],
+    );
+    let err = handle.respond(unknown_call.into()).await.unwrap_err();
+    assert_eq!(err.code(), &ErrorCode::ACTION_RESPONSE_INVALID);
+
+    assert_eq!(handle.state(), ExecutionState::AwaitingApproval);
+    assert_eq!(handle.pending_actions().len(), 1);
+    handle.respond(approve()).await.unwrap();
+    assert!(matches!(handle.outcome().await, Outcome::Succeeded(_)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_at_random_cursors_see_the_exact_suffix_of_a_10k_event_execution() {
+    const DELTAS: usize = 10_000;
+    let adapter = Controlled::new(|_| {
+        let mut steps: Vec<Step> = (0..DELTAS).map(|i| delta(&i.to_string())).collect();
+        steps.push(complete());
+        steps
+    });
+    let handle = AdapterService::new(adapter)
+        .start(ExecutionRequest::new("go"))
+        .await
+        .unwrap();
+    // queued, starting, running, the deltas, succeeded
+    let total = (DELTAS + 4) as u64;
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    let readers = (0..48).map(|_| {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        let after = (seed >> 33) % (total + 2);
+        let handle = handle.clone();
+        tokio::spawn(async move {
+            let seqs: Vec<u64> = handle
+                .events(Cursor::after_seq(after))
+                .map(|e| e.seq().get())
+                .collect()
+                .await;
+            (after, seqs)
+        })
+    });
+    for reader in futures_util::future::join_all(readers).await {
+        let (after, seqs) = reader.unwrap();
+        let expected: Vec<u64> = ((after + 1)..=total).collect();
+        assert_eq!(seqs, expected, "reader after {after}");
+    }
+}
+
+#[tokio::test]
+async fn panics_are_contained_and_sanitized() {
+    let handle = AdapterService::new(Controlled::new(|_| vec![delta("a"), Step::Panic]))
+        .start(ExecutionRequest::new("go"))
+        .await
+        .unwrap();
+    let Outcome::Failed(err) = handle.outcome().await else {
+        panic!("expected failure");
+    };
+    assert_eq!(err.category(), ErrorCategory::Internal);
+    assert_eq!(err.code(), &ErrorCode::ADAPTER_PANICKED);
+    assert!(err.diagnostic().unwrap().contains("boom in the stream"));
+    let wire = serde_json::to_string(&handle.log().snapshot(Cursor::START)).unwrap();
+    assert!(
+        !wire.contains("boom"),
+        "the panic text reached the events: {wire}"
+    );
+
+    let mut adapter = Controlled::new(|_| vec![complete()]);
+    adapter.panic_on_create = true;
+    let handle = AdapterService::new(adapter)
+        .start(ExecutionRequest::new("go"))
+        .await
+        .unwrap();
+    let Outcome::Failed(err) = handle.outcome().await else {
+        panic!("expected failure");
+    };
+    assert_eq!(err.code(), &ErrorCode::ADAPTER_PANICKED);
+    // A failure while starting ends starting -> running -> failed.
+    assert_eq!(
+        kinds(&handle).await,
+        ["run.queued", "run.starting", "run.running", "run.failed"]
+    );
+}
+
+#[tokio::test]
+async fn out_of_order_events_end_with_protocol() {
+    let cases: Vec<(Vec<Step>, &str)> = vec![
+        (vec![delta("a")], "ended without terminal"),
+        (vec![complete(), delta("late")], "after completion"),
+        (vec![approval_interrupt(), delta("late")], "after interrupt"),
+    ];
+    for (steps, name) in cases {
+        let handle = AdapterService::new(Controlled::new(move |_| steps.clone()))
+            .start(ExecutionRequest::new("go"))
+            .await
+            .unwrap();
+        let Outcome::Failed(err) = handle.outcome().await else {
+            panic!("{name}: expected failure");
+        };
+        assert_eq!(err.category(), ErrorCategory::Protocol, "{name}");
+        let events = kinds(&handle).await;
+        assert_eq!(terminal_count(&events), 1, "{name}");
+        assert_eq!(*events.last().unwrap(), "run.failed", "{name}");
+    }
+}
+
+#[tokio::test]
+async fn adapter_errors_keep_their_category_and_flag_side_effects_after_output() {
+    let err =
+        HarnessError::new(ErrorCategory::Throttled, "slow down").with_diagnostic("secret-diag");
+    let handle = AdapterService::new(Controlled::new(move |_| {
+        vec![delta("partial"), Step::Event(Err(err.clone()))]
+    }))
+    .start(ExecutionRequest::new("go"))
+    .await
+    .unwrap();
+    let Outcome::Failed(err) = handle.outcome().await else {
+        panic!("expected failure");
+    };
+    assert_eq!(err.category(), ErrorCategory::Throttled);
+    assert!(err.side_effects_may_have_occurred());
+    assert!(
+        !err.retryable(),
+        "output was streamed: a retry could repeat it"
+    );
+    let last = handle.log().last().unwrap();
+    let EventPayload::RunFailed(failed) = last.payload() else {
+        panic!("last event is {:?}", last.kind());
+    };
+    assert_eq!(failed.error.category, ErrorCategory::Throttled);
+    assert!(
+        !serde_json::to_string(&*last)
+            .unwrap()
+            .contains("secret-diag")
+    );
+}
+
+#[tokio::test]
+async fn required_capabilities_are_checked_before_any_provider_work() {
+    let adapter = approval_then_complete();
+    let counters = Arc::clone(&adapter.counters);
+    let service = AdapterService::new(adapter);
+    let request = ExecutionRequest::new("go").require(CapabilityKey::SessionMultiTurn);
+    let err = service.start(request).await.unwrap_err();
+    assert_eq!(err.code(), &ErrorCode::CAPABILITY_UNSUPPORTED);
+    assert!(
+        err.message().contains("session.multi_turn"),
+        "{}",
+        err.message()
+    );
+    assert_eq!(counters.runtimes.load(Ordering::SeqCst), 0);
+    let ok = ExecutionRequest::new("go").require(CapabilityKey::StreamText);
+    assert!(service.start(ok).await.is_ok());
+}
+
+#[tokio::test]
+async fn abandoned_executions_awaiting_an_answer_are_cancelled() {
+    let adapter = approval_then_complete();
+    let counters = Arc::clone(&adapter.counters);
+    let handle = AdapterService::new(adapter)
+        .start(ExecutionRequest::new("go"))
+        .await
+        .unwrap();
+    wait_for(&handle, ExecutionState::AwaitingApproval).await;
+    let reader = handle.log().clone();
+    drop(handle);
+    let terminal = reader.terminal().await;
+    let EventPayload::RunCancelled(reason) = terminal.payload() else {
+        panic!("expected run.cancelled, got {:?}", terminal.kind());
+    };
+    assert_eq!(reason.reason.as_deref(), Some("abandoned"));
+    assert_eq!(counters.cleanups.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn the_service_outside_a_runtime_errors_instead_of_panicking() {
+    let service = AdapterService::new(approval_then_complete());
+    let fut = service.start(ExecutionRequest::new("go"));
+    let err = futures_util::FutureExt::now_or_never(fut)
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(err.category(), ErrorCategory::Internal);
+}
