@@ -29,7 +29,6 @@
 //! Tools arrive as [`ToolHandle`]s, which validate arguments and never expose a credential.
 
 use std::fmt;
-use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -51,8 +50,7 @@ use crate::time::Timestamp;
 use crate::tool::ToolHandle;
 use crate::trace::TraceContext;
 
-/// A boxed, `Send` future borrowing from `'a`.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+pub use crate::tool::BoxFuture;
 /// A boxed, `Send` stream borrowing from `'a`.
 pub type BoxStream<'a, T> = Pin<Box<dyn Stream<Item = T> + Send + 'a>>;
 /// One item of a runtime's stream.

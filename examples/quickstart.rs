@@ -1,0 +1,90 @@
+//! Runs one execution on the embedded default adapter and prints every event as a JSON line.
+//!
+//! ```sh
+//! cargo run --example quickstart                 # the bundled script
+//! cargo run --example quickstart -- my.json      # any scripted-adapter script
+//! ```
+//!
+//! The bundled script streams reasoning and text, asks to approve a `write_file` tool call
+//! (this program approves it), creates an artifact and succeeds. For other scripts, the
+//! program approves every tool call and dismisses forms (or submits them empty when they
+//! cannot be dismissed). The outcome is printed last; the exit code is 0 only on success.
+
+use std::process::ExitCode;
+
+use futures_util::StreamExt;
+use harness::action::{
+    ActionKind, ActionRequest, ApprovalResponse, FormResponse, FormValues, ToolDecision,
+};
+use harness::event::EventPayload;
+use harness::id::Cursor;
+use harness::scripted::{Script, ScriptedAdapter};
+use harness::{AdapterService, ExecutionRequest, Outcome};
+use serde_json::json;
+
+fn answer(request: &ActionRequest) -> harness::action::ActionResponse {
+    match &request.kind {
+        ActionKind::ToolApproval(approval) => {
+            let decisions: Vec<_> = approval
+                .calls()
+                .iter()
+                .map(|call| ToolDecision::approve(call.call_id().clone()))
+                .collect();
+            ApprovalResponse::decide(request.id.clone(), request.revision, decisions).into()
+        }
+        ActionKind::FormInput(_) if request.dismissible => {
+            FormResponse::dismiss(request.id.clone(), request.revision).into()
+        }
+        ActionKind::FormInput(_) => {
+            FormResponse::submit(request.id.clone(), request.revision, FormValues::new()).into()
+        }
+    }
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    let script = match std::env::args_os().nth(1) {
+        Some(path) => match Script::from_path(&path) {
+            Ok(script) => script,
+            Err(err) => {
+                eprintln!("cannot use {}: {err}", path.to_string_lossy());
+                return ExitCode::from(2);
+            }
+        },
+        None => Script::quickstart(),
+    };
+    let service = AdapterService::new(ScriptedAdapter::new(script));
+    let execution = match service
+        .start(ExecutionRequest::new("Summarize my notes"))
+        .await
+    {
+        Ok(execution) => execution,
+        Err(err) => {
+            eprintln!("the execution was refused: {err}");
+            return ExitCode::from(1);
+        }
+    };
+
+    let mut events = execution.events(Cursor::START);
+    while let Some(event) = events.next().await {
+        println!("{}", serde_json::to_string(&*event).unwrap_or_default());
+        if let EventPayload::ActionRequested(request) = event.payload()
+            && let Err(err) = execution.respond(answer(request)).await
+        {
+            eprintln!("answering {} failed: {err}", request.id);
+        }
+    }
+
+    let outcome = execution.outcome().await;
+    let line = match &outcome {
+        Outcome::Succeeded(s) => json!({"outcome": "succeeded", "summary": s.summary}),
+        Outcome::Failed(err) => json!({"outcome": "failed", "error": err.public()}),
+        Outcome::Cancelled(r) => json!({"outcome": "cancelled", "reason": r.reason}),
+    };
+    println!("{line}");
+    if matches!(outcome, Outcome::Succeeded(_)) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
