@@ -27,8 +27,8 @@
 //! | any non-terminal | [`begin_cancel`](Execution::begin_cancel) | cancelling | `run.cancelling` (none if already cancelling) |
 //! | cancelling | [`confirm_cancelled`](Execution::confirm_cancelled) | cancelled | `run.cancelled` |
 //!
-//! Terminal states ([`Succeeded`](state::Succeeded), [`Failed`](state::Failed),
-//! [`Cancelled`](state::Cancelled)) have no transition at all, and `begin_cancel` exists on
+//! Terminal states ([`state::Succeeded`], [`state::Failed`],
+//! [`state::Cancelled`]) have no transition at all, and `begin_cancel` exists on
 //! every non-terminal state and nowhere else. Content (text, reasoning, usage, tool calls,
 //! native payloads, artifacts) may be emitted while running or cancelling (a provider may
 //! flush output while it stops).

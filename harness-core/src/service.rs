@@ -2,7 +2,7 @@
 //!
 //! `call(ExecutionRequest)` checks the required capabilities against the adapter's report,
 //! then spawns one *driver* task per execution and returns an [`ExecutionHandle`] at once.
-//! The driver is the only owner of the typestate [`Execution`](crate::lifecycle::Execution)
+//! The driver is the only owner of the typestate [`crate::lifecycle::Execution`]
 //! and of the provider runtime, and it processes one thing at a time: an adapter event, a
 //! caller's answer, or a cancellation. That is how the service guarantees, without locks
 //! around provider calls:
