@@ -98,6 +98,9 @@ impl Event {
 }
 
 /// The kind and data of an event.
+///
+/// Large, rare payloads are boxed so that the common ones (text deltas) keep stored events
+/// small: a long execution holds one event per delta.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "kind", content = "data")]
 #[non_exhaustive]
@@ -125,7 +128,7 @@ pub enum EventPayload {
     RunSucceeded(RunSucceeded),
     /// Terminal: the execution failed.
     #[serde(rename = "run.failed")]
-    RunFailed(RunFailed),
+    RunFailed(Box<RunFailed>),
     /// Terminal: the execution was cancelled.
     #[serde(rename = "run.cancelled")]
     RunCancelled(CancelReason),
@@ -140,22 +143,22 @@ pub enum EventPayload {
     Usage(Usage),
     /// A tool call began.
     #[serde(rename = "tool.call.started")]
-    ToolCallStarted(ToolCall),
+    ToolCallStarted(Box<ToolCall>),
     /// A tool call ended.
     #[serde(rename = "tool.call.completed")]
-    ToolCallCompleted(ToolCallCompleted),
+    ToolCallCompleted(Box<ToolCallCompleted>),
     /// An action request was opened.
     #[serde(rename = "action.requested")]
-    ActionRequested(ActionRequest),
+    ActionRequested(Box<ActionRequest>),
     /// An action request was answered.
     #[serde(rename = "action.resolved")]
-    ActionResolved(ActionResolution),
+    ActionResolved(Box<ActionResolution>),
     /// An artifact was created.
     #[serde(rename = "artifact.created")]
-    ArtifactCreated(ArtifactDescriptor),
+    ArtifactCreated(Box<ArtifactDescriptor>),
     /// A provider-native payload under a namespace.
     #[serde(rename = "native")]
-    Native(NativeEvent),
+    Native(Box<NativeEvent>),
 }
 
 impl EventPayload {
@@ -215,9 +218,9 @@ impl From<Content> for EventPayload {
             Content::MessageDelta(d) => Self::MessageDelta(d),
             Content::ReasoningDelta(d) => Self::ReasoningDelta(d),
             Content::Usage(u) => Self::Usage(u),
-            Content::ToolCallStarted(t) => Self::ToolCallStarted(t),
-            Content::ToolCallCompleted(t) => Self::ToolCallCompleted(t),
-            Content::Native(n) => Self::Native(n),
+            Content::ToolCallStarted(t) => Self::ToolCallStarted(Box::new(t)),
+            Content::ToolCallCompleted(t) => Self::ToolCallCompleted(Box::new(t)),
+            Content::Native(n) => Self::Native(Box::new(n)),
         }
     }
 }

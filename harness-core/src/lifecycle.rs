@@ -353,6 +353,18 @@ impl<S: Emitting> Execution<S> {
         self.core.log.append(content.into())
     }
 
+    /// Appends several content events at once (one lock, one timestamp): the streaming hot
+    /// path. Returns how many were appended.
+    ///
+    /// # Errors
+    /// As [`emit`](Self::emit).
+    pub fn emit_all(
+        &mut self,
+        contents: impl IntoIterator<Item = Content>,
+    ) -> Result<usize, AppendError> {
+        self.core.log.append_content(contents)
+    }
+
     /// Appends `artifact.created`.
     ///
     /// # Errors
@@ -364,13 +376,13 @@ impl<S: Emitting> Execution<S> {
     ) -> Result<Arc<Event>, AppendError> {
         self.core
             .log
-            .append(EventPayload::ArtifactCreated(artifact))
+            .append(EventPayload::ArtifactCreated(Box::new(artifact)))
     }
 }
 
 impl Execution<Running> {
     fn request(mut self, request: ActionRequest) -> Self {
-        self.append_lifecycle(EventPayload::ActionRequested(request.clone()));
+        self.append_lifecycle(EventPayload::ActionRequested(Box::new(request.clone())));
         self.core.pending = Some(request);
         self
     }
@@ -409,7 +421,9 @@ impl Execution<Running> {
     pub fn fail(mut self, error: HarnessError) -> Execution<Failed> {
         let public = error.public();
         self.core.error = Some(error);
-        self.transition(EventPayload::RunFailed(RunFailed { error: public }))
+        self.transition(EventPayload::RunFailed(Box::new(RunFailed {
+            error: public,
+        })))
     }
 }
 
@@ -450,7 +464,9 @@ macro_rules! awaiting {
                     Err(err) => return Err((self, err)),
                 };
                 self.core.pending = None;
-                self.append_lifecycle(EventPayload::ActionResolved(validated.resolution()));
+                self.append_lifecycle(EventPayload::ActionResolved(Box::new(
+                    validated.resolution(),
+                )));
                 Ok((self.transition(EventPayload::RunRunning), validated))
             }
         }

@@ -51,7 +51,7 @@ use futures_core::Stream;
 
 use crate::action::ActionRequest;
 use crate::artifact::ArtifactDescriptor;
-use crate::event::{Event, EventPayload};
+use crate::event::{Content, Event, EventPayload};
 use crate::id::{ArtifactId, Cursor, ExecutionId, Sequence};
 use crate::lifecycle::ExecutionState;
 use crate::time::Timestamp;
@@ -176,6 +176,13 @@ impl Shared {
     }
 }
 
+/// Wakes parked readers outside the lock, so they do not contend with the writer.
+fn wake(waiters: Vec<(u64, Waker)>) {
+    for (_, waker) in waiters {
+        waker.wake();
+    }
+}
+
 /// The single writer of one execution's event log.
 pub struct EventLog {
     shared: Arc<Shared>,
@@ -244,11 +251,49 @@ impl EventLog {
             state.events.push(Arc::clone(&event));
             (event, std::mem::take(&mut state.waiters))
         };
-        // Wake outside the lock so woken readers do not contend with us.
-        for (_, waker) in waiters {
-            waker.wake();
-        }
+        wake(waiters);
         Ok(event)
+    }
+
+    /// Appends content events (which can break no invariant but "nothing after the
+    /// terminal event") under one lock, with one timestamp and one wake-up for the batch.
+    ///
+    /// This is the hot path of a streaming execution: one lock, one clock read and one
+    /// reader wake-up per batch instead of per event.
+    ///
+    /// # Errors
+    /// [`AppendError::Closed`] when the log already holds its terminal event; nothing is
+    /// appended then.
+    pub fn append_content(
+        &self,
+        contents: impl IntoIterator<Item = Content>,
+    ) -> Result<usize, AppendError> {
+        let shared = &*self.shared;
+        let (count, waiters) = {
+            let mut state = shared.lock();
+            if state.terminal {
+                return Err(AppendError::Closed {
+                    execution_id: shared.execution_id.clone(),
+                    terminal_seq: state.events.last().map_or(Sequence::FIRST, |e| e.seq()),
+                });
+            }
+            let time = Timestamp::now();
+            let before = state.events.len();
+            for content in contents {
+                let seq = Sequence::new(state.events.len() as u64 + 1).unwrap_or(Sequence::FIRST);
+                let event = Event::new(shared.execution_id.clone(), seq, time, content.into());
+                state.events.push(Arc::new(event));
+            }
+            let count = state.events.len() - before;
+            let waiters = if count == 0 {
+                Vec::new()
+            } else {
+                std::mem::take(&mut state.waiters)
+            };
+            (count, waiters)
+        };
+        wake(waiters);
+        Ok(count)
     }
 
     /// A reader of this log.
@@ -328,6 +373,7 @@ impl LogReader {
             shared: Arc::clone(&self.shared),
             next: usize::try_from(cursor.after()).unwrap_or(usize::MAX),
             waiter: self.shared.waiter_id(),
+            buffer: std::collections::VecDeque::new(),
         }
     }
 
@@ -380,7 +426,7 @@ impl LogReader {
         let state = self.shared.lock();
         let event = state.pending.and_then(|i| state.events.get(i))?;
         match event.payload() {
-            EventPayload::ActionRequested(request) => Some(request.clone()),
+            EventPayload::ActionRequested(request) => Some(ActionRequest::clone(request)),
             _ => None,
         }
     }
@@ -393,7 +439,7 @@ impl LogReader {
             .artifact_events
             .iter()
             .filter_map(|&i| match state.events.get(i)?.payload() {
-                EventPayload::ArtifactCreated(a) => Some(a.clone()),
+                EventPayload::ArtifactCreated(a) => Some(ArtifactDescriptor::clone(a)),
                 _ => None,
             })
             .collect()
@@ -413,15 +459,21 @@ impl fmt::Debug for LogReader {
 /// Dropping it unregisters its waker; it holds no lock between polls.
 pub struct EventStream {
     shared: Arc<Shared>,
+    /// Index of the next event to take from the log.
     next: usize,
     waiter: u64,
+    /// Events taken from the log under one lock, not yet yielded.
+    buffer: std::collections::VecDeque<Arc<Event>>,
 }
+
+/// How many events a stream takes from the log per lock.
+const READ_BATCH: usize = 64;
 
 impl EventStream {
     /// The cursor this stream would resume from: after the last event it yielded.
     #[must_use]
     pub fn cursor(&self) -> Cursor {
-        Cursor::after_seq(self.next as u64)
+        Cursor::after_seq((self.next - self.buffer.len()) as u64)
     }
 }
 
@@ -430,11 +482,17 @@ impl Stream for EventStream {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = &mut *self;
-        let mut state = this.shared.lock();
-        if let Some(event) = state.events.get(this.next) {
-            let event = Arc::clone(event);
-            this.next += 1;
+        if let Some(event) = this.buffer.pop_front() {
             return Poll::Ready(Some(event));
+        }
+        let mut state = this.shared.lock();
+        if let Some(ready) = state.events.get(this.next..) {
+            if let Some((first, rest)) = ready.split_first() {
+                let rest = &rest[..rest.len().min(READ_BATCH - 1)];
+                this.buffer.extend(rest.iter().cloned());
+                this.next += 1 + rest.len();
+                return Poll::Ready(Some(Arc::clone(first)));
+            }
         }
         if state.terminal {
             return Poll::Ready(None);
@@ -445,7 +503,7 @@ impl Stream for EventStream {
 
     fn size_hint(&self) -> (usize, Option<usize>) {
         let state = self.shared.lock();
-        let ready = state.events.len().saturating_sub(self.next);
+        let ready = state.events.len().saturating_sub(self.next) + self.buffer.len();
         (ready, state.terminal.then_some(ready))
     }
 }

@@ -93,10 +93,12 @@ use crate::artifact::ArtifactDescriptor;
 use crate::capability::Requirement;
 use crate::error::{ErrorCategory, ErrorCode, HarnessError};
 use crate::event::{CancelReason, RunSucceeded};
+use crate::extensions::Extensions;
 use crate::id::{ActionId, AdapterId, ConversationId, Cursor, ExecutionId, IdempotencyKey};
 use crate::lifecycle::{Execution, ExecutionState, NonTerminal, state};
 use crate::log::{EventStream, LogReader};
 use crate::manifest::ContractVersion;
+use crate::policy::{Chain, InitTimeout, Interceptors, ParentCancellation, Retry};
 use crate::time::Timestamp;
 use crate::trace::TraceContext;
 
@@ -113,7 +115,7 @@ use crate::trace::TraceContext;
 /// let err = serde_json::from_value::<ExecutionRequest>(serde_json::json!({"mesage": "typo"})).unwrap_err();
 /// assert!(err.to_string().contains("unknown field `mesage`"));
 /// ```
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[non_exhaustive]
 pub struct ExecutionRequest {
@@ -143,6 +145,11 @@ pub struct ExecutionRequest {
     /// The caller's W3C trace context.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_context: Option<TraceContext>,
+    /// Policies from layers for the driver (never on the wire; not part of the request's
+    /// identity). See [`policy`](crate::policy).
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub extensions: Extensions,
 }
 
 impl ExecutionRequest {
@@ -343,12 +350,19 @@ impl<A: HarnessAdapter> AdapterService<A> {
 
         let id = ExecutionId::generate();
         let queued = Execution::queue(id.clone());
+        let parent = request
+            .extensions
+            .get::<ParentCancellation>()
+            .map(|p| p.0.clone());
+        let cancel = parent
+            .as_ref()
+            .map_or_else(CancellationToken::new, CancellationToken::child_token);
         let (tx, rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             id,
             adapter: inner.adapter.descriptor().id().clone(),
             reader: queued.events(),
-            cancel: CancellationToken::new(),
+            cancel,
             snapshot: Mutex::new(Snapshot {
                 resolved: HashSet::new(),
                 cancel_reason: None,
@@ -364,6 +378,10 @@ impl<A: HarnessAdapter> AdapterService<A> {
             shared,
             commands: Some(rx),
             emitted: false,
+            deadline: None,
+            chain: None,
+            parent,
+            content: Vec::new(),
         };
         tokio.spawn(driver.run(queued, request, config));
         Ok(handle)
@@ -416,8 +434,10 @@ impl Shared {
     }
 }
 
+/// A caller's request to the driver. Boxed so the channel's pre-allocated slots stay small:
+/// every idle execution holds one block of them.
 enum Command {
-    Respond(ActionResponse, oneshot::Sender<Result<(), HarnessError>>),
+    Respond(Box<(ActionResponse, oneshot::Sender<Result<(), HarnessError>>)>),
 }
 
 /// The caller's handle on one execution. Cheap to clone.
@@ -490,7 +510,11 @@ impl ExecutionHandle {
     pub async fn respond(&self, response: ActionResponse) -> Result<(), HarnessError> {
         let (tx, rx) = oneshot::channel();
         let action_id = response.action_id().clone();
-        if self.commands.send(Command::Respond(response, tx)).is_err() {
+        if self
+            .commands
+            .send(Command::Respond(Box::new((response, tx))))
+            .is_err()
+        {
             return Err(self.late_answer(&action_id));
         }
         match rx.await {
@@ -617,7 +641,34 @@ enum SegmentEnd {
     Completed(RunSucceeded),
     Interrupt(crate::adapter::Interrupt),
     Failed(HarnessError),
+    Stopped(Stop),
+}
+
+/// Why the driver stopped waiting on the adapter or the caller.
+#[derive(Clone, Copy)]
+enum Stop {
+    /// Cancellation was requested (by a caller, the parent token, or abandonment).
     Cancelled,
+    /// The request's deadline or the initialization timeout passed.
+    Deadline,
+}
+
+/// A runtime as the driver holds it: the driver calls its cancel hook and cleanup at most
+/// once each, whatever path the execution takes.
+struct Runtime {
+    inner: Box<dyn HarnessRuntime>,
+    cancelled: bool,
+    cleaned: bool,
+}
+
+impl Runtime {
+    fn new(inner: Box<dyn HarnessRuntime>) -> Self {
+        Self {
+            inner,
+            cancelled: false,
+            cleaned: false,
+        }
+    }
 }
 
 struct Driver<A> {
@@ -627,6 +678,14 @@ struct Driver<A> {
     commands: Option<mpsc::UnboundedReceiver<Command>>,
     /// Whether any content or artifact was appended (output may have occurred).
     emitted: bool,
+    /// When the execution must end.
+    deadline: Option<tokio::time::Instant>,
+    /// The interceptors of this execution, if any.
+    chain: Option<Chain>,
+    /// The parent (shutdown) token, to name the cancellation reason.
+    parent: Option<CancellationToken>,
+    /// Content received in the current batch, appended together.
+    content: Vec<crate::event::Content>,
 }
 
 /// Waits for the next command, or forever once every handle is gone.
@@ -637,18 +696,69 @@ async fn next_command(commands: &mut Option<mpsc::UnboundedReceiver<Command>>) -
     }
 }
 
+/// Sleeps until `deadline`, or forever without one.
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Converts a wall-clock deadline to the runtime's clock, relative to now.
+fn instant_of(deadline: Timestamp) -> tokio::time::Instant {
+    let left = deadline
+        .as_millis()
+        .saturating_sub(Timestamp::now().as_millis());
+    tokio::time::Instant::now() + Duration::from_millis(u64::try_from(left).unwrap_or(0))
+}
+
+fn timeout_error(what: &str) -> HarnessError {
+    HarnessError::new(
+        ErrorCategory::Timeout,
+        format!("the execution exceeded its {what}"),
+    )
+}
+
+const DEADLINE_REASON: &str = "deadline exceeded";
+
+/// Resolves when the execution must stop waiting: cancelled, or past `deadline`.
+async fn stop(cancel: &CancellationToken, deadline: Option<tokio::time::Instant>) -> Stop {
+    tokio::select! {
+        biased;
+        () = cancel.cancelled() => Stop::Cancelled,
+        () = sleep_until(deadline) => Stop::Deadline,
+    }
+}
+
+/// How many ready items the driver takes from a segment before it looks at cancellation and
+/// commands again: one `select!` per batch instead of one per item.
+const BATCH: usize = 64;
+
 impl<A: HarnessAdapter> Driver<A> {
     fn cancel_reason(&self) -> CancelReason {
-        self.shared
-            .snapshot()
-            .cancel_reason
-            .clone()
-            .unwrap_or_default()
+        let given = self.shared.snapshot().cancel_reason.clone();
+        given.unwrap_or_else(|| {
+            if self
+                .parent
+                .as_ref()
+                .is_some_and(CancellationToken::is_cancelled)
+            {
+                CancelReason::new("shutdown")
+            } else {
+                CancelReason::default()
+            }
+        })
+    }
+
+    /// Resolves when the execution must stop waiting: cancelled, or past `deadline`.
+    async fn stop(&self, deadline: Option<tokio::time::Instant>) -> Stop {
+        stop(&self.shared.cancel, deadline).await
     }
 
     /// Answers a command that arrives while no action is pending.
     fn refuse(&self, command: Command) {
-        let Command::Respond(response, reply) = command;
+        let Command::Respond(respond) = command;
+        let (response, reply) = *respond;
         let id = response.action_id();
         let resolved = self.shared.snapshot().resolved.contains(id);
         let err = if resolved {
@@ -659,18 +769,118 @@ impl<A: HarnessAdapter> Driver<A> {
         let _ = reply.send(Err(err));
     }
 
+    /// Whether to retry after `err`, and after how long: only retryable errors before any
+    /// output, only as the policy says, never sooner than the error's own retry interval.
+    fn retry_delay(
+        &self,
+        retry: Option<&Retry>,
+        attempt: u32,
+        err: &HarnessError,
+    ) -> Option<Duration> {
+        if self.emitted || !err.retryable() {
+            return None;
+        }
+        let delay = retry?.0.retry_after(attempt, err)?;
+        let delay = delay.max(err.retry_after().unwrap_or_default());
+        tracing::info!(
+            execution = %self.shared.id,
+            attempt,
+            category = %err.category(),
+            ?delay,
+            "retrying after a failure before any output"
+        );
+        Some(delay)
+    }
+
+    /// Waits `delay` before a retry; `Some` if the execution must stop instead.
+    async fn pause(&self, delay: Duration) -> Option<Stop> {
+        tokio::select! {
+            biased;
+            stop = self.stop(self.deadline) => Some(stop),
+            () = tokio::time::sleep(delay) => None,
+        }
+    }
+
+    /// Creates and initializes one runtime, bounded by the init timeout and the deadline.
+    async fn start_once(
+        &self,
+        context: RuntimeContext,
+        init_timeout: Option<Duration>,
+    ) -> Result<Runtime, (SegmentEnd, Option<Runtime>)> {
+        let limit = match init_timeout {
+            Some(limit) => {
+                let at = tokio::time::Instant::now() + limit;
+                Some(self.deadline.map_or(at, |d| d.min(at)))
+            }
+            None => self.deadline,
+        };
+        let inner = &self.service;
+        let created = tokio::select! {
+            biased;
+            stop = self.stop(limit) => return Err((SegmentEnd::Stopped(stop), None)),
+            created = catch(async { inner.adapter.create_runtime(context).await }) => created.and_then(|r| r),
+        };
+        let runtime = match created {
+            Ok(runtime) => Runtime::new(runtime),
+            Err(err) => return Err((SegmentEnd::Failed(err), None)),
+        };
+        let initialized = tokio::select! {
+            biased;
+            stop = self.stop(limit) => return Err((SegmentEnd::Stopped(stop), Some(runtime))),
+            init = catch(async { runtime.inner.initialize().await }) => init.and_then(|r| r),
+        };
+        match initialized {
+            Ok(_) => Ok(runtime),
+            Err(err) => Err((SegmentEnd::Failed(err), Some(runtime))),
+        }
+    }
+
+    /// [`start_once`](Self::start_once), retried as the policy says.
+    async fn start(
+        &self,
+        context: &RuntimeContext,
+        init_timeout: Option<Duration>,
+        retry: Option<&Retry>,
+        attempt: &mut u32,
+    ) -> Result<Runtime, (SegmentEnd, Option<Runtime>)> {
+        loop {
+            match self.start_once(context.clone(), init_timeout).await {
+                Err((SegmentEnd::Failed(err), runtime)) => {
+                    let Some(delay) = self.retry_delay(retry, *attempt, &err) else {
+                        return Err((SegmentEnd::Failed(err), runtime));
+                    };
+                    if let Some(mut runtime) = runtime {
+                        self.cleanup(&mut runtime).await;
+                    }
+                    *attempt += 1;
+                    if let Some(stop) = self.pause(delay).await {
+                        return Err((SegmentEnd::Stopped(stop), None));
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+
     async fn run(
         mut self,
         queued: Execution<state::Queued>,
-        request: ExecutionRequest,
+        mut request: ExecutionRequest,
         config: AgentConfig,
     ) {
         if self.shared.cancel.is_cancelled() {
             return self.finish_cancel(queued, None).await;
         }
-        let starting = queued.start();
+        let extensions = std::mem::take(&mut request.extensions);
+        self.chain = extensions
+            .get::<Interceptors>()
+            .filter(|i| !i.is_empty())
+            .map(Interceptors::instantiate);
+        let retry = extensions.get::<Retry>().cloned();
+        let init_timeout = extensions.get::<InitTimeout>().map(|t| t.0);
+        self.deadline = request.deadline.map(instant_of);
 
-        let inner = Arc::clone(&self.service);
+        let starting = queued.start();
         let context = RuntimeContext {
             contract_version: ContractVersion::V1,
             adapter: self.shared.adapter.clone(),
@@ -683,27 +893,6 @@ impl<A: HarnessAdapter> Driver<A> {
             thread_state: None,
             cancellation: self.shared.cancel.child_token(),
         };
-        let cancel = self.shared.cancel.clone();
-        let created = tokio::select! {
-            biased;
-            () = cancel.cancelled() => return self.finish_cancel(starting, None).await,
-            created = catch(async { inner.adapter.create_runtime(context).await }) => created.and_then(|r| r),
-        };
-        let runtime = match created {
-            Ok(runtime) => runtime,
-            Err(err) => return self.fail(starting.run(), err, None).await,
-        };
-        let runtime = &*runtime;
-        let initialized = tokio::select! {
-            biased;
-            () = cancel.cancelled() => return self.finish_cancel(starting, Some(runtime)).await,
-            init = catch(async { runtime.initialize().await }) => init.and_then(|r| r),
-        };
-        if let Err(err) = initialized {
-            return self.fail(starting.run(), err, Some(runtime)).await;
-        }
-        let mut running = starting.run();
-
         let turn = TurnInput {
             execution_id: self.shared.id.clone(),
             conversation_id: request.conversation_id,
@@ -714,17 +903,70 @@ impl<A: HarnessAdapter> Driver<A> {
             deadline: request.deadline,
             idempotency_key: request.idempotency_key,
         };
-        let mut segment = open_segment(|| runtime.stream(turn));
+
+        let mut attempt = 1;
+        let mut runtime = match self
+            .start(&context, init_timeout, retry.as_ref(), &mut attempt)
+            .await
+        {
+            Ok(runtime) => runtime,
+            Err((end, runtime)) => return self.end_starting(starting, end, runtime).await,
+        };
+        let mut running = starting.run();
+
+        // The first segment: a failure before any output may be retried on a fresh runtime.
+        let mut end = loop {
+            let end = self
+                .consume(
+                    &mut running,
+                    open_segment(|| runtime.inner.stream(turn.clone())),
+                )
+                .await;
+            let delay = match &end {
+                SegmentEnd::Failed(err) => self.retry_delay(retry.as_ref(), attempt, err),
+                _ => None,
+            };
+            let Some(delay) = delay else { break end };
+            self.cleanup(&mut runtime).await;
+            attempt += 1;
+            if let Some(stop) = self.pause(delay).await {
+                break SegmentEnd::Stopped(stop);
+            }
+            match self
+                .start(&context, init_timeout, retry.as_ref(), &mut attempt)
+                .await
+            {
+                Ok(next) => runtime = next,
+                Err((end, next)) => {
+                    if let Some(next) = next {
+                        runtime = next;
+                    }
+                    break end;
+                }
+            }
+        };
+
         loop {
-            match self.consume(&mut running, segment).await {
+            match end {
                 SegmentEnd::Completed(summary) => {
-                    self.cleanup(runtime).await;
+                    self.cleanup(&mut runtime).await;
                     self.record(Outcome::Succeeded(summary.clone()));
                     let _done = running.succeed(summary);
                     return;
                 }
-                SegmentEnd::Failed(err) => return self.fail(running, err, Some(runtime)).await,
-                SegmentEnd::Cancelled => return self.finish_cancel(running, Some(runtime)).await,
+                SegmentEnd::Failed(err) => {
+                    return self.fail(running, err, Some(&mut runtime)).await;
+                }
+                SegmentEnd::Stopped(Stop::Cancelled) => {
+                    return self.finish_cancel(running, Some(&mut runtime)).await;
+                }
+                SegmentEnd::Stopped(Stop::Deadline) => {
+                    self.cancel_runtime(&mut runtime, CancelReason::new(DEADLINE_REASON))
+                        .await;
+                    return self
+                        .fail(running, timeout_error("deadline"), Some(&mut runtime))
+                        .await;
+                }
                 SegmentEnd::Interrupt(interrupt) => {
                     let resumed = match interrupt.kind {
                         InterruptKind::FormInput(form) => {
@@ -739,10 +981,15 @@ impl<A: HarnessAdapter> Driver<A> {
                     match resumed {
                         Ok((next, decision)) => {
                             running = next;
-                            segment = open_segment(|| runtime.resume(decision));
+                            end = self
+                                .consume(
+                                    &mut running,
+                                    open_segment(|| runtime.inner.resume(decision)),
+                                )
+                                .await;
                         }
                         Err(cancelling) => {
-                            return self.confirm_cancel(cancelling, Some(runtime)).await;
+                            return self.confirm_cancel(cancelling, Some(&mut runtime)).await;
                         }
                     }
                 }
@@ -750,8 +997,106 @@ impl<A: HarnessAdapter> Driver<A> {
         }
     }
 
+    /// Ends an execution whose runtime never started.
+    async fn end_starting(
+        &self,
+        starting: Execution<state::Starting>,
+        end: SegmentEnd,
+        mut runtime: Option<Runtime>,
+    ) {
+        match end {
+            SegmentEnd::Stopped(Stop::Cancelled) => {
+                self.finish_cancel(starting, runtime.as_mut()).await;
+            }
+            SegmentEnd::Stopped(Stop::Deadline) => {
+                if let Some(runtime) = runtime.as_mut() {
+                    self.cancel_runtime(runtime, CancelReason::new(DEADLINE_REASON))
+                        .await;
+                }
+                let err = timeout_error("initialization deadline");
+                self.fail(starting.run(), err, runtime.as_mut()).await;
+            }
+            SegmentEnd::Failed(err) => self.fail(starting.run(), err, runtime.as_mut()).await,
+            SegmentEnd::Completed(_) | SegmentEnd::Interrupt(_) => {
+                unreachable!("starting a runtime yields no segment end")
+            }
+        }
+    }
+
+    /// Appends one (intercepted) item; `Some` when the segment must end here.
+    fn apply(
+        &mut self,
+        running: &mut Execution<state::Running>,
+        event: AdapterEvent,
+        ending: &mut Option<SegmentEnd>,
+    ) -> Option<SegmentEnd> {
+        if ending.is_some() {
+            return Some(SegmentEnd::Failed(protocol(
+                "the adapter produced events after the end of a run segment",
+                "item after Completed/Interrupt".to_owned(),
+            )));
+        }
+        if let AdapterEvent::Content(content) = event {
+            self.content.push(content);
+            self.emitted = true;
+            return None;
+        }
+        // Everything else keeps its place after the content before it.
+        if let Some(end) = self.flush_content(running) {
+            return Some(end);
+        }
+        match event {
+            AdapterEvent::Content(_) => unreachable!("handled above"),
+            AdapterEvent::Artifact(artifact) => {
+                if let Err(e) = running.create_artifact(artifact) {
+                    return Some(SegmentEnd::Failed(protocol(
+                        "the adapter produced an invalid artifact",
+                        e.to_string(),
+                    )));
+                }
+                self.emitted = true;
+            }
+            AdapterEvent::Interrupt(interrupt) => *ending = Some(SegmentEnd::Interrupt(interrupt)),
+            AdapterEvent::Completed(summary) => *ending = Some(SegmentEnd::Completed(summary)),
+        }
+        None
+    }
+
+    /// Appends the content buffered in this batch.
+    fn flush_content(&mut self, running: &mut Execution<state::Running>) -> Option<SegmentEnd> {
+        if self.content.is_empty() {
+            return None;
+        }
+        match running.emit_all(self.content.drain(..)) {
+            Ok(_) => None,
+            Err(e) => Some(SegmentEnd::Failed(protocol(
+                "the adapter produced an invalid event",
+                e.to_string(),
+            ))),
+        }
+    }
+
+    /// Appends what the interceptors still hold (before a terminal item or a stop).
+    fn flush(
+        &mut self,
+        running: &mut Execution<state::Running>,
+        ending: &mut Option<SegmentEnd>,
+    ) -> Option<SegmentEnd> {
+        let held = self
+            .chain
+            .as_mut()
+            .map(Chain::segment_end)
+            .unwrap_or_default();
+        for item in held {
+            if let Some(end) = self.apply(running, item, ending) {
+                return Some(end);
+            }
+        }
+        None
+    }
+
     /// Consumes one run segment, appending its content, until its terminal item and the end
-    /// of the stream.
+    /// of the stream (or a stop).
     async fn consume(
         &mut self,
         running: &mut Execution<state::Running>,
@@ -759,12 +1104,19 @@ impl<A: HarnessAdapter> Driver<A> {
     ) -> SegmentEnd {
         let mut segment = pin!(AssertUnwindSafe(segment).catch_unwind());
         let cancel = self.shared.cancel.clone();
+        let deadline = self.deadline;
         // The terminal item seen, waiting for the end of the stream.
         let mut ending: Option<SegmentEnd> = None;
         loop {
-            let item = tokio::select! {
+            let first = tokio::select! {
                 biased;
-                () = cancel.cancelled() => return SegmentEnd::Cancelled,
+                stop = stop(&cancel, deadline) => {
+                    let end = self.flush(running, &mut ending);
+                    if let Some(end) = self.flush_content(running).or(end) {
+                        return end;
+                    }
+                    return SegmentEnd::Stopped(stop);
+                }
                 command = next_command(&mut self.commands) => {
                     match command {
                         Some(command) => self.refuse(command),
@@ -774,62 +1126,89 @@ impl<A: HarnessAdapter> Driver<A> {
                 }
                 item = segment.next() => item,
             };
-            let event = match item {
-                None => {
-                    return ending.unwrap_or_else(|| {
-                        SegmentEnd::Failed(protocol(
-                            "the adapter ended a run segment without completing, failing or pausing",
-                            "stream ended with no terminal item".to_owned(),
-                        ))
-                    });
+            // Take what is already ready without another `select!`: the cancel and command
+            // futures cost more than appending an event.
+            let mut item = Some(first);
+            let mut budget = BATCH;
+            while let Some(next) = item.take() {
+                if let Some(end) = self.handle(running, next, &mut ending) {
+                    // Content before the end keeps its place; a failure to append it wins.
+                    return self.flush_content(running).unwrap_or(end);
                 }
-                Some(Err(panic)) => {
-                    return SegmentEnd::Failed(panic_error("its event stream", &*panic));
+                budget -= 1;
+                if budget == 0 {
+                    break;
                 }
-                Some(Ok(_)) if ending.is_some() => {
-                    return SegmentEnd::Failed(protocol(
-                        "the adapter produced events after the end of a run segment",
-                        "item after Completed/Interrupt".to_owned(),
-                    ));
-                }
-                Some(Ok(Err(err))) => {
-                    let err = if self.emitted {
-                        err.with_side_effects(true)
-                    } else {
-                        err
-                    };
-                    return SegmentEnd::Failed(err);
-                }
-                Some(Ok(Ok(event))) => event,
-            };
-            match event {
-                AdapterEvent::Content(content) => {
-                    if let Err(e) = running.emit(content) {
-                        return SegmentEnd::Failed(protocol(
-                            "the adapter produced an invalid event",
-                            e.to_string(),
-                        ));
-                    }
-                    self.emitted = true;
-                }
-                AdapterEvent::Artifact(artifact) => {
-                    if let Err(e) = running.create_artifact(artifact) {
-                        return SegmentEnd::Failed(protocol(
-                            "the adapter produced an invalid artifact",
-                            e.to_string(),
-                        ));
-                    }
-                    self.emitted = true;
-                }
-                AdapterEvent::Interrupt(interrupt) => {
-                    ending = Some(SegmentEnd::Interrupt(interrupt));
-                }
-                AdapterEvent::Completed(summary) => ending = Some(SegmentEnd::Completed(summary)),
+                item = segment.next().now_or_never();
+            }
+            if let Some(end) = self.flush_content(running) {
+                return end;
             }
         }
     }
 
-    /// Waits for a valid answer (or cancellation) while awaiting an action.
+    /// Handles one item of a segment (`None`: the stream ended); `Some` ends the segment.
+    fn handle(
+        &mut self,
+        running: &mut Execution<state::Running>,
+        item: Option<Result<EventResult, Box<dyn Any + Send>>>,
+        ending: &mut Option<SegmentEnd>,
+    ) -> Option<SegmentEnd> {
+        let event = match item {
+            None => {
+                if let Some(end) = self.flush(running, ending) {
+                    return Some(end);
+                }
+                return Some(ending.take().unwrap_or_else(|| {
+                    SegmentEnd::Failed(protocol(
+                        "the adapter ended a run segment without completing, failing or pausing",
+                        "stream ended with no terminal item".to_owned(),
+                    ))
+                }));
+            }
+            Some(Err(panic)) => {
+                return Some(SegmentEnd::Failed(panic_error("its event stream", &*panic)));
+            }
+            Some(Ok(Err(err))) => {
+                if let Some(end) = self.flush(running, ending) {
+                    return Some(end);
+                }
+                let err = match self.chain.as_mut() {
+                    Some(chain) => chain.error(err),
+                    None => err,
+                };
+                let err = if self.emitted {
+                    err.with_side_effects(true)
+                } else {
+                    err
+                };
+                return Some(SegmentEnd::Failed(err));
+            }
+            Some(Ok(Ok(event))) => event,
+        };
+        let Some(chain) = self.chain.as_mut() else {
+            return self.apply(running, event, ending);
+        };
+        let terminal = matches!(
+            event,
+            AdapterEvent::Interrupt(_) | AdapterEvent::Completed(_)
+        );
+        let mut items = if terminal {
+            chain.segment_end()
+        } else {
+            Vec::new()
+        };
+        items.extend(chain.event(event));
+        for item in items {
+            if let Some(end) = self.apply(running, item, ending) {
+                return Some(end);
+            }
+        }
+        None
+    }
+
+    /// Waits for a valid answer while awaiting an action; a stop (cancellation, or the
+    /// deadline: the diagram has no edge from awaiting to failed) begins cancellation.
     async fn await_answer<S>(
         &mut self,
         mut awaiting: Execution<S>,
@@ -838,15 +1217,24 @@ impl<A: HarnessAdapter> Driver<A> {
         S: NonTerminal,
         Execution<S>: Awaiting,
     {
-        let pending = awaiting.pending_request().clone();
+        let pending_id = awaiting.pending_request().id.clone();
         let cancel = self.shared.cancel.clone();
+        let deadline = self.deadline;
         loop {
             let command = tokio::select! {
                 biased;
-                () = cancel.cancelled() => return Err(awaiting.begin_cancel(self.cancel_reason())),
+                stop = stop(&cancel, deadline) => {
+                    if matches!(stop, Stop::Deadline) {
+                        self.shared
+                            .snapshot()
+                            .cancel_reason
+                            .get_or_insert_with(|| CancelReason::new(DEADLINE_REASON));
+                    }
+                    return Err(awaiting.begin_cancel(self.cancel_reason()));
+                }
                 command = next_command(&mut self.commands) => command,
             };
-            let Some(Command::Respond(response, reply)) = command else {
+            let Some(Command::Respond(respond)) = command else {
                 // Every handle is gone: nobody can answer any more.
                 self.commands = None;
                 self.shared
@@ -856,13 +1244,14 @@ impl<A: HarnessAdapter> Driver<A> {
                 self.shared.cancel.cancel();
                 return Err(awaiting.begin_cancel(self.cancel_reason()));
             };
+            let (response, reply) = *respond;
             let id = response.action_id().clone();
-            if id != pending.id {
+            if id != pending_id {
                 let resolved = self.shared.snapshot().resolved.contains(&id);
                 let err = if resolved {
                     already_resolved(&id)
                 } else {
-                    not_pending(&id, Some(&pending.id))
+                    not_pending(&id, Some(&pending_id))
                 };
                 let _ = reply.send(Err(err));
                 continue;
@@ -885,9 +1274,29 @@ impl<A: HarnessAdapter> Driver<A> {
         self.shared.snapshot().outcome = Some(outcome);
     }
 
-    async fn cleanup(&self, runtime: &dyn HarnessRuntime) {
+    /// Calls the runtime's cancel hook once, bounded by the grace period.
+    async fn cancel_runtime(&self, runtime: &mut Runtime, reason: CancelReason) {
+        if std::mem::replace(&mut runtime.cancelled, true) {
+            return;
+        }
+        let grace = self.service.config.cancel_grace;
+        let inner = &runtime.inner;
+        if tokio::time::timeout(grace, catch(async { inner.cancel(reason).await }))
+            .await
+            .is_err()
+        {
+            tracing::warn!(execution = %self.shared.id, ?grace, "runtime cancel hook exceeded its grace period");
+        }
+    }
+
+    /// Calls the runtime's cleanup once, bounded by its deadline.
+    async fn cleanup(&self, runtime: &mut Runtime) {
+        if std::mem::replace(&mut runtime.cleaned, true) {
+            return;
+        }
         let deadline = self.service.config.cleanup_deadline;
-        match tokio::time::timeout(deadline, catch(async { runtime.cleanup().await })).await {
+        let inner = &runtime.inner;
+        match tokio::time::timeout(deadline, catch(async { inner.cleanup().await })).await {
             Ok(Ok(())) => {}
             Ok(Err(err)) => {
                 tracing::warn!(execution = %self.shared.id, error = ?err, "runtime cleanup panicked");
@@ -902,7 +1311,7 @@ impl<A: HarnessAdapter> Driver<A> {
         &self,
         running: Execution<state::Running>,
         err: HarnessError,
-        runtime: Option<&dyn HarnessRuntime>,
+        runtime: Option<&mut Runtime>,
     ) {
         if let Some(runtime) = runtime {
             self.cleanup(runtime).await;
@@ -914,7 +1323,7 @@ impl<A: HarnessAdapter> Driver<A> {
     async fn finish_cancel<S: NonTerminal>(
         &self,
         execution: Execution<S>,
-        runtime: Option<&dyn HarnessRuntime>,
+        runtime: Option<&mut Runtime>,
     ) {
         let cancelling = execution.begin_cancel(self.cancel_reason());
         self.confirm_cancel(cancelling, runtime).await;
@@ -925,17 +1334,11 @@ impl<A: HarnessAdapter> Driver<A> {
     async fn confirm_cancel(
         &self,
         cancelling: Execution<state::Cancelling>,
-        runtime: Option<&dyn HarnessRuntime>,
+        runtime: Option<&mut Runtime>,
     ) {
         let reason = self.cancel_reason();
         if let Some(runtime) = runtime {
-            let grace = self.service.config.cancel_grace;
-            if tokio::time::timeout(grace, catch(async { runtime.cancel(reason.clone()).await }))
-                .await
-                .is_err()
-            {
-                tracing::warn!(execution = %self.shared.id, ?grace, "runtime cancel hook exceeded its grace period");
-            }
+            self.cancel_runtime(runtime, reason.clone()).await;
             self.cleanup(runtime).await;
         }
         self.record(Outcome::Cancelled(reason));

@@ -990,7 +990,10 @@ fn artifact_rules<S: Emitting>(e: &mut Execution<S>, id: &str, duplicate_of: &st
         .create_artifact(fresh.clone())
         .expect("a fresh artifact is created");
     assert_eq!(created.kind().as_str(), "artifact.created");
-    assert_eq!(created.payload(), &EventPayload::ArtifactCreated(fresh));
+    assert_eq!(
+        created.payload(),
+        &EventPayload::ArtifactCreated(Box::new(fresh))
+    );
     assert_eq!(created.seq().get(), e.events().len() as u64);
 
     let before = e.events().snapshot(Cursor::START);
@@ -1459,7 +1462,7 @@ fn check_invariants(any: &AnyExecution, created: &BTreeSet<u8>) -> Result<(), Te
                 S::AwaitingInput | S::AwaitingApproval
             ));
             let requested = events.iter().rev().find_map(|e| match e.payload() {
-                EventPayload::ActionRequested(r) => Some(r),
+                EventPayload::ActionRequested(r) => Some(&**r),
                 _ => None,
             });
             prop_assert_eq!(requested, Some(pending));

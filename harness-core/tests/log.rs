@@ -39,7 +39,7 @@ fn text(i: u64) -> EventPayload {
 }
 
 fn artifact(owner: &ExecutionId, id: &str) -> EventPayload {
-    EventPayload::ArtifactCreated(
+    EventPayload::ArtifactCreated(Box::new(
         ArtifactDescriptor::builder(
             id.parse().expect("valid artifact id"),
             owner.clone(),
@@ -47,15 +47,15 @@ fn artifact(owner: &ExecutionId, id: &str) -> EventPayload {
         )
         .build()
         .expect("valid descriptor"),
-    )
+    ))
 }
 
 fn terminal(k: u8) -> EventPayload {
     match k % 3 {
         0 => EventPayload::RunSucceeded(RunSucceeded::default()),
-        1 => EventPayload::RunFailed(RunFailed {
+        1 => EventPayload::RunFailed(Box::new(RunFailed {
             error: HarnessError::new(ErrorCategory::Internal, "boom").public(),
-        }),
+        })),
         _ => EventPayload::RunCancelled(CancelReason::new("stop")),
     }
 }
@@ -230,12 +230,12 @@ fn a_duplicate_artifact_is_refused_and_changes_nothing() {
     log.append(text(1)).expect("open");
     let before = log.reader().snapshot(Cursor::START);
 
-    let again = EventPayload::ArtifactCreated(
+    let again = EventPayload::ArtifactCreated(Box::new(
         ArtifactDescriptor::builder("art_1".parse().expect("valid"), id.clone(), "image/png")
             .name("other")
             .build()
             .expect("valid"),
-    );
+    ));
     assert_eq!(
         log.append(again),
         Err(AppendError::DuplicateArtifact {

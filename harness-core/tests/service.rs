@@ -22,9 +22,13 @@ use harness_core::adapter::{
 use harness_core::capability::{Capability, CapabilityKey};
 use harness_core::error::{ErrorCategory, ErrorCode, HarnessError};
 use harness_core::event::{CancelReason, Content, EventPayload, RunSucceeded, TextDelta};
+use harness_core::extensions::Extensions;
 use harness_core::id::{ActionId, Cursor, ToolCallId};
 use harness_core::lifecycle::ExecutionState;
 use harness_core::manifest::{ContractVersion, ExecutionMode, HarnessDescriptor};
+use harness_core::policy::{
+    InitTimeout, Interceptor, Interceptors, ParentCancellation, Retry, RetryPolicy,
+};
 use harness_core::service::{
     AdapterService, CancelRequest, ExecutionHandle, ExecutionRequest, Outcome,
 };
@@ -53,6 +57,7 @@ struct Controlled {
     segment: Segment,
     counters: Arc<Counters>,
     panic_on_create: bool,
+    hang_on_create: bool,
 }
 
 impl Controlled {
@@ -69,6 +74,7 @@ impl Controlled {
             segment: Arc::new(segment),
             counters: Arc::default(),
             panic_on_create: false,
+            hang_on_create: false,
         }
     }
 }
@@ -83,6 +89,9 @@ impl HarnessAdapter for Controlled {
         context: RuntimeContext,
     ) -> BoxFuture<'_, Result<Box<dyn HarnessRuntime>, HarnessError>> {
         assert!(!self.panic_on_create, "boom in create_runtime");
+        if self.hang_on_create {
+            return Box::pin(std::future::pending());
+        }
         self.counters.runtimes.fetch_add(1, Ordering::SeqCst);
         let runtime = ControlledRuntime {
             segment: Arc::clone(&self.segment),
@@ -594,4 +603,248 @@ fn the_service_outside_a_runtime_errors_instead_of_panicking() {
         .unwrap()
         .unwrap_err();
     assert_eq!(err.category(), ErrorCategory::Internal);
+}
+
+/// Holds back all message text until the segment ends, then emits it upper-cased in one
+/// delta; scrubs "secret" from errors. Proves hold-back, flush order and error rewriting.
+struct Shout {
+    held: String,
+}
+
+impl Interceptor for Shout {
+    fn on_event(&mut self, event: AdapterEvent, out: &mut Vec<AdapterEvent>) {
+        match event {
+            AdapterEvent::Content(Content::MessageDelta(d)) => self.held.push_str(&d.text),
+            other => out.push(other),
+        }
+    }
+    fn on_segment_end(&mut self, out: &mut Vec<AdapterEvent>) {
+        if !self.held.is_empty() {
+            let text = std::mem::take(&mut self.held).to_uppercase();
+            out.push(AdapterEvent::Content(Content::MessageDelta(
+                TextDelta::new(text),
+            )));
+        }
+    }
+    fn on_error(&mut self, error: HarnessError) -> HarnessError {
+        HarnessError::new(
+            error.category(),
+            error.message().replace("secret", "[redacted]"),
+        )
+    }
+}
+
+fn with_shout(request: ExecutionRequest) -> ExecutionRequest {
+    let mut interceptors = Interceptors::default();
+    interceptors.push(Arc::new(|| {
+        Box::new(Shout {
+            held: String::new(),
+        }) as Box<dyn Interceptor>
+    }));
+    let mut request = request;
+    request.extensions.insert(interceptors);
+    request
+}
+
+async fn texts(handle: &ExecutionHandle) -> Vec<String> {
+    handle
+        .log()
+        .snapshot(Cursor::START)
+        .iter()
+        .filter_map(|e| match e.payload() {
+            EventPayload::MessageDelta(d) => Some(d.text.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn interceptors_hold_back_and_flush_before_the_terminal_item() {
+    let adapter = Controlled::new(|decision| match decision {
+        None => vec![delta("hel"), delta("lo "), approval_interrupt()],
+        Some(_) => vec![delta("wor"), delta("ld"), complete()],
+    });
+    let handle = AdapterService::new(adapter)
+        .start(with_shout(ExecutionRequest::new("go")))
+        .await
+        .unwrap();
+    wait_for(&handle, ExecutionState::AwaitingApproval).await;
+    handle.respond(approve()).await.unwrap();
+    assert!(matches!(handle.outcome().await, Outcome::Succeeded(_)));
+    assert_eq!(texts(&handle).await, ["HELLO ", "WORLD"]);
+    let kinds = kinds(&handle).await;
+    let first_delta = kinds.iter().position(|k| *k == "message.delta").unwrap();
+    let requested = kinds.iter().position(|k| *k == "action.requested").unwrap();
+    assert!(
+        first_delta < requested,
+        "held text is flushed before the interrupt: {kinds:?}"
+    );
+}
+
+#[tokio::test]
+async fn interceptors_rewrite_errors_and_flush_before_them() {
+    let err = HarnessError::new(ErrorCategory::Unavailable, "the secret backend is down");
+    let adapter = Controlled::new(move |_| vec![delta("partial"), Step::Event(Err(err.clone()))]);
+    let handle = AdapterService::new(adapter)
+        .start(with_shout(ExecutionRequest::new("go")))
+        .await
+        .unwrap();
+    let Outcome::Failed(err) = handle.outcome().await else {
+        panic!("expected failure");
+    };
+    assert_eq!(err.message(), "the [redacted] backend is down");
+    assert_eq!(texts(&handle).await, ["PARTIAL"]);
+}
+
+fn in_ms(ms: i64) -> harness_core::time::Timestamp {
+    harness_core::time::Timestamp::from_millis(
+        harness_core::time::Timestamp::now().as_millis() + ms,
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_deadline_while_running_fails_with_timeout_and_stops_the_runtime() {
+    let adapter = Controlled::new(|_| vec![delta("working"), Step::Hang]);
+    let counters = Arc::clone(&adapter.counters);
+    let handle = AdapterService::new(adapter)
+        .start(ExecutionRequest::new("go").with_deadline(in_ms(50)))
+        .await
+        .unwrap();
+    let Outcome::Failed(err) = handle.outcome().await else {
+        panic!("expected failure");
+    };
+    assert_eq!(err.category(), ErrorCategory::Timeout);
+    assert_eq!(counters.cancels.load(Ordering::SeqCst), 1);
+    assert_eq!(counters.cleanups.load(Ordering::SeqCst), 1);
+    assert_eq!(*kinds(&handle).await.last().unwrap(), "run.failed");
+}
+
+#[tokio::test]
+async fn a_deadline_while_awaiting_cancels_because_no_edge_leads_to_failed() {
+    let handle = AdapterService::new(approval_then_complete())
+        .start(ExecutionRequest::new("go").with_deadline(in_ms(50)))
+        .await
+        .unwrap();
+    let Outcome::Cancelled(reason) = handle.outcome().await else {
+        panic!("expected cancellation");
+    };
+    assert_eq!(reason.reason.as_deref(), Some("deadline exceeded"));
+}
+
+#[tokio::test]
+async fn an_init_timeout_fails_a_hung_start_with_timeout() {
+    let mut adapter = approval_then_complete();
+    adapter.hang_on_create = true;
+    let mut request = ExecutionRequest::new("go");
+    request
+        .extensions
+        .insert(InitTimeout(std::time::Duration::from_millis(20)));
+    let handle = AdapterService::new(adapter).start(request).await.unwrap();
+    let Outcome::Failed(err) = handle.outcome().await else {
+        panic!("expected failure");
+    };
+    assert_eq!(err.category(), ErrorCategory::Timeout);
+    assert_eq!(
+        kinds(&handle).await,
+        ["run.queued", "run.starting", "run.running", "run.failed"]
+    );
+}
+
+struct Times(u32);
+impl RetryPolicy for Times {
+    fn retry_after(&self, attempt: u32, _error: &HarnessError) -> Option<std::time::Duration> {
+        (attempt < self.0).then_some(std::time::Duration::from_millis(1))
+    }
+}
+
+fn with_retry(request: ExecutionRequest, times: u32) -> ExecutionRequest {
+    let mut request = request;
+    request.extensions.insert(Retry(Arc::new(Times(times))));
+    request
+}
+
+#[tokio::test]
+async fn failures_before_output_are_retried_on_a_fresh_runtime() {
+    static SEGMENTS: AtomicUsize = AtomicUsize::new(0);
+    let adapter = Controlled::new(|_| {
+        if SEGMENTS.fetch_add(1, Ordering::SeqCst) < 2 {
+            vec![Step::Event(Err(HarnessError::new(
+                ErrorCategory::Unavailable,
+                "down",
+            )))]
+        } else {
+            vec![delta("ok"), complete()]
+        }
+    });
+    let counters = Arc::clone(&adapter.counters);
+    let handle = AdapterService::new(adapter)
+        .start(with_retry(ExecutionRequest::new("go"), 5))
+        .await
+        .unwrap();
+    assert!(matches!(handle.outcome().await, Outcome::Succeeded(_)));
+    assert_eq!(counters.runtimes.load(Ordering::SeqCst), 3);
+    assert_eq!(
+        counters.cleanups.load(Ordering::SeqCst),
+        3,
+        "every runtime cleaned once"
+    );
+    // Retries are invisible in the lifecycle: one start, one run.
+    assert_eq!(
+        kinds(&handle).await,
+        [
+            "run.queued",
+            "run.starting",
+            "run.running",
+            "message.delta",
+            "run.succeeded"
+        ]
+    );
+}
+
+#[rstest::rstest]
+#[case::after_output(vec![delta("partial"), Step::Event(Err(HarnessError::new(ErrorCategory::Unavailable, "down")))])]
+#[case::not_retryable(vec![Step::Event(Err(HarnessError::new(ErrorCategory::Authorization, "denied")))])]
+#[tokio::test]
+async fn no_retry_after_output_or_for_non_retryable_errors(#[case] steps: Vec<Step>) {
+    let adapter = Controlled::new(move |_| steps.clone());
+    let counters = Arc::clone(&adapter.counters);
+    let handle = AdapterService::new(adapter)
+        .start(with_retry(ExecutionRequest::new("go"), 5))
+        .await
+        .unwrap();
+    assert!(matches!(handle.outcome().await, Outcome::Failed(_)));
+    assert_eq!(counters.runtimes.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn the_parent_token_cancels_every_execution_as_shutdown() {
+    let shutdown = CancellationToken::new();
+    let service = AdapterService::new(Controlled::new(|_| vec![delta("w"), Step::Hang]));
+    let mut handles = Vec::new();
+    for _ in 0..10 {
+        let mut request = ExecutionRequest::new("go");
+        request
+            .extensions
+            .insert(ParentCancellation(shutdown.clone()));
+        handles.push(service.start(request).await.unwrap());
+    }
+    shutdown.cancel();
+    for handle in handles {
+        let Outcome::Cancelled(reason) = handle.outcome().await else {
+            panic!("expected cancellation");
+        };
+        assert_eq!(reason.reason.as_deref(), Some("shutdown"));
+    }
+}
+
+#[test]
+fn extensions_are_not_part_of_the_wire_form() {
+    let mut request = ExecutionRequest::new("go");
+    request
+        .extensions
+        .insert(InitTimeout(std::time::Duration::from_secs(1)));
+    let json = serde_json::to_value(&request).unwrap();
+    assert_eq!(json, serde_json::json!({"message": "go"}));
+    let _unused: Extensions = Extensions::new();
 }

@@ -95,7 +95,9 @@ async fn approved_quickstart_runs_end_to_end() {
     let created: Vec<_> = events(&execution)
         .iter()
         .filter_map(|e| match e.payload() {
-            EventPayload::ArtifactCreated(a) => Some(a.clone()),
+            EventPayload::ArtifactCreated(a) => {
+                Some(harness_core::artifact::ArtifactDescriptor::clone(a))
+            }
             _ => None,
         })
         .collect();

@@ -48,7 +48,7 @@ pub(crate) async fn wait_for(handle: &ExecutionHandle, kind: &str) -> Arc<Event>
 pub(crate) async fn action(handle: &ExecutionHandle) -> ActionRequest {
     let event = wait_for(handle, "action.requested").await;
     match event.payload() {
-        EventPayload::ActionRequested(request) => request.clone(),
+        EventPayload::ActionRequested(request) => ActionRequest::clone(request),
         other => panic!("unexpected payload {other:?}"),
     }
 }
