@@ -92,8 +92,56 @@ pub enum AppendError {
     },
 }
 
+/// The stored events, in fixed-size chunks: appending never moves or copies what is stored
+/// (a long execution would otherwise re-copy its whole index each time the vector doubles).
+#[derive(Default)]
+struct Events {
+    chunks: Vec<Vec<Arc<Event>>>,
+    len: usize,
+}
+
+const CHUNK: usize = 1024;
+
+impl Events {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn push(&mut self, event: Arc<Event>) {
+        match self.chunks.last_mut() {
+            Some(chunk) if chunk.len() < CHUNK => chunk.push(event),
+            _ => {
+                // The first chunk grows as usual, so a short execution holds a short index;
+                // only long ones take whole chunks.
+                let mut chunk = if self.chunks.is_empty() {
+                    Vec::new()
+                } else {
+                    Vec::with_capacity(CHUNK)
+                };
+                chunk.push(event);
+                self.chunks.push(chunk);
+            }
+        }
+        self.len += 1;
+    }
+
+    fn get(&self, index: usize) -> Option<&Arc<Event>> {
+        self.chunks.get(index / CHUNK)?.get(index % CHUNK)
+    }
+
+    fn last(&self) -> Option<&Arc<Event>> {
+        self.chunks.last()?.last()
+    }
+
+    /// The events from `from` on, at most `max` of them, chunk by chunk.
+    fn range(&self, from: usize, max: usize) -> impl Iterator<Item = &Arc<Event>> {
+        let end = self.len.min(from.saturating_add(max));
+        (from..end).filter_map(move |i| self.get(i))
+    }
+}
+
 struct State {
-    events: Vec<Arc<Event>>,
+    events: Events,
     terminal: bool,
     artifacts: HashSet<ArtifactId>,
     /// Derived from the events under the same lock as the append, so a reader that saw an
@@ -196,7 +244,7 @@ impl EventLog {
             shared: Arc::new(Shared {
                 execution_id,
                 state: Mutex::new(State {
-                    events: Vec::new(),
+                    events: Events::default(),
                     terminal: false,
                     artifacts: HashSet::new(),
                     lifecycle: None,
@@ -358,11 +406,7 @@ impl LogReader {
     pub fn snapshot(&self, cursor: Cursor) -> Vec<Arc<Event>> {
         let state = self.shared.lock();
         let from = usize::try_from(cursor.after()).unwrap_or(usize::MAX);
-        state
-            .events
-            .get(from..)
-            .map(<[_]>::to_vec)
-            .unwrap_or_default()
+        state.events.range(from, usize::MAX).cloned().collect()
     }
 
     /// The events after `cursor`: first those already appended, then each new one as it is
@@ -486,13 +530,11 @@ impl Stream for EventStream {
             return Poll::Ready(Some(event));
         }
         let mut state = this.shared.lock();
-        if let Some(ready) = state.events.get(this.next..) {
-            if let Some((first, rest)) = ready.split_first() {
-                let rest = &rest[..rest.len().min(READ_BATCH - 1)];
-                this.buffer.extend(rest.iter().cloned());
-                this.next += 1 + rest.len();
-                return Poll::Ready(Some(Arc::clone(first)));
-            }
+        this.buffer
+            .extend(state.events.range(this.next, READ_BATCH).cloned());
+        if let Some(first) = this.buffer.pop_front() {
+            this.next += 1 + this.buffer.len();
+            return Poll::Ready(Some(first));
         }
         if state.terminal {
             return Poll::Ready(None);

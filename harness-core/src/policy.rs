@@ -148,11 +148,25 @@ pub struct ParentCancellation(pub CancellationToken);
 pub struct InitTimeout(pub Duration);
 
 /// Decides whether a failure before any output is retried.
+///
+/// Closures `Fn(u32, &HarnessError) -> Option<Duration>` are policies.
 pub trait RetryPolicy: Send + Sync + 'static {
     /// After attempt number `attempt` (from 1) failed with `error`, how long to wait before
-    /// the next attempt; `None` to give up. The driver only asks for errors that are
-    /// retryable and before any output or side effect.
+    /// the next attempt; `None` to give up. Only asked for errors that are retryable and
+    /// before any output or side effect.
     fn retry_after(&self, attempt: u32, error: &HarnessError) -> Option<Duration>;
+
+    /// A new request arrived (retry budgets deposit here).
+    fn on_request(&self) {}
+}
+
+impl<F> RetryPolicy for F
+where
+    F: Fn(u32, &HarnessError) -> Option<Duration> + Send + Sync + 'static,
+{
+    fn retry_after(&self, attempt: u32, error: &HarnessError) -> Option<Duration> {
+        self(attempt, error)
+    }
 }
 
 /// Extension: the retry policy of an execution.
