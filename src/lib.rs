@@ -9,3 +9,13 @@ pub use harness_core::{
 pub use harness_scripted as scripted;
 
 pub use harness_core::service::{AdapterService, ExecutionHandle, ExecutionRequest, Outcome};
+
+/// Derive macros for adapter authors: `#[derive(Adapter)]` builds a checked descriptor from an
+/// `#[adapter(...)]` attribute; `#[derive(AdapterOptions)]` makes an options type whose schema
+/// rejects unknown fields. See `examples/derive_adapter.rs`.
+pub use harness_macros::{Adapter, AdapterOptions};
+
+/// What the derives' generated code reaches, for crates that depend on this facade only (they
+/// write `#[adapter(crate = "::harness")]`). Not public API.
+#[doc(hidden)]
+pub use harness_core::__private;

@@ -19,3 +19,6 @@ pub mod session;
 pub mod time;
 pub mod tool;
 pub mod trace;
+
+#[doc(hidden)]
+pub mod __private;

@@ -1,0 +1,16 @@
+use harness::{Adapter, AdapterOptions};
+
+#[derive(serde::Deserialize, schemars::JsonSchema, AdapterOptions)]
+#[serde(deny_unknown_fields)]
+struct Options {}
+
+#[derive(Adapter)]
+#[adapter(
+    id = "My-Adapter",
+    contract_versions = [1],
+    execution_mode = in_process(compatibility_only),
+    options = Options,
+)]
+struct MyAdapter;
+
+fn main() {}

@@ -1,0 +1,6 @@
+use harness::Adapter;
+
+#[derive(Adapter)]
+struct Echo;
+
+fn main() {}

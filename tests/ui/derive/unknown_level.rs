@@ -1,0 +1,18 @@
+use harness::{Adapter, AdapterOptions};
+
+#[derive(serde::Deserialize, schemars::JsonSchema, AdapterOptions)]
+#[serde(deny_unknown_fields)]
+struct Options {}
+
+#[derive(Adapter)]
+#[adapter(
+    id = "echo",
+    contract_versions = [1],
+    execution_mode = in_process(compatibility_only),
+    options = Options,
+    capability("stream.text", nativ),
+    capability("runtime.cancel", supported),
+)]
+struct Echo;
+
+fn main() {}
