@@ -999,7 +999,7 @@ impl<A: HarnessAdapter> Driver<A> {
 
     /// Ends an execution whose runtime never started.
     async fn end_starting(
-        &self,
+        &mut self,
         starting: Execution<state::Starting>,
         end: SegmentEnd,
         mut runtime: Option<Runtime>,
@@ -1173,10 +1173,6 @@ impl<A: HarnessAdapter> Driver<A> {
                 if let Some(end) = self.flush(running, ending) {
                     return Some(end);
                 }
-                let err = match self.chain.as_mut() {
-                    Some(chain) => chain.error(err),
-                    None => err,
-                };
                 let err = if self.emitted {
                     err.with_side_effects(true)
                 } else {
@@ -1307,8 +1303,11 @@ impl<A: HarnessAdapter> Driver<A> {
         }
     }
 
+    /// The one failure path. Every error, whatever made it (the adapter, a panic caught
+    /// here, a start that failed, a deadline), passes through the interceptors here, once,
+    /// before it is recorded: a redactor sees the diagnostic of a panic too.
     async fn fail(
-        &self,
+        &mut self,
         running: Execution<state::Running>,
         err: HarnessError,
         runtime: Option<&mut Runtime>,
@@ -1316,6 +1315,10 @@ impl<A: HarnessAdapter> Driver<A> {
         if let Some(runtime) = runtime {
             self.cleanup(runtime).await;
         }
+        let err = match self.chain.as_mut() {
+            Some(chain) => chain.error(err),
+            None => err,
+        };
         self.record(Outcome::Failed(err.clone()));
         let _done = running.fail(err);
     }
