@@ -25,8 +25,9 @@ use harness::event::{Content, RunSucceeded, TextDelta, Usage};
 use harness::id::{AdapterId, Cursor};
 use harness::manifest::{AdapterManifest, HarnessDescriptor};
 use harness::registry::Registry;
-use harness::{Adapter, AdapterOptions, AdapterService, ExecutionRequest, Outcome};
+use harness::{Adapter, AdapterOptions, AdapterService, ExecutionRequest, HarnessStack, Outcome};
 use serde_json::json;
+use tower::{Layer, ServiceExt};
 
 /// The echo adapter's options. `deny_unknown_fields` is required: without it,
 /// `#[derive(AdapterOptions)]` does not compile.
@@ -157,15 +158,30 @@ async fn main() -> ExitCode {
         return ExitCode::from(1);
     };
 
-    // The service drives the execution. The layer stack (preflight, idempotency, retries,
-    // timeouts, redaction, metrics, tracing) does not exist yet as far as this facade is
-    // concerned (`harness` does not depend on `harness-layers`), so this runs the bare
-    // service; the stack will wrap it with `ServiceBuilder` and nothing else here changes.
-    let service = AdapterService::new(adapter);
+    // The default layer stack (tracing, metrics, idempotency, preflight against the derived
+    // descriptor, capacity, retry, redaction) over the service that drives the execution.
+    let stack = match HarnessStack::defaults_for(&adapter) {
+        Ok(stack) => stack,
+        Err(err) => {
+            eprintln!("cannot build the layer stack: {err}");
+            return ExitCode::from(1);
+        }
+    };
+    let service = stack.layer(AdapterService::new(adapter));
+
+    // Preflight refuses options the derived schema rejects, before any adapter work.
+    let refused = service
+        .clone()
+        .oneshot(ExecutionRequest::new("hello").with_options(bad))
+        .await;
+    if let Err(err) = refused {
+        println!("{}", json!({"preflight": err.public()}));
+    }
+
     let request = ExecutionRequest::new("hello derive")
         .with_options(json!({"prefix": "> ", "repeat": 2}))
         .require(harness::capability::CapabilityKey::StreamText);
-    let execution = match service.start(request).await {
+    let execution = match service.oneshot(request).await {
         Ok(execution) => execution,
         Err(err) => {
             eprintln!("the execution was refused: {err}");

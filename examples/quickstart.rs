@@ -5,7 +5,8 @@
 //! cargo run --example quickstart -- my.json      # any scripted-adapter script
 //! ```
 //!
-//! The bundled script streams reasoning and text, asks to approve a `write_file` tool call
+//! The execution runs through the default layer stack (`HarnessStack::defaults_for`). The
+//! bundled script streams reasoning and text, asks to approve a `write_file` tool call
 //! (this program approves it), creates an artifact and succeeds. For other scripts, the
 //! program approves every tool call and dismisses forms (or submits them empty when they
 //! cannot be dismissed). The outcome is printed last; the exit code is 0 only on success.
@@ -19,8 +20,9 @@ use harness::action::{
 use harness::event::EventPayload;
 use harness::id::Cursor;
 use harness::scripted::{Script, ScriptedAdapter};
-use harness::{AdapterService, ExecutionRequest, Outcome};
+use harness::{AdapterService, ExecutionRequest, HarnessStack, Outcome};
 use serde_json::json;
+use tower::{Layer, ServiceExt};
 
 fn answer(request: &ActionRequest) -> harness::action::ActionResponse {
     match &request.kind {
@@ -53,9 +55,19 @@ async fn main() -> ExitCode {
         },
         None => Script::quickstart(),
     };
-    let service = AdapterService::new(ScriptedAdapter::new(script));
+    // The default layer stack (tracing, metrics, idempotency, preflight, capacity, retry,
+    // redaction) over the service that drives the execution.
+    let adapter = ScriptedAdapter::new(script);
+    let stack = match HarnessStack::defaults_for(&adapter) {
+        Ok(stack) => stack,
+        Err(err) => {
+            eprintln!("cannot build the layer stack: {err}");
+            return ExitCode::from(1);
+        }
+    };
+    let service = stack.layer(AdapterService::new(adapter));
     let execution = match service
-        .start(ExecutionRequest::new("Summarize my notes"))
+        .oneshot(ExecutionRequest::new("Summarize my notes"))
         .await
     {
         Ok(execution) => execution,

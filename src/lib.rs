@@ -5,6 +5,10 @@ pub use harness_core::{
     schema, service, session, time, tool, trace,
 };
 
+/// The Tower layers and the default stack.
+pub use harness_layers as layers;
+pub use harness_layers::stack::HarnessStack;
+
 /// The embedded default adapter: deterministic, driven by a script.
 pub use harness_scripted as scripted;
 

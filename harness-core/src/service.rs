@@ -83,6 +83,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::action::{ActionRequest, ActionResponse, ActionResponseError, ValidatedResponse};
 use crate::adapter::{
@@ -383,7 +384,13 @@ impl<A: HarnessAdapter> AdapterService<A> {
             parent,
             content: Vec::new(),
         };
-        tokio.spawn(driver.run(queued, request, config));
+        // The driver inherits the caller's span (a tracing layer enters the execution's span while
+        // polling this call), so what the driver and the adapter log belongs to the execution.
+        tokio.spawn(
+            driver
+                .run(queued, request, config)
+                .instrument(tracing::Span::current()),
+        );
         Ok(handle)
     }
 }
@@ -719,7 +726,18 @@ fn timeout_error(what: &str) -> HarnessError {
     )
 }
 
-const DEADLINE_REASON: &str = "deadline exceeded";
+/// The reasons the service itself gives when it cancels, so observers can tell them apart from a
+/// caller's own reason.
+pub mod reasons {
+    /// The request's deadline passed while the execution awaited an action.
+    pub const DEADLINE_EXCEEDED: &str = "deadline exceeded";
+    /// The parent (shutdown) token was cancelled.
+    pub const SHUTDOWN: &str = "shutdown";
+    /// Every handle was dropped while the execution awaited an action.
+    pub const ABANDONED: &str = "abandoned";
+}
+
+const DEADLINE_REASON: &str = reasons::DEADLINE_EXCEEDED;
 
 /// Resolves when the execution must stop waiting: cancelled, or past `deadline`.
 async fn stop(cancel: &CancellationToken, deadline: Option<tokio::time::Instant>) -> Stop {
@@ -743,7 +761,7 @@ impl<A: HarnessAdapter> Driver<A> {
                 .as_ref()
                 .is_some_and(CancellationToken::is_cancelled)
             {
-                CancelReason::new("shutdown")
+                CancelReason::new(reasons::SHUTDOWN)
             } else {
                 CancelReason::default()
             }
@@ -1236,7 +1254,7 @@ impl<A: HarnessAdapter> Driver<A> {
                 self.shared
                     .snapshot()
                     .cancel_reason
-                    .get_or_insert_with(|| CancelReason::new("abandoned"));
+                    .get_or_insert_with(|| CancelReason::new(reasons::ABANDONED));
                 self.shared.cancel.cancel();
                 return Err(awaiting.begin_cancel(self.cancel_reason()));
             };

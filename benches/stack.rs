@@ -1,0 +1,178 @@
+//! The default layer stack against the bare adapter service, measured side by side in one run.
+//!
+//! ```sh
+//! cargo bench --bench stack                      # full sizes
+//! HARNESS_BENCH_QUICK=1 cargo bench --bench stack # a smoke run
+//! ```
+//!
+//! 1. Throughput: one execution streaming N deltas (100,000), one reader consuming them, the
+//!    bare `AdapterService` against `HarnessStack::defaults_for` over it (tracing, metrics,
+//!    idempotency, preflight, capacity, retry, redaction), alternating, median of 5 rounds.
+//!    Aim: the stack keeps at least half the bare throughput.
+//! 2. Start to first event: the time from the call to the first `message.delta`, median over
+//!    many executions, bare against stack, and the overhead in microseconds.
+//!
+//! Figures are ratios from one run on one machine; they are printed, never asserted.
+
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use harness::event::EventKind;
+use harness::id::Cursor;
+use harness::layers::stack::StackService;
+use harness::scripted::{Script, ScriptedAdapter};
+use harness::{AdapterService, ExecutionRequest, HarnessStack, Outcome};
+use tower::{Layer, ServiceExt};
+
+fn quick() -> bool {
+    std::env::var_os("HARNESS_BENCH_QUICK").is_some()
+}
+
+#[derive(Clone)]
+enum Target {
+    Bare(AdapterService<ScriptedAdapter>),
+    Stack(StackService),
+}
+
+impl Target {
+    fn new(script: Script, stacked: bool) -> Self {
+        let adapter = ScriptedAdapter::new(script);
+        if stacked {
+            let stack = HarnessStack::defaults_for(&adapter).expect("the default stack builds");
+            Self::Stack(stack.layer(AdapterService::new(adapter)))
+        } else {
+            Self::Bare(AdapterService::new(adapter))
+        }
+    }
+
+    async fn start(&self) -> harness::ExecutionHandle {
+        let request = ExecutionRequest::new("bench");
+        match self.clone() {
+            Self::Bare(s) => s.oneshot(request).await,
+            Self::Stack(s) => s.oneshot(request).await,
+        }
+        .expect("the execution starts")
+    }
+}
+
+async fn stream_round(target: &Target, deltas: u32) -> Duration {
+    let start = Instant::now();
+    let handle = target.start().await;
+    let mut seen = 0_u32;
+    let mut events = handle.events(Cursor::START);
+    while let Some(event) = events.next().await {
+        if event.kind() == EventKind::MessageDelta {
+            seen += 1;
+        }
+    }
+    let outcome = handle.outcome().await;
+    let elapsed = start.elapsed();
+    assert!(matches!(outcome, Outcome::Succeeded(_)), "{outcome:?}");
+    assert_eq!(seen, deltas);
+    elapsed
+}
+
+async fn first_event(target: &Target) -> Duration {
+    let start = Instant::now();
+    let handle = target.start().await;
+    let mut events = handle.events(Cursor::START);
+    while let Some(event) = events.next().await {
+        if event.kind() == EventKind::MessageDelta {
+            break;
+        }
+    }
+    let elapsed = start.elapsed();
+    handle.outcome().await;
+    elapsed
+}
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+fn main() {
+    let (deltas, rounds, starts) = if quick() {
+        (10_000, 3, 200)
+    } else {
+        (100_000, 5, 2_000)
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let script = Script::builder()
+            .text_repeated("tok ", deltas)
+            .complete("done")
+            .build();
+        let bare = Target::new(script.clone(), false);
+        let stacked = Target::new(script, true);
+        // Warm both paths once.
+        stream_round(&bare, deltas).await;
+        stream_round(&stacked, deltas).await;
+        let mut bare_samples = Vec::new();
+        let mut stack_samples = Vec::new();
+        for round in 0..rounds {
+            if round % 2 == 0 {
+                bare_samples.push(stream_round(&bare, deltas).await);
+                stack_samples.push(stream_round(&stacked, deltas).await);
+            } else {
+                stack_samples.push(stream_round(&stacked, deltas).await);
+                bare_samples.push(stream_round(&bare, deltas).await);
+            }
+        }
+        let bare_t = median(bare_samples);
+        let stack_t = median(stack_samples);
+        let rate = |t: Duration| f64::from(deltas) / t.as_secs_f64();
+        let ratio = rate(stack_t) / rate(bare_t);
+        println!("harness layer stack bench (tokio multi-thread, 2 workers)");
+        println!("throughput: {deltas} deltas, median of {rounds} alternating rounds");
+        println!(
+            "  bare AdapterService  {:>12.0} deltas/s  ({:.1} ns/delta)",
+            rate(bare_t),
+            bare_t.as_secs_f64() * 1e9 / f64::from(deltas)
+        );
+        println!(
+            "  default stack        {:>12.0} deltas/s  ({:.1} ns/delta)",
+            rate(stack_t),
+            stack_t.as_secs_f64() * 1e9 / f64::from(deltas)
+        );
+        println!(
+            "  ratio stack/bare: {ratio:.3}  (target >= 0.5)  {}",
+            if ratio >= 0.5 { "PASS" } else { "BELOW" }
+        );
+
+        let first = Script::builder().text("hello").complete("done").build();
+        let bare = Target::new(first.clone(), false);
+        let stacked = Target::new(first, true);
+        let mut bare_samples = Vec::new();
+        let mut stack_samples = Vec::new();
+        for i in 0..starts {
+            if i % 2 == 0 {
+                bare_samples.push(first_event(&bare).await);
+                stack_samples.push(first_event(&stacked).await);
+            } else {
+                stack_samples.push(first_event(&stacked).await);
+                bare_samples.push(first_event(&bare).await);
+            }
+        }
+        let bare_t = median(bare_samples);
+        let stack_t = median(stack_samples);
+        println!("start to first event: median of {starts} executions each, alternating");
+        println!(
+            "  bare AdapterService  {:>8.1} us",
+            bare_t.as_secs_f64() * 1e6
+        );
+        println!(
+            "  default stack        {:>8.1} us",
+            stack_t.as_secs_f64() * 1e6
+        );
+        println!(
+            "  overhead: {:+.1} us  (ratio stack/bare {:.2})",
+            (stack_t.as_secs_f64() - bare_t.as_secs_f64()) * 1e6,
+            stack_t.as_secs_f64() / bare_t.as_secs_f64()
+        );
+    });
+}

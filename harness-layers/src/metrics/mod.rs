@@ -1,0 +1,202 @@
+//! Metrics of executions: started, finished by outcome, durations, in-flight, events by kind,
+//! errors by category.
+//!
+//! ```
+//! use harness_core::id::Cursor;
+//! use harness_core::service::{AdapterService, ExecutionRequest};
+//! use harness_layers::metrics::{MetricsLayer, names};
+//! use harness_scripted::{Script, ScriptedAdapter};
+//! use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+//! use tower::{ServiceBuilder, ServiceExt};
+//!
+//! # let recorder = DebuggingRecorder::new();
+//! # let snapshotter = recorder.snapshotter();
+//! # metrics::with_local_recorder(&recorder, || {
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let service = ServiceBuilder::new()
+//!     .layer(MetricsLayer::new())
+//!     .service(AdapterService::new(ScriptedAdapter::new(Script::quickstart())));
+//! let script = Script::builder().text("hello").complete("done").build();
+//! let request = ExecutionRequest::new("hi")
+//!     .with_options(harness_scripted::ScriptedOptions::with_script(script).to_value());
+//! let execution = service.oneshot(request).await.unwrap();
+//! execution.outcome().await;
+//! # for _ in 0..100 { tokio::task::yield_now().await; } // let the watcher see the end
+//! # });
+//! # });
+//! # let snapshot = snapshotter.snapshot().into_vec();
+//! # let finished = snapshot.iter().find(|(key, ..)| key.key().name() == names::EXECUTIONS_FINISHED).unwrap();
+//! # assert_eq!(finished.3, DebugValue::Counter(1));
+//! // The recorder now holds harness_executions_started_total{adapter="scripted"} = 1,
+//! // harness_executions_finished_total{adapter="scripted",outcome="succeeded"} = 1,
+//! // harness_events_total{adapter="scripted",kind="message.delta"} = 1, ...
+//! ```
+//!
+//! The library emits through the `metrics` macros only and never installs a recorder: an
+//! application installs one (an exporter) and calls [`names::describe`]. Every name, unit and
+//! label is in [`names`], with the recommended histogram buckets.
+//!
+//! # What the layer records
+//!
+//! - When called: the in-flight gauge goes up, held by a drop guard inside the response
+//!   future. If the inner call fails, or the future is dropped before it resolves, the guard
+//!   takes it down again; a failed call also counts in `harness_errors_total` with
+//!   `stage="call"`.
+//! - When the inner service returns a new execution: `harness_executions_started_total`, and
+//!   one small task per execution follows its log from the start (through a
+//!   [`LogReader`](harness_core::log::LogReader), never a handle clone, so the driver still
+//!   notices when every caller has let go). It counts events by kind, records the time to the
+//!   first non-lifecycle event, and on the terminal event records the outcome, the duration
+//!   (from the call) and, for a failure, the error category; then the in-flight guard drops.
+//!   If the runtime shuts down first, the task is dropped and so is the guard.
+//!
+//! # Neighbours
+//!
+//! - **Adapter label.** Before the inner service answers, the layer does not know the adapter:
+//!   the in-flight gauge of a pending call and the errors of a refused call carry the label
+//!   given with [`MetricsLayer::with_adapter`] (default [`names::UNKNOWN_ADAPTER`]). Once an
+//!   execution exists, its own adapter id is the label (the in-flight count moves over).
+//! - **Idempotency below.** A replayed execution is not a new one: the idempotency layer calls
+//!   [`names::record_idempotent_replay`] with the replayed request's extensions, which marks
+//!   the call (through a [`ReplayMarker`] this layer puts in the request) so the layer neither
+//!   counts it as started nor follows its log a second time. An idempotency layer *above* this
+//!   one needs nothing: replays never reach it.
+//! - **Tracing above.** Any order works; put [`TraceLayer`](crate::trace::TraceLayer) outside
+//!   so its span covers this layer too.
+//! - **Retries inside the driver** are one execution: they count in `harness_retries_total`
+//!   (recorded by the retry policy), not as more starts.
+//! - It needs a Tokio runtime for its watcher task (the core service needs one anyway);
+//!   without one, starts are counted and nothing is followed.
+
+mod future;
+mod layer;
+pub mod names;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use ::metrics::SharedString;
+use harness_core::error::HarnessError;
+use harness_core::extensions::Extensions;
+use harness_core::service::{ExecutionHandle, ExecutionRequest};
+use tower::Service;
+
+pub use self::future::ResponseFuture;
+pub use self::layer::MetricsLayer;
+use crate::ExecutionService;
+
+/// Records metrics of the executions started through the inner service. See the
+/// [module docs](self).
+#[derive(Debug, Clone)]
+pub struct Metrics<S> {
+    inner: S,
+    adapter: SharedString,
+}
+
+impl<S> Metrics<S> {
+    /// Wraps `inner`; the adapter label before an execution exists is
+    /// [`names::UNKNOWN_ADAPTER`].
+    #[must_use]
+    pub const fn new(inner: S) -> Self {
+        Self {
+            inner,
+            adapter: SharedString::const_str(names::UNKNOWN_ADAPTER),
+        }
+    }
+
+    pub(crate) const fn with_label(inner: S, adapter: SharedString) -> Self {
+        Self { inner, adapter }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S> Service<ExecutionRequest> for Metrics<S>
+where
+    S: ExecutionService,
+{
+    type Response = ExecutionHandle;
+    type Error = HarnessError;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: ExecutionRequest) -> Self::Future {
+        let started = Instant::now();
+        let replay = ReplayMarker::attach(&mut request.extensions);
+        let call = future::Call::new(self.adapter.clone(), started, replay);
+        ResponseFuture::new(self.inner.call(request), call)
+    }
+}
+
+/// Marks a call as answered with an execution that already existed (an idempotent replay),
+/// so a [`MetricsLayer`] above does not count it as a new one.
+///
+/// The metrics layer puts one in every request's extensions; a layer below that returns an
+/// existing execution marks it, usually through [`names::record_idempotent_replay`]. Clones
+/// share the mark.
+#[derive(Debug, Clone, Default)]
+pub struct ReplayMarker(Arc<AtomicBool>);
+
+impl ReplayMarker {
+    /// Marks the call whose request carries `extensions` as a replay; `false` when no metrics
+    /// layer is above to care.
+    pub fn mark(extensions: &Extensions) -> bool {
+        match extensions.get::<Self>() {
+            Some(marker) => {
+                marker.0.store(true, Ordering::Release);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether the call was marked.
+    #[must_use]
+    pub fn is_marked(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// The marker of `extensions`, put there if absent (two metrics layers share one).
+    fn attach(extensions: &mut Extensions) -> Self {
+        if let Some(marker) = extensions.get::<Self>() {
+            return marker.clone();
+        }
+        let marker = Self::default();
+        extensions.insert(marker.clone());
+        marker
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_marker_is_shared_by_layers_and_seen_through_the_extensions() {
+        let mut extensions = Extensions::new();
+        let outer = ReplayMarker::attach(&mut extensions);
+        let inner = ReplayMarker::attach(&mut extensions);
+        assert!(!outer.is_marked());
+        assert!(ReplayMarker::mark(&extensions));
+        assert!(outer.is_marked() && inner.is_marked());
+        assert!(!ReplayMarker::mark(&Extensions::new()));
+    }
+}

@@ -1,0 +1,251 @@
+//! Redaction: only the safe projection of events and errors crosses outward.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use futures_util::StreamExt;
+//! use harness_core::event::EventPayload;
+//! use harness_core::id::Cursor;
+//! use harness_core::service::{AdapterService, ExecutionRequest};
+//! use harness_layers::redaction::{RedactionLayer, Redactor};
+//! use harness_scripted::{Script, ScriptedAdapter};
+//! use tower::{ServiceBuilder, ServiceExt};
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let redactor = Arc::new(Redactor::builder().secret("hunter2-db-password").build().unwrap());
+//! // The secret is split across two deltas.
+//! let script = Script::builder()
+//!     .text("connecting with hunter2-d")
+//!     .text("b-password and sk-proj-0123456789abcdefghij")
+//!     .complete("done")
+//!     .build();
+//! let service = ServiceBuilder::new()
+//!     .layer(RedactionLayer::new(redactor))
+//!     .service(AdapterService::new(ScriptedAdapter::new(script)));
+//! let execution = service.oneshot(ExecutionRequest::new("go")).await.unwrap();
+//! let text: String = execution
+//!     .events(Cursor::START)
+//!     .filter_map(|e| async move {
+//!         match e.payload() {
+//!             EventPayload::MessageDelta(d) => Some(d.text.clone()),
+//!             _ => None,
+//!         }
+//!     })
+//!     .collect::<Vec<_>>()
+//!     .await
+//!     .concat();
+//! assert_eq!(text, "connecting with [REDACTED:secret] and [REDACTED:openai_key]");
+//! # });
+//! ```
+//!
+//! # Rules
+//!
+//! A [`Redactor`] is built once ([`Redactor::builder`]) and shared (`Arc`) by every
+//! execution. It knows three kinds of rules:
+//!
+//! - **exact secrets** (registered credentials, [`RedactorBuilder::secret`]), found with one
+//!   Aho-Corasick automaton; every occurrence, overlapping ones included;
+//! - **pattern rules** ([`PatternRule`]): the built-in ones (bearer tokens, `sk-`,
+//!   `sk-ant-`, GitHub, Slack, AWS and Google API keys, private key blocks, JWTs; see
+//!   [`builtin_rule_names`]) and any added with [`RedactorBuilder::pattern`];
+//! - **sensitive JSON field names** ([`DEFAULT_FIELDS`] plus [`RedactorBuilder::field`]),
+//!   compared case-insensitively ignoring `_` and `-`, whose values are replaced wholesale.
+//!
+//! Every match becomes a marker `[REDACTED:<rule>]` (`secret` for exact secrets, `field`
+//! for sensitive fields, the rule's name for patterns); overlapping matches become one
+//! marker. A marker never contains any part of what it replaces (not its length either).
+//!
+//! # How patterns are matched, and why they declare bounds
+//!
+//! A pattern rule is evaluated at *candidate starts*: where one of its literal
+//! [prefixes](PatternRule::prefixes) occurs (one case-insensitive Aho-Corasick pass finds
+//! the prefixes of all rules at once), or, for rules without prefixes, where one combined
+//! alternation of those rules matches. At a candidate start `t` the rule's own regex runs on
+//! a *window*: the text up to `t + max_len`, or up to and including the first character
+//! that is not one of the rule's [token characters](PatternRule::token_chars), whichever
+//! comes first (a window shorter than the rule's [`min_len`](PatternRule::min_len) is
+//! dismissed without running the regex). A match starting at `t` in that window is a
+//! candidate redaction. So
+//!
+//! - `redact_str` costs two linear automaton passes (the secrets, the prefixes) plus one
+//!   window-bounded regex search per prefix hit: O(n + hits × window). With 100 rules that
+//!   all have prefixes, no regex scans text that no rule could match. Rules without
+//!   prefixes add one pass of their combined regex, plus a window-bounded search at each
+//!   position where it matches (O(n × window) in the worst case: a long run of text that
+//!   matches everywhere). One regex alternating 100 rules, by comparison, is several times
+//!   slower (see `benches/redaction.rs`).
+//! - the result at `t` depends only on a bounded window of text, so a stream knows when it
+//!   is settled. That is what makes streaming exact.
+//!
+//! Write `(?-u:\b)` rather than `\b` in rules: a Unicode word boundary makes the `regex`
+//! crate leave its fast engines on any non-ASCII text (the built-in rules use ASCII
+//! boundaries).
+//!
+//! | rule | prefixes | window (max length) |
+//! |---|---|---|
+//! | exact secret | the secret | its length |
+//! | `private_key` | `-----BEGIN` | 8 KiB; an unterminated or longer block is redacted from its header to the window's end |
+//! | `jwt` | `eyJ` | 8 KiB |
+//! | `bearer` | `bearer` | 8 KiB (only the token is replaced: `Bearer [REDACTED:bearer]`) |
+//! | `anthropic_key`, `openai_key`, `github_token`, `slack_token` | their literal prefixes | 256 B |
+//! | `aws_access_key` | `AKIA`, `ASIA` | 32 B |
+//! | `google_api_key` | `AIza` | 64 B |
+//! | added rules | declared, or derived from a literal start | [`DEFAULT_MAX_LEN`] unless declared |
+//!
+//! A match longer than its rule's window is cut at the window: its beginning is redacted,
+//! the rest is not recognised (in both `redact_str` and streams, which therefore agree).
+//!
+//! # Streaming
+//!
+//! Text arrives in deltas, and a secret may be split across two or more of them. Each
+//! execution gets a [`StreamRedactor`] (an [`Interceptor`](harness_core::policy::Interceptor)
+//! run by the service's driver *before* anything is numbered or stored), which keeps one
+//! buffer per text stream (message, reasoning). On each delta it scans the new text
+//! (occurrences and candidates already settled are kept, only still-open windows are
+//! evaluated again) and emits everything before the *horizon*, holding back only:
+//!
+//! - a tail that is a proper prefix of an exact secret or of a rule prefix (at most the
+//!   longest secret or prefix, minus one byte; a word ending in `e` waits for the next
+//!   byte, which could make it `eyJ`);
+//! - from a prefix hit whose window is not complete yet: until a non-token character
+//!   follows, or the rule's `max_len` bytes have arrived (so at most 8 KiB, after
+//!   `-----BEGIN`, `eyJ` or `bearer`; 256 bytes after `sk-`, ...);
+//! - for rules without prefixes, their `max_len` (or the trailing run of token characters);
+//! - and never a cut inside a redaction.
+//!
+//! The tail is given back at the end of the run segment and before any other item (the text
+//! then ends: what follows starts a new text, without the old one as context), so
+//! nothing is lost or reordered within a stream, and the concatenation of what a stream
+//! emits is exactly [`Redactor::redact_str`] of the concatenation of its deltas (a property
+//! the tests check on random texts and split points). [`Redactor::max_hold_back`] reports
+//! the bound.
+//!
+//! Tool arguments and results, native payloads, approval arguments, artifact names, URIs
+//! and metadata, completion summaries, and errors (message, diagnostic and provider code)
+//! are redacted whole ([`Redactor::redact_event`], [`Redactor::redact_error`]). Forms pass
+//! unchanged (their labels and titles are the adapter's, not the provider's output).
+//!
+//! # The layer and its neighbours
+//!
+//! [`Redaction`] adds a [`StreamRedactor`] factory to the request's
+//! [`Interceptors`] and calls the inner service; it
+//! also redacts the error the inner call returns (a refusal message cannot leak a secret).
+//! It assumes that:
+//!
+//! - it sits over the [`AdapterService`](harness_core::service::AdapterService), or over
+//!   layers that pass request extensions through: the driver is what runs the interceptor;
+//! - it is the *first* interceptor: interceptors run in the order layers add them, so a
+//!   layer *outside* it that adds one (a retry or timeout policy needs none) would see
+//!   unredacted items. Layers outside it that read the handle's events (metrics, tracing,
+//!   idempotency replays) only ever see redacted ones, because only redacted items are
+//!   stored.
+//!
+//! What it cannot reach: a panic's text. The driver turns a panic into an `internal` error
+//! whose public message is fixed, but whose diagnostic (visible through
+//! `ExecutionHandle::outcome`) carries the panic message without passing it through the
+//! interceptors, and likewise for errors from creating or initializing the runtime. See the
+//! crate's tests for the canary checks.
+//!
+//! The tracing layer redacts span fields with [`Redactor::redact_span_field`].
+
+mod engine;
+mod future;
+mod layer;
+mod rules;
+mod stream;
+
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use harness_core::error::HarnessError;
+use harness_core::policy::{InterceptorFactory, Interceptors};
+use harness_core::service::ExecutionRequest;
+use tower::Service;
+
+pub use engine::{Redactor, RedactorBuilder};
+pub use future::ResponseFuture;
+pub use layer::RedactionLayer;
+pub use rules::{
+    DEFAULT_FIELDS, DEFAULT_MAX_LEN, FIELD_RULE, MAX_RULE_LEN, MIN_SECRET_LEN, PatternRule,
+    RedactionError, SECRET_RULE, builtin_rule_names,
+};
+pub use stream::StreamRedactor;
+
+use stream::StreamRedactorFactory;
+
+/// Redacts what an execution yields before it is stored, and the errors of the inner call:
+/// see the [module docs](self).
+#[derive(Debug, Clone)]
+pub struct Redaction<S> {
+    inner: S,
+    factory: Arc<StreamRedactorFactory>,
+}
+
+impl<S> Redaction<S> {
+    /// Wraps `inner`, redacting with `redactor`.
+    #[must_use]
+    pub fn new(inner: S, redactor: Arc<Redactor>) -> Self {
+        Self::for_adapter(
+            inner,
+            redactor,
+            Arc::from(crate::metrics::names::UNKNOWN_ADAPTER),
+        )
+    }
+
+    /// Wraps `inner`, redacting with `redactor` and counting redactions under `adapter`.
+    #[must_use]
+    pub fn for_adapter(inner: S, redactor: Arc<Redactor>, adapter: Arc<str>) -> Self {
+        Self {
+            inner,
+            factory: Arc::new(StreamRedactorFactory(redactor, adapter)),
+        }
+    }
+
+    /// The redactor.
+    #[must_use]
+    pub fn redactor(&self) -> &Arc<Redactor> {
+        &self.factory.0
+    }
+
+    /// The inner service.
+    #[must_use]
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service, by value.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S> Service<ExecutionRequest> for Redaction<S>
+where
+    S: Service<ExecutionRequest, Error = HarnessError>,
+{
+    type Response = S::Response;
+    type Error = HarnessError;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner
+            .poll_ready(cx)
+            .map_err(|e| self.factory.0.redact_error(e))
+    }
+
+    fn call(&mut self, mut request: ExecutionRequest) -> Self::Future {
+        let mut interceptors = request
+            .extensions
+            .remove::<Interceptors>()
+            .map(Arc::unwrap_or_clone)
+            .unwrap_or_default();
+        let factory: Arc<dyn InterceptorFactory> = self.factory.clone();
+        interceptors.push(factory);
+        request.extensions.insert(interceptors);
+        ResponseFuture::new(self.inner.call(request), Arc::clone(&self.factory.0))
+    }
+}

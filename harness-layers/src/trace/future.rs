@@ -1,0 +1,88 @@
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use harness_core::error::HarnessError;
+use harness_core::event::EventPayload;
+use harness_core::log::LogReader;
+use harness_core::service::ExecutionHandle;
+use pin_project_lite::pin_project;
+use tracing::Span;
+
+pin_project! {
+    /// The response future of [`Trace`](super::Trace): polls the inner future inside the
+    /// execution's span.
+    pub struct ResponseFuture<F> {
+        #[pin]
+        inner: F,
+        span: Span,
+    }
+}
+
+impl<F> ResponseFuture<F> {
+    pub(super) fn new(inner: F, span: Span) -> Self {
+        Self { inner, span }
+    }
+}
+
+impl<F> fmt::Debug for ResponseFuture<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture")
+            .field("span", &self.span)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<F> Future for ResponseFuture<F>
+where
+    F: Future<Output = Result<ExecutionHandle, HarnessError>>,
+{
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let span: &Span = this.span;
+        let result = {
+            let _entered = span.enter();
+            ready!(this.inner.poll(cx))
+        };
+        match &result {
+            Ok(handle) => {
+                span.record("adapter", handle.adapter().as_str());
+                span.record("execution_id", handle.id().as_str());
+                if !span.is_disabled() {
+                    // Keep the span open until the execution ends, and say how it ended.
+                    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                        runtime.spawn(follow(handle.log().clone(), span.clone()));
+                    }
+                }
+            }
+            Err(err) => {
+                span.record("outcome", "rejected");
+                span.record("error.category", err.category().as_str());
+                span.record("error.code", err.code().as_str());
+            }
+        }
+        Poll::Ready(result)
+    }
+}
+
+/// Holds `span` until the execution's terminal event, then records its outcome.
+async fn follow(reader: LogReader, span: Span) {
+    let terminal = reader.terminal().await;
+    match terminal.payload() {
+        EventPayload::RunSucceeded(_) => {
+            span.record("outcome", "succeeded");
+        }
+        EventPayload::RunCancelled(_) => {
+            span.record("outcome", "cancelled");
+        }
+        EventPayload::RunFailed(failed) => {
+            span.record("outcome", "failed");
+            span.record("error.category", failed.error.category.as_str());
+            span.record("error.code", failed.error.code.as_str());
+        }
+        _ => {}
+    }
+}

@@ -1,0 +1,324 @@
+//! Preflight, capacity, timeouts, retry and shutdown cancellation over the scripted adapter:
+//! refusals cost no provider work, bounds hold under concurrency, retries happen only where
+//! they are safe.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use harness_core::capability::CapabilityKey;
+use harness_core::error::{ErrorCategory, ErrorCode, HarnessError};
+use harness_core::event::CancelReason;
+use harness_core::service::{AdapterService, ExecutionHandle, ExecutionRequest, Outcome};
+use harness_layers::cancellation::CancellationLayer;
+use harness_layers::capacity::CapacityLayer;
+use harness_layers::preflight::PreflightLayer;
+use harness_layers::retry::{Backoff, RetryLayer};
+use harness_layers::timeout::TimeoutLayer;
+use harness_scripted::{Script, ScriptedAdapter};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use tower::{Service, ServiceBuilder, ServiceExt};
+
+/// Counts the calls that reach the adapter service.
+#[derive(Clone)]
+struct Counting<S> {
+    inner: S,
+    calls: Arc<AtomicUsize>,
+}
+
+impl<S> Service<ExecutionRequest> for Counting<S>
+where
+    S: Service<ExecutionRequest, Response = ExecutionHandle, Error = HarnessError>,
+{
+    type Response = ExecutionHandle;
+    type Error = HarnessError;
+    type Future = S::Future;
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), HarnessError>> {
+        self.inner.poll_ready(cx)
+    }
+    fn call(&mut self, request: ExecutionRequest) -> S::Future {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.inner.call(request)
+    }
+}
+
+fn counting(
+    adapter: ScriptedAdapter,
+) -> (Counting<AdapterService<ScriptedAdapter>>, Arc<AtomicUsize>) {
+    let calls = Arc::new(AtomicUsize::new(0));
+    (
+        Counting {
+            inner: AdapterService::new(adapter),
+            calls: Arc::clone(&calls),
+        },
+        calls,
+    )
+}
+
+#[tokio::test]
+async fn preflight_refusals_reach_no_adapter_and_list_every_problem() {
+    let adapter = ScriptedAdapter::quickstart();
+    let preflight = PreflightLayer::for_adapter(&adapter).unwrap();
+    let (inner, calls) = counting(adapter);
+    let service = ServiceBuilder::new().layer(preflight).service(inner);
+
+    // Two unknown option fields and a wrong type: every one is listed with its pointer.
+    let bad = ExecutionRequest::new("go").with_options(json!({"a": 1, "b": 2, "script": 7}));
+    let err = service.clone().oneshot(bad).await.unwrap_err();
+    assert_eq!(err.code(), &ErrorCode::OPTIONS_INVALID);
+    assert_eq!(err.category(), ErrorCategory::Configuration);
+    for expected in ["`/a`", "`/b`", "`/script`"] {
+        assert!(
+            err.message().contains(expected),
+            "{expected} missing: {}",
+            err.message()
+        );
+    }
+
+    // Every unmet capability is listed.
+    let bad = ExecutionRequest::new("go")
+        .require(CapabilityKey::SessionMultiTurn)
+        .require(CapabilityKey::ToolMcp)
+        .require(CapabilityKey::StreamText);
+    let err = service.clone().oneshot(bad).await.unwrap_err();
+    assert_eq!(err.code(), &ErrorCode::CAPABILITY_UNSUPPORTED);
+    assert!(
+        err.message().contains("session.multi_turn"),
+        "{}",
+        err.message()
+    );
+    assert!(err.message().contains("tool.mcp"), "{}", err.message());
+    assert!(!err.message().contains("stream.text"), "{}", err.message());
+
+    // Continuity the adapter cannot keep.
+    let bad = ExecutionRequest::new("go").with_conversation("conv_1".parse().unwrap());
+    let err = service.clone().oneshot(bad).await.unwrap_err();
+    assert_eq!(err.code(), &ErrorCode::CAPABILITY_UNSUPPORTED);
+    assert!(err.message().contains("conversation"), "{}", err.message());
+
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        0,
+        "no refusal reached the adapter"
+    );
+
+    // A request the adapter can serve passes.
+    let ok = ExecutionRequest::new("go")
+        .require(CapabilityKey::StreamText)
+        .with_options(json!({"script": {"steps": [{"type": "complete"}]}}));
+    let execution = service.oneshot(ok).await.unwrap();
+    assert!(matches!(execution.outcome().await, Outcome::Succeeded(_)));
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capacity_admits_exactly_the_limit_under_concurrency_and_frees_on_end() {
+    let hang = Script::builder().hang().build();
+    let (inner, calls) = counting(ScriptedAdapter::new(hang));
+    let service = ServiceBuilder::new()
+        .layer(CapacityLayer::new(5))
+        .service(inner);
+
+    let attempts = (0..50).map(|_| {
+        let service = service.clone();
+        tokio::spawn(async move { service.oneshot(ExecutionRequest::new("go")).await })
+    });
+    let results = futures_util::future::join_all(attempts).await;
+    let (admitted, refused): (Vec<_>, Vec<_>) = results
+        .into_iter()
+        .map(|r| r.unwrap())
+        .partition(Result::is_ok);
+    assert_eq!(admitted.len(), 5);
+    assert_eq!(refused.len(), 45);
+    for err in refused.iter().map(|r| r.as_ref().unwrap_err()) {
+        assert_eq!(err.category(), ErrorCategory::Capacity);
+        assert!(err.retryable());
+        assert!(err.retry_after().is_some());
+    }
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        5,
+        "refusals reached no adapter"
+    );
+
+    // Ending one execution frees exactly one slot.
+    let handles: Vec<ExecutionHandle> = admitted.into_iter().map(Result::unwrap).collect();
+    handles[0].cancel(CancelReason::default());
+    handles[0].outcome().await;
+    // The permit is released by a watcher task once the terminal event is appended: poll
+    // the layer's count (bounded, never a blind sleep).
+    for _ in 0..5000 {
+        if service.active() == 4 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert_eq!(
+        service.active(),
+        4,
+        "the ended execution still holds its slot"
+    );
+    let again = service
+        .clone()
+        .oneshot(ExecutionRequest::new("again"))
+        .await;
+    assert!(
+        again.is_ok(),
+        "the freed slot was not reused: {:?}",
+        again.err()
+    );
+    let err = service
+        .clone()
+        .oneshot(ExecutionRequest::new("full"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.category(), ErrorCategory::Capacity);
+}
+
+#[tokio::test]
+async fn a_turn_timeout_fails_the_execution_with_timeout_and_cleans_up() {
+    let adapter = ScriptedAdapter::new(Script::builder().text("working").hang().build());
+    let stats = adapter.stats();
+    let service = ServiceBuilder::new()
+        .layer(TimeoutLayer::new().turn(Duration::from_millis(30)))
+        .service(AdapterService::new(adapter));
+    let execution = service.oneshot(ExecutionRequest::new("go")).await.unwrap();
+    let Outcome::Failed(err) = execution.outcome().await else {
+        panic!("expected a timeout failure");
+    };
+    assert_eq!(err.category(), ErrorCategory::Timeout);
+    let stats = stats.snapshot();
+    assert_eq!(stats.cancel_calls, 1);
+    assert_eq!(stats.cleanups, 1);
+}
+
+#[tokio::test]
+async fn retries_a_failure_before_output_on_fresh_runtimes_up_to_the_limit() {
+    let fails = Script::builder()
+        .error(ErrorCategory::Unavailable, "provider down")
+        .build();
+    let adapter = ScriptedAdapter::new(fails);
+    let stats = adapter.stats();
+    let service = ServiceBuilder::new()
+        .layer(RetryLayer::new(
+            Backoff::new()
+                .max_attempts(3)
+                .base(Duration::from_millis(1)),
+        ))
+        .service(AdapterService::new(adapter));
+    let execution = service.oneshot(ExecutionRequest::new("go")).await.unwrap();
+    let Outcome::Failed(err) = execution.outcome().await else {
+        panic!("expected failure");
+    };
+    assert_eq!(err.category(), ErrorCategory::Unavailable);
+    let stats = stats.snapshot();
+    assert_eq!(stats.runtimes_created, 3, "three attempts");
+    assert_eq!(stats.cleanups, 3, "each runtime cleaned once");
+}
+
+#[rstest::rstest]
+#[case::after_output(Script::builder().text("partial").error(ErrorCategory::Unavailable, "down").build())]
+#[case::not_retryable(Script::builder().error(ErrorCategory::Authorization, "denied").build())]
+#[tokio::test]
+async fn never_retries_after_output_or_non_retryable_categories(#[case] script: Script) {
+    let adapter = ScriptedAdapter::new(script);
+    let stats = adapter.stats();
+    let service = ServiceBuilder::new()
+        .layer(RetryLayer::new(
+            Backoff::new()
+                .max_attempts(5)
+                .base(Duration::from_millis(1)),
+        ))
+        .service(AdapterService::new(adapter));
+    let execution = service.oneshot(ExecutionRequest::new("go")).await.unwrap();
+    assert!(matches!(execution.outcome().await, Outcome::Failed(_)));
+    assert_eq!(stats.snapshot().runtimes_created, 1);
+}
+
+#[tokio::test]
+async fn retries_retryable_call_refusals_with_the_policy() {
+    // A capacity layer inside the retry layer, full at first: the retry waits and succeeds
+    // once the slot frees.
+    let hang = ScriptedAdapter::new(Script::builder().hang().build());
+    let service = ServiceBuilder::new()
+        .layer(RetryLayer::new(|attempt: u32, _: &HarnessError| {
+            (attempt < 500).then_some(Duration::from_millis(2))
+        }))
+        .layer(CapacityLayer::new(1).retry_after(Duration::from_millis(1)))
+        .service(AdapterService::new(hang));
+    let first = service
+        .clone()
+        .oneshot(ExecutionRequest::new("one"))
+        .await
+        .unwrap();
+    let second = tokio::spawn(service.clone().oneshot(ExecutionRequest::new("two")));
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    first.cancel(CancelReason::default());
+    let second = second
+        .await
+        .unwrap()
+        .expect("the retried call got the freed slot");
+    assert_ne!(second.id(), first.id());
+
+    // A policy that gives up returns the refusal.
+    let service = ServiceBuilder::new()
+        .layer(RetryLayer::new(|_: u32, _: &HarnessError| None))
+        .layer(CapacityLayer::new(0))
+        .service(AdapterService::new(ScriptedAdapter::quickstart()));
+    let err = service
+        .oneshot(ExecutionRequest::new("x"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.category(), ErrorCategory::Capacity);
+}
+
+#[tokio::test]
+async fn shutdown_cancels_every_execution() {
+    let shutdown = CancellationToken::new();
+    let service = ServiceBuilder::new()
+        .layer(CancellationLayer::new(shutdown.clone()))
+        .service(AdapterService::new(ScriptedAdapter::new(
+            Script::builder().hang().build(),
+        )));
+    let mut executions = Vec::new();
+    for _ in 0..20 {
+        executions.push(
+            service
+                .clone()
+                .oneshot(ExecutionRequest::new("go"))
+                .await
+                .unwrap(),
+        );
+    }
+    // One caller cancels first with its own reason, which wins for that execution.
+    executions[0].cancel(CancelReason::new("user"));
+    executions[0].outcome().await;
+    shutdown.cancel();
+    for (i, execution) in executions.iter().enumerate() {
+        let Outcome::Cancelled(reason) = execution.outcome().await else {
+            panic!("expected cancellation");
+        };
+        let expected = if i == 0 { "user" } else { "shutdown" };
+        assert_eq!(reason.reason.as_deref(), Some(expected));
+    }
+}
+
+#[test]
+fn layers_and_futures_are_send_and_sync() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    fn assert_send<T: Send>() {}
+    type Inner = AdapterService<ScriptedAdapter>;
+    type InnerFuture = <Inner as Service<ExecutionRequest>>::Future;
+    assert_send_sync::<harness_layers::preflight::Preflight<Inner>>();
+    assert_send_sync::<harness_layers::capacity::Capacity<Inner>>();
+    assert_send_sync::<harness_layers::retry::Retry<Inner>>();
+    assert_send_sync::<harness_layers::timeout::Timeout<Inner>>();
+    assert_send_sync::<harness_layers::cancellation::Cancellation<Inner>>();
+    assert_send::<harness_layers::preflight::ResponseFuture<InnerFuture>>();
+    assert_send::<harness_layers::capacity::ResponseFuture<InnerFuture>>();
+    assert_send::<harness_layers::retry::ResponseFuture<Inner>>();
+}
