@@ -74,7 +74,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
 use crate::error::{ErrorCategory, ErrorCode, HarnessError};
@@ -254,49 +254,7 @@ impl TryFrom<String> for FieldName {
     }
 }
 
-impl fmt::Display for FieldName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl fmt::Debug for FieldName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "FieldName({:?})", &*self.0)
-    }
-}
-
-impl AsRef<str> for FieldName {
-    fn as_ref(&self) -> &str {
-        &self.0
-    }
-}
-
-impl Serialize for FieldName {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.0)
-    }
-}
-
-impl<'de> Deserialize<'de> for FieldName {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = <Cow<'de, str>>::deserialize(d)?;
-        s.parse().map_err(serde::de::Error::custom)
-    }
-}
-
-impl JsonSchema for FieldName {
-    fn schema_name() -> Cow<'static, str> {
-        "FieldName".into()
-    }
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({
-            "type": "string",
-            "pattern": FIELD_NAME_PATTERN,
-            "description": "A form field name."
-        })
-    }
-}
+crate::id::string_id_common!(FieldName, FIELD_NAME_PATTERN, "A form field name.");
 
 // ---------------------------------------------------------------------------------------------
 // Compiled JSON Schemas (tool input schemas, text patterns)

@@ -501,49 +501,7 @@ impl TryFrom<String> for EvidenceId {
     }
 }
 
-impl fmt::Display for EvidenceId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl fmt::Debug for EvidenceId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "EvidenceId({:?})", &*self.0)
-    }
-}
-
-impl AsRef<str> for EvidenceId {
-    fn as_ref(&self) -> &str {
-        &self.0
-    }
-}
-
-impl Serialize for EvidenceId {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.0)
-    }
-}
-
-impl<'de> Deserialize<'de> for EvidenceId {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = <Cow<'de, str>>::deserialize(d)?;
-        s.parse().map_err(de::Error::custom)
-    }
-}
-
-impl JsonSchema for EvidenceId {
-    fn schema_name() -> Cow<'static, str> {
-        "EvidenceId".into()
-    }
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({
-            "type": "string",
-            "pattern": EVIDENCE_PATTERN,
-            "description": "A conformance evidence id."
-        })
-    }
-}
+crate::id::string_id_common!(EvidenceId, EVIDENCE_PATTERN, "A conformance evidence id.");
 
 /// What an adapter declares about one capability: its level, machine-readable constraints, a
 /// human explanation and, when certified, the conformance evidence.

@@ -11,11 +11,10 @@ use std::fmt;
 use std::hash::{BuildHasher, Hasher};
 use std::num::NonZeroU64;
 use std::str::FromStr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 
 /// An identifier was rejected.
 ///
@@ -36,7 +35,7 @@ pub struct InvalidId {
 }
 
 impl InvalidId {
-    fn new(kind: &'static str, value: &str, expected: &'static str) -> Self {
+    pub(crate) fn new(kind: &'static str, value: &str, expected: &'static str) -> Self {
         let value = if value.chars().count() > 80 {
             let mut v: String = value.chars().take(77).collect();
             v.push_str("...");
@@ -53,10 +52,10 @@ impl InvalidId {
 }
 
 /// Opaque identifiers: 1 to 128 characters from `[A-Za-z0-9._:-]`.
-const OPAQUE_PATTERN: &str = "^[A-Za-z0-9._:-]{1,128}$";
-const OPAQUE_EXPECTED: &str = "1 to 128 characters from [A-Za-z0-9._:-]";
+pub(crate) const OPAQUE_PATTERN: &str = "^[A-Za-z0-9._:-]{1,128}$";
+pub(crate) const OPAQUE_EXPECTED: &str = "1 to 128 characters from [A-Za-z0-9._:-]";
 
-fn is_opaque(s: &str) -> bool {
+pub(crate) fn is_opaque(s: &str) -> bool {
     (1..=128).contains(&s.len())
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
@@ -66,7 +65,7 @@ fn is_opaque(s: &str) -> bool {
 ///
 /// Uniqueness comes from a process-wide counter; the random part (std's randomly seeded
 /// hasher) keeps identifiers from two processes apart. Not a security token.
-fn fresh_suffix() -> String {
+pub(crate) fn fresh_suffix() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
@@ -74,19 +73,24 @@ fn fresh_suffix() -> String {
     format!("{:016x}{:08x}", h.finish(), n)
 }
 
+/// An opaque identifier type: `generate`, `as_str`, `FromStr` / `TryFrom<String>` checking
+/// [`OPAQUE_PATTERN`], and the shared impls. Used across the crate.
 macro_rules! opaque_id {
-    ($(#[$doc:meta])* $name:ident, $kind:literal, $prefix:literal) => {
+    ($(#[$doc:meta])* $name:ident, $kind:literal, $description:literal, $prefix:literal) => {
         $(#[$doc])*
         ///
         /// Cloning is cheap (a reference count), so events and spans can carry it freely.
         #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-        pub struct $name(Arc<str>);
+        pub struct $name(::std::sync::Arc<str>);
 
         impl $name {
             /// Generates a fresh identifier, unique within this process.
             #[must_use]
             pub fn generate() -> Self {
-                Self(Arc::from(format!(concat!($prefix, "_{}"), fresh_suffix())))
+                Self(::std::sync::Arc::from(format!(
+                    concat!($prefix, "_{}"),
+                    $crate::id::fresh_suffix()
+                )))
             }
 
             /// The identifier as a string slice.
@@ -96,79 +100,86 @@ macro_rules! opaque_id {
             }
         }
 
-        impl FromStr for $name {
-            type Err = InvalidId;
+        impl ::std::str::FromStr for $name {
+            type Err = $crate::id::InvalidId;
             fn from_str(s: &str) -> Result<Self, Self::Err> {
-                if is_opaque(s) {
+                if $crate::id::is_opaque(s) {
                     Ok(Self(s.into()))
                 } else {
-                    Err(InvalidId::new($kind, s, OPAQUE_EXPECTED))
+                    Err($crate::id::InvalidId::new($kind, s, $crate::id::OPAQUE_EXPECTED))
                 }
             }
         }
 
         impl TryFrom<String> for $name {
-            type Error = InvalidId;
+            type Error = $crate::id::InvalidId;
             fn try_from(s: String) -> Result<Self, Self::Error> {
-                if is_opaque(&s) {
-                    Ok(Self(Arc::from(s)))
+                if $crate::id::is_opaque(&s) {
+                    Ok(Self(::std::sync::Arc::from(s)))
                 } else {
-                    Err(InvalidId::new($kind, &s, OPAQUE_EXPECTED))
+                    Err($crate::id::InvalidId::new($kind, &s, $crate::id::OPAQUE_EXPECTED))
                 }
             }
         }
 
-        string_id_common!($name, OPAQUE_PATTERN, $kind);
+        $crate::id::string_id_common!($name, $crate::id::OPAQUE_PATTERN, $description);
     };
 }
 
+pub(crate) use opaque_id;
+
+/// The trait impls every validated string newtype shares: `Display`, `Debug`, `AsRef<str>`,
+/// serde as a plain string (deserialization runs the type's `FromStr`, so an invalid value
+/// never exists), and a JSON Schema with the type's pattern. Used across the crate.
 macro_rules! string_id_common {
-    ($name:ident, $pattern:expr, $kind:literal) => {
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    ($name:ident, $pattern:expr, $description:literal) => {
+        impl ::std::fmt::Display for $name {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
                 f.write_str(&self.0)
             }
         }
 
-        impl fmt::Debug for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        impl ::std::fmt::Debug for $name {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
                 write!(f, concat!(stringify!($name), "({:?})"), &*self.0)
             }
         }
 
-        impl AsRef<str> for $name {
+        impl ::std::convert::AsRef<str> for $name {
             fn as_ref(&self) -> &str {
                 &self.0
             }
         }
 
-        impl Serialize for $name {
-            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        impl ::serde::Serialize for $name {
+            fn serialize<S: ::serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
                 s.serialize_str(&self.0)
             }
         }
 
-        impl<'de> Deserialize<'de> for $name {
-            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let s = <Cow<'de, str>>::deserialize(d)?;
-                s.parse().map_err(serde::de::Error::custom)
+        impl<'de> ::serde::Deserialize<'de> for $name {
+            fn deserialize<D: ::serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let s = <::std::borrow::Cow<'de, str> as ::serde::Deserialize>::deserialize(d)?;
+                s.parse().map_err(::serde::de::Error::custom)
             }
         }
 
-        impl JsonSchema for $name {
-            fn schema_name() -> Cow<'static, str> {
+        impl ::schemars::JsonSchema for $name {
+            fn schema_name() -> ::std::borrow::Cow<'static, str> {
                 stringify!($name).into()
             }
-            fn json_schema(_: &mut SchemaGenerator) -> Schema {
-                json_schema!({
+            fn json_schema(_: &mut ::schemars::SchemaGenerator) -> ::schemars::Schema {
+                ::schemars::json_schema!({
                     "type": "string",
                     "pattern": $pattern,
-                    "description": concat!("A ", $kind, ".")
+                    "description": $description
                 })
             }
         }
     };
 }
+
+pub(crate) use string_id_common;
 
 opaque_id!(
     /// Identifies one execution (one bounded attempt).
@@ -180,23 +191,23 @@ opaque_id!(
     /// assert_eq!(a, b);
     /// assert!("has space".parse::<ExecutionId>().is_err());
     /// ```
-    ExecutionId, "execution id", "exec"
+    ExecutionId, "execution id", "An execution id.", "exec"
 );
 opaque_id!(
     /// Identifies a caller-facing multi-turn conversation.
-    ConversationId, "conversation id", "conv"
+    ConversationId, "conversation id", "A conversation id.", "conv"
 );
 opaque_id!(
     /// Identifies one action request (form input or tool approval).
-    ActionId, "action id", "act"
+    ActionId, "action id", "An action id.", "act"
 );
 opaque_id!(
     /// Identifies one artifact; unique within its execution.
-    ArtifactId, "artifact id", "art"
+    ArtifactId, "artifact id", "An artifact id.", "art"
 );
 opaque_id!(
     /// Identifies one tool call within an execution.
-    ToolCallId, "tool call id", "call"
+    ToolCallId, "tool call id", "A tool call id.", "call"
 );
 
 /// The stable identifier of an adapter, matching `^[a-z][a-z0-9_]{1,63}$`.
@@ -263,7 +274,7 @@ impl TryFrom<String> for AdapterId {
     }
 }
 
-string_id_common!(AdapterId, ADAPTER_ID_PATTERN, "adapter id");
+string_id_common!(AdapterId, ADAPTER_ID_PATTERN, "An adapter id.");
 
 /// A caller-chosen idempotency key: 1 to 255 printable ASCII characters.
 ///
@@ -307,7 +318,7 @@ impl TryFrom<String> for IdempotencyKey {
     }
 }
 
-string_id_common!(IdempotencyKey, IDEMPOTENCY_PATTERN, "idempotency key");
+string_id_common!(IdempotencyKey, IDEMPOTENCY_PATTERN, "An idempotency key.");
 
 /// The number of an event within its execution: contiguous, strictly increasing, from 1.
 ///

@@ -247,49 +247,11 @@ impl TryFrom<String> for OperatorProfileId {
     }
 }
 
-impl fmt::Display for OperatorProfileId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl fmt::Debug for OperatorProfileId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "OperatorProfileId({:?})", &*self.0)
-    }
-}
-
-impl AsRef<str> for OperatorProfileId {
-    fn as_ref(&self) -> &str {
-        &self.0
-    }
-}
-
-impl Serialize for OperatorProfileId {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.0)
-    }
-}
-
-impl<'de> Deserialize<'de> for OperatorProfileId {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = <Cow<'de, str>>::deserialize(d)?;
-        s.parse().map_err(de::Error::custom)
-    }
-}
-
-impl JsonSchema for OperatorProfileId {
-    fn schema_name() -> Cow<'static, str> {
-        "OperatorProfileId".into()
-    }
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({
-            "type": "string",
-            "pattern": OPERATOR_PROFILE_ID_PATTERN,
-            "description": "An operator-owned sandbox profile id."
-        })
-    }
-}
+crate::id::string_id_common!(
+    OperatorProfileId,
+    OPERATOR_PROFILE_ID_PATTERN,
+    "An operator-owned sandbox profile id."
+);
 
 /// The marker carried by [`ExecutionMode::InProcess`]: in-process execution is
 /// compatibility-only, and the descriptor must say so.

@@ -46,15 +46,13 @@
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::hash::{BuildHasher, Hasher};
 use std::num::NonZeroU64;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 
 use crate::error::{ErrorCategory, ErrorCode, HarnessError};
 use crate::id::{ConversationId, InvalidId};
@@ -124,31 +122,8 @@ impl fmt::Display for SessionStrategy {
 // Identifiers
 // ---------------------------------------------------------------------------------------------
 
-const OPAQUE_PATTERN: &str = "^[A-Za-z0-9._:-]{1,128}$";
-const OPAQUE_EXPECTED: &str = "1 to 128 characters from [A-Za-z0-9._:-]";
 const KEY_PATTERN: &str = "^[A-Za-z0-9._:/-]{1,256}$";
 const KEY_EXPECTED: &str = "1 to 256 characters from [A-Za-z0-9._:/-]";
-
-fn invalid(kind: &'static str, value: &str, expected: &'static str) -> InvalidId {
-    let value = if value.chars().count() > 80 {
-        let mut v: String = value.chars().take(77).collect();
-        v.push_str("...");
-        v
-    } else {
-        value.to_owned()
-    };
-    InvalidId {
-        kind,
-        value,
-        expected,
-    }
-}
-
-fn is_opaque(s: &str) -> bool {
-    (1..=128).contains(&s.len())
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
-}
 
 fn is_key(s: &str) -> bool {
     (1..=256).contains(&s.len())
@@ -157,7 +132,7 @@ fn is_key(s: &str) -> bool {
 }
 
 macro_rules! string_newtype {
-    ($name:ident, $inner:ty, $check:ident, $kind:literal, $pattern:expr, $expected:expr) => {
+    ($name:ident, $inner:ty, $check:ident, $kind:literal, $description:literal, $pattern:expr, $expected:expr) => {
         impl $name {
             /// The value as a string slice.
             #[must_use]
@@ -172,7 +147,7 @@ macro_rules! string_newtype {
                 if $check(s) {
                     Ok(Self(s.into()))
                 } else {
-                    Err(invalid($kind, s, $expected))
+                    Err(InvalidId::new($kind, s, $expected))
                 }
             }
         }
@@ -183,88 +158,27 @@ macro_rules! string_newtype {
                 if $check(&s) {
                     Ok(Self(<$inner>::from(s)))
                 } else {
-                    Err(invalid($kind, &s, $expected))
+                    Err(InvalidId::new($kind, &s, $expected))
                 }
             }
         }
 
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(&self.0)
-            }
-        }
-
-        impl fmt::Debug for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                write!(f, concat!(stringify!($name), "({:?})"), &*self.0)
-            }
-        }
-
-        impl AsRef<str> for $name {
-            fn as_ref(&self) -> &str {
-                &self.0
-            }
-        }
-
-        impl Serialize for $name {
-            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.serialize_str(&self.0)
-            }
-        }
-
-        impl<'de> Deserialize<'de> for $name {
-            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let s = <Cow<'de, str>>::deserialize(d)?;
-                s.parse().map_err(serde::de::Error::custom)
-            }
-        }
-
-        impl JsonSchema for $name {
-            fn schema_name() -> Cow<'static, str> {
-                stringify!($name).into()
-            }
-            fn json_schema(_: &mut SchemaGenerator) -> Schema {
-                json_schema!({
-                    "type": "string",
-                    "pattern": $pattern,
-                    "description": concat!("A ", $kind, ".")
-                })
-            }
-        }
+        crate::id::string_id_common!($name, $pattern, $description);
     };
 }
 
-/// Identifies one durable session binding (the control plane's record tying a conversation to
-/// an adapter's native session): 1 to 128 characters from `[A-Za-z0-9._:-]`.
-///
-/// ```
-/// use harness_core::session::BindingId;
-/// let b = BindingId::generate();
-/// assert_eq!(b.as_str().parse::<BindingId>().unwrap(), b);
-/// assert!("a/b".parse::<BindingId>().is_err());
-/// ```
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct BindingId(Arc<str>);
-
-impl BindingId {
-    /// Generates a fresh binding id, unique within this process.
-    #[must_use]
-    pub fn generate() -> Self {
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u64(n);
-        Self(Arc::from(format!("bind_{:016x}{n:08x}", h.finish())))
-    }
-}
-
-string_newtype!(
-    BindingId,
-    Arc<str>,
-    is_opaque,
-    "binding id",
-    OPAQUE_PATTERN,
-    OPAQUE_EXPECTED
+crate::id::opaque_id!(
+    /// Identifies one durable session binding (the control plane's record tying a
+    /// conversation to an adapter's native session): 1 to 128 characters from
+    /// `[A-Za-z0-9._:-]`.
+    ///
+    /// ```
+    /// use harness_core::session::BindingId;
+    /// let b = BindingId::generate();
+    /// assert_eq!(b.as_str().parse::<BindingId>().unwrap(), b);
+    /// assert!("a/b".parse::<BindingId>().is_err());
+    /// ```
+    BindingId, "binding id", "A binding id.", "bind"
 );
 
 /// A thread state key chosen by the adapter: 1 to 256 characters from `[A-Za-z0-9._:/-]`.
@@ -285,6 +199,7 @@ string_newtype!(
     Box<str>,
     is_key,
     "state key",
+    "A thread state key.",
     KEY_PATTERN,
     KEY_EXPECTED
 );
