@@ -250,6 +250,23 @@ struct Core {
     pending: Option<ActionRequest>,
     cancel_reason: Option<CancelReason>,
     error: Option<HarnessError>,
+    /// See [`Execution::fail_on_drop`].
+    fail_on_drop: bool,
+}
+
+impl Drop for Core {
+    fn drop(&mut self) {
+        if self.fail_on_drop && !self.log.is_closed() {
+            let error = HarnessError::new(
+                crate::error::ErrorCategory::Internal,
+                "the execution stopped unexpectedly",
+            )
+            .with_code(crate::error::ErrorCode::from_static("EXECUTION_LOST"));
+            let _ = self.log.append(EventPayload::RunFailed(Box::new(RunFailed {
+                error: error.public(),
+            })));
+        }
+    }
 }
 
 /// An execution in lifecycle state `S`.
@@ -320,11 +337,33 @@ impl Execution<Queued> {
                 pending: None,
                 cancel_reason: None,
                 error: None,
+                fail_on_drop: false,
             }),
             _state: PhantomData,
         };
         e.append_lifecycle(EventPayload::RunQueued);
         e
+    }
+
+    /// Makes the execution end its own log if it is dropped before reaching a terminal state
+    /// (its owner panicked, or its task was aborted at runtime shutdown): a `run.failed`
+    /// (`internal`, code `EXECUTION_LOST`) is appended, so every reader still sees exactly one
+    /// terminal event and no `outcome` waits forever. Off by default, so that code using the
+    /// typestate directly decides what a dropped execution means.
+    ///
+    /// ```
+    /// use harness_core::id::{Cursor, ExecutionId};
+    /// use harness_core::lifecycle::Execution;
+    ///
+    /// let running = Execution::queue(ExecutionId::generate()).fail_on_drop().start().run();
+    /// let log = running.events();
+    /// drop(running);
+    /// assert_eq!(log.last().unwrap().kind().as_str(), "run.failed");
+    /// ```
+    #[must_use]
+    pub fn fail_on_drop(mut self) -> Self {
+        self.core.fail_on_drop = true;
+        self
     }
 
     /// `queued -> starting`.

@@ -28,8 +28,10 @@
 //!   it any more: the driver cancels it (reason `abandoned`), which runs cleanup.
 //! - An adapter error after output was emitted is marked "side effects may have occurred",
 //!   so retry policies never repeat it.
-//! - Deadlines in the request are handed to the runtime in [`TurnInput`]; enforcing them is
-//!   the timeout layer's job (`harness-layers`).
+//! - The request's deadline is enforced here (see [`policy`](crate::policy)); the timeout
+//!   layer of `harness-layers` only sets it. It is also handed to the runtime in [`TurnInput`].
+//! - If a driver is lost (a panic in a layer's policy, a runtime shutting down), the execution
+//!   still ends with one `run.failed` (`internal`, `EXECUTION_LOST`).
 //!
 //! The service needs a Tokio runtime (it spawns the drivers); without one `call` fails with
 //! an `internal` error rather than panicking.
@@ -233,7 +235,9 @@ impl Outcome {
 /// What [`ExecutionHandle::cancel`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CancelRequest {
-    /// This call requested cancellation; `run.cancelled` will confirm it.
+    /// This call requested cancellation. `run.cancelled` confirms it, unless the execution
+    /// was already ending on its own (its terminal item seen, cleanup under way): a request is
+    /// not a guarantee, and the outcome tells which way it ended.
     Accepted,
     /// Cancellation had already been requested; nothing more was done.
     AlreadyRequested,
@@ -326,6 +330,15 @@ impl<A: HarnessAdapter> AdapterService<A> {
             )
             .with_diagnostic("AdapterService::call was polled outside a Tokio runtime context")
         })?;
+        // Deadlines, grace periods and cleanup bounds need the runtime's timer; without it the
+        // driver could not bound anything, so refuse here rather than fail later.
+        if std::panic::catch_unwind(|| drop(tokio::time::sleep(Duration::ZERO))).is_err() {
+            return Err(HarnessError::new(
+                ErrorCategory::Internal,
+                "the adapter service needs a Tokio runtime with timers enabled",
+            )
+            .with_diagnostic("build the runtime with `enable_time()` (or `enable_all()`)"));
+        }
         let inner = &self.inner;
         let config = AgentConfig {
             options: request.options.clone(),
@@ -350,7 +363,9 @@ impl<A: HarnessAdapter> AdapterService<A> {
         }
 
         let id = ExecutionId::generate();
-        let queued = Execution::queue(id.clone());
+        // If the driver is lost (a panic in a layer's policy, a runtime shutting down), the
+        // execution still ends its log with exactly one terminal event.
+        let queued = Execution::queue(id.clone()).fail_on_drop();
         let parent = request
             .extensions
             .get::<ParentCancellation>()
@@ -555,7 +570,7 @@ impl ExecutionHandle {
             return CancelRequest::AlreadyEnded(state);
         }
         let mut snapshot = self.shared.snapshot();
-        if snapshot.cancel_reason.is_some() {
+        if snapshot.cancel_reason.is_some() || self.shared.cancel.is_cancelled() {
             return CancelRequest::AlreadyRequested;
         }
         snapshot.cancel_reason = Some(reason);
@@ -766,6 +781,16 @@ impl<A: HarnessAdapter> Driver<A> {
                 CancelReason::default()
             }
         })
+    }
+
+    /// The deadline passed: record why (unless a caller already gave a reason) and trip the
+    /// execution's token, the abort signal runtimes watch, alongside the cancel hook.
+    fn deadline_passed(&self) {
+        self.shared
+            .snapshot()
+            .cancel_reason
+            .get_or_insert_with(|| CancelReason::new(DEADLINE_REASON));
+        self.shared.cancel.cancel();
     }
 
     /// Resolves when the execution must stop waiting: cancelled, or past `deadline`.
@@ -979,6 +1004,7 @@ impl<A: HarnessAdapter> Driver<A> {
                     return self.finish_cancel(running, Some(&mut runtime)).await;
                 }
                 SegmentEnd::Stopped(Stop::Deadline) => {
+                    self.deadline_passed();
                     self.cancel_runtime(&mut runtime, CancelReason::new(DEADLINE_REASON))
                         .await;
                     return self
@@ -1027,6 +1053,7 @@ impl<A: HarnessAdapter> Driver<A> {
                 self.finish_cancel(starting, runtime.as_mut()).await;
             }
             SegmentEnd::Stopped(Stop::Deadline) => {
+                self.deadline_passed();
                 if let Some(runtime) = runtime.as_mut() {
                     self.cancel_runtime(runtime, CancelReason::new(DEADLINE_REASON))
                         .await;
@@ -1123,11 +1150,22 @@ impl<A: HarnessAdapter> Driver<A> {
         let mut segment = pin!(AssertUnwindSafe(segment).catch_unwind());
         let cancel = self.shared.cancel.clone();
         let deadline = self.deadline;
-        // The terminal item seen, waiting for the end of the stream.
+        // The terminal item seen, waiting for the end of the stream; bounded by the grace
+        // period, so an adapter that keeps its stream open cannot hold the execution.
         let mut ending: Option<SegmentEnd> = None;
+        let mut end_by: Option<tokio::time::Instant> = None;
         loop {
+            if ending.is_some() && end_by.is_none() {
+                end_by = Some(tokio::time::Instant::now() + self.service.config.cancel_grace);
+            }
             let first = tokio::select! {
                 biased;
+                () = sleep_until(end_by), if end_by.is_some() => {
+                    return SegmentEnd::Failed(protocol(
+                        "the adapter did not end its run segment after its terminal item",
+                        format!("stream still open {:?} after Completed/Interrupt", self.service.config.cancel_grace),
+                    ));
+                }
                 stop = stop(&cancel, deadline) => {
                     let end = self.flush(running, &mut ending);
                     if let Some(end) = self.flush_content(running).or(end) {
@@ -1234,15 +1272,16 @@ impl<A: HarnessAdapter> Driver<A> {
         let pending_id = awaiting.pending_request().id.clone();
         let cancel = self.shared.cancel.clone();
         let deadline = self.deadline;
+        if self.commands.is_none() {
+            // Every handle was dropped before the run paused: nobody can answer.
+            return Err(self.abandon(awaiting));
+        }
         loop {
             let command = tokio::select! {
                 biased;
                 stop = stop(&cancel, deadline) => {
                     if matches!(stop, Stop::Deadline) {
-                        self.shared
-                            .snapshot()
-                            .cancel_reason
-                            .get_or_insert_with(|| CancelReason::new(DEADLINE_REASON));
+                        self.deadline_passed();
                     }
                     return Err(awaiting.begin_cancel(self.cancel_reason()));
                 }
@@ -1251,12 +1290,7 @@ impl<A: HarnessAdapter> Driver<A> {
             let Some(Command::Respond(respond)) = command else {
                 // Every handle is gone: nobody can answer any more.
                 self.commands = None;
-                self.shared
-                    .snapshot()
-                    .cancel_reason
-                    .get_or_insert_with(|| CancelReason::new(reasons::ABANDONED));
-                self.shared.cancel.cancel();
-                return Err(awaiting.begin_cancel(self.cancel_reason()));
+                return Err(self.abandon(awaiting));
             };
             let (response, reply) = *respond;
             let id = response.action_id().clone();
@@ -1284,13 +1318,24 @@ impl<A: HarnessAdapter> Driver<A> {
         }
     }
 
+    /// Cancels an execution nobody can answer any more (every handle dropped).
+    fn abandon<S: NonTerminal>(&self, awaiting: Execution<S>) -> Execution<state::Cancelling> {
+        self.shared
+            .snapshot()
+            .cancel_reason
+            .get_or_insert_with(|| CancelReason::new(reasons::ABANDONED));
+        self.shared.cancel.cancel();
+        awaiting.begin_cancel(self.cancel_reason())
+    }
+
     fn record(&self, outcome: Outcome) {
         self.shared.snapshot().outcome = Some(outcome);
     }
 
     /// Calls the runtime's cancel hook once, bounded by the grace period.
     async fn cancel_runtime(&self, runtime: &mut Runtime, reason: CancelReason) {
-        if std::mem::replace(&mut runtime.cancelled, true) {
+        // A runtime already cleaned up has nothing left to stop.
+        if runtime.cleaned || std::mem::replace(&mut runtime.cancelled, true) {
             return;
         }
         let grace = self.service.config.cancel_grace;

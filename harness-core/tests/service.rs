@@ -30,7 +30,7 @@ use harness_core::policy::{
     InitTimeout, Interceptor, Interceptors, ParentCancellation, Retry, RetryPolicy,
 };
 use harness_core::service::{
-    AdapterService, CancelRequest, ExecutionHandle, ExecutionRequest, Outcome,
+    AdapterService, CancelRequest, ExecutionHandle, ExecutionRequest, Outcome, ServiceConfig,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -58,6 +58,8 @@ struct Controlled {
     counters: Arc<Counters>,
     panic_on_create: bool,
     hang_on_create: bool,
+    /// Every runtime's cancellation token, to check the abort signal was tripped.
+    tokens: Arc<std::sync::Mutex<Vec<CancellationToken>>>,
 }
 
 impl Controlled {
@@ -75,6 +77,7 @@ impl Controlled {
             counters: Arc::default(),
             panic_on_create: false,
             hang_on_create: false,
+            tokens: Arc::default(),
         }
     }
 }
@@ -93,6 +96,10 @@ impl HarnessAdapter for Controlled {
             return Box::pin(std::future::pending());
         }
         self.counters.runtimes.fetch_add(1, Ordering::SeqCst);
+        self.tokens
+            .lock()
+            .unwrap()
+            .push(context.cancellation.clone());
         let runtime = ControlledRuntime {
             segment: Arc::clone(&self.segment),
             counters: Arc::clone(&self.counters),
@@ -847,4 +854,152 @@ fn extensions_are_not_part_of_the_wire_form() {
     let json = serde_json::to_value(&request).unwrap();
     assert_eq!(json, serde_json::json!({"message": "go"}));
     let _unused: Extensions = Extensions::new();
+}
+
+// Defects found in review, each pinned by a test.
+
+#[tokio::test]
+async fn handles_dropped_before_the_run_pauses_still_abandon_it() {
+    let adapter = approval_then_complete();
+    let counters = Arc::clone(&adapter.counters);
+    let handle = AdapterService::new(adapter)
+        .start(ExecutionRequest::new("go"))
+        .await
+        .unwrap();
+    let reader = handle.log().clone();
+    // Dropped before the driver even ran: the channel is closed when the run pauses.
+    drop(handle);
+    let terminal = reader.terminal().await;
+    let EventPayload::RunCancelled(reason) = terminal.payload() else {
+        panic!("expected run.cancelled, got {:?}", terminal.kind());
+    };
+    assert_eq!(reason.reason.as_deref(), Some("abandoned"));
+    assert_eq!(counters.cleanups.load(Ordering::SeqCst), 1);
+}
+
+struct Exploding;
+impl Interceptor for Exploding {
+    fn on_event(&mut self, _event: AdapterEvent, _out: &mut Vec<AdapterEvent>) {
+        panic!("an interceptor bug");
+    }
+}
+
+#[tokio::test]
+async fn a_panicking_policy_still_ends_the_execution_with_one_terminal_event() {
+    let mut request = ExecutionRequest::new("go");
+    let mut interceptors = Interceptors::default();
+    interceptors.push(Arc::new(|| Box::new(Exploding) as Box<dyn Interceptor>));
+    request.extensions.insert(interceptors);
+    let handle = AdapterService::new(Controlled::new(|_| vec![delta("x"), complete()]))
+        .start(request)
+        .await
+        .unwrap();
+    let Outcome::Failed(err) = handle.outcome().await else {
+        panic!("expected failure");
+    };
+    assert_eq!(err.category(), ErrorCategory::Internal);
+    assert_eq!(err.code().as_str(), "EXECUTION_LOST");
+    assert_eq!(terminal_count(&kinds(&handle).await), 1);
+}
+
+#[test]
+fn a_runtime_without_timers_is_refused_up_front() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let service = AdapterService::new(approval_then_complete());
+    let err = runtime
+        .block_on(service.start(ExecutionRequest::new("go")))
+        .unwrap_err();
+    assert_eq!(err.category(), ErrorCategory::Internal);
+    assert!(err.message().contains("timers"), "{}", err.message());
+}
+
+#[tokio::test]
+async fn a_cancel_during_a_retry_pause_does_not_call_the_hook_of_a_cleaned_runtime() {
+    let adapter = Controlled::new(|_| {
+        vec![Step::Event(Err(HarnessError::new(
+            ErrorCategory::Unavailable,
+            "down",
+        )))]
+    });
+    let counters = Arc::clone(&adapter.counters);
+    let mut request = ExecutionRequest::new("go");
+    request
+        .extensions
+        .insert(Retry(Arc::new(|_: u32, _: &HarnessError| {
+            Some(std::time::Duration::from_secs(3600))
+        })));
+    let handle = AdapterService::new(adapter).start(request).await.unwrap();
+    // Wait until the first attempt failed and its runtime was cleaned (the pause began).
+    while counters.cleanups.load(Ordering::SeqCst) == 0 {
+        tokio::task::yield_now().await;
+    }
+    handle.cancel(CancelReason::new("stop"));
+    assert!(matches!(handle.outcome().await, Outcome::Cancelled(_)));
+    assert_eq!(
+        counters.cancels.load(Ordering::SeqCst),
+        0,
+        "no hook after cleanup"
+    );
+    assert_eq!(counters.cleanups.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn cancel_after_a_shutdown_reports_already_requested() {
+    let shutdown = CancellationToken::new();
+    let mut request = ExecutionRequest::new("go");
+    request
+        .extensions
+        .insert(ParentCancellation(shutdown.clone()));
+    let handle = AdapterService::new(Controlled::new(|_| vec![Step::Hang]))
+        .start(request)
+        .await
+        .unwrap();
+    shutdown.cancel();
+    assert_eq!(
+        handle.cancel(CancelReason::new("late")),
+        CancelRequest::AlreadyRequested
+    );
+    let Outcome::Cancelled(reason) = handle.outcome().await else {
+        panic!("expected cancellation");
+    };
+    assert_eq!(reason.reason.as_deref(), Some("shutdown"));
+}
+
+#[tokio::test]
+async fn a_stream_left_open_after_its_terminal_item_fails_with_protocol() {
+    let adapter = Controlled::new(|_| vec![delta("done"), complete(), Step::Hang]);
+    let config = ServiceConfig {
+        cancel_grace: std::time::Duration::from_millis(20),
+        ..ServiceConfig::default()
+    };
+    let handle = AdapterService::with_config(adapter, config)
+        .start(ExecutionRequest::new("go"))
+        .await
+        .unwrap();
+    let Outcome::Failed(err) = handle.outcome().await else {
+        panic!("expected failure");
+    };
+    assert_eq!(err.category(), ErrorCategory::Protocol);
+}
+
+#[tokio::test]
+async fn a_deadline_trips_the_runtimes_abort_signal() {
+    for awaiting in [false, true] {
+        let adapter = if awaiting {
+            approval_then_complete()
+        } else {
+            Controlled::new(|_| vec![delta("w"), Step::Hang])
+        };
+        let tokens = Arc::clone(&adapter.tokens);
+        let handle = AdapterService::new(adapter)
+            .start(ExecutionRequest::new("go").with_deadline(in_ms(30)))
+            .await
+            .unwrap();
+        handle.outcome().await;
+        let tokens = tokens.lock().unwrap();
+        assert_eq!(tokens.len(), 1);
+        assert!(tokens[0].is_cancelled(), "awaiting={awaiting}");
+    }
 }
