@@ -846,7 +846,7 @@ impl<A: HarnessAdapter> Driver<A> {
 
     /// Creates and initializes one runtime, bounded by the init timeout and the deadline.
     async fn start_once(
-        &self,
+        &mut self,
         context: RuntimeContext,
         init_timeout: Option<Duration>,
     ) -> Result<Runtime, (SegmentEnd, Option<Runtime>)> {
@@ -857,30 +857,55 @@ impl<A: HarnessAdapter> Driver<A> {
             }
             None => self.deadline,
         };
-        let inner = &self.service;
-        let created = tokio::select! {
-            biased;
-            stop = self.stop(limit) => return Err((SegmentEnd::Stopped(stop), None)),
-            created = catch(async { inner.adapter.create_runtime(context).await }) => created.and_then(|r| r),
+        let cancel = self.shared.cancel.clone();
+        let service = Arc::clone(&self.service);
+        // Answers that arrive while the runtime starts are refused at once (nothing is pending
+        // yet) rather than left waiting for the start to finish.
+        let mut creating = pin!(catch(async {
+            service.adapter.create_runtime(context).await
+        }));
+        let created = loop {
+            tokio::select! {
+                biased;
+                stop = stop(&cancel, limit) => return Err((SegmentEnd::Stopped(stop), None)),
+                command = next_command(&mut self.commands) => self.on_command(command),
+                created = &mut creating => break created.and_then(|r| r),
+            }
         };
         let runtime = match created {
             Ok(runtime) => Runtime::new(runtime),
             Err(err) => return Err((SegmentEnd::Failed(err), None)),
         };
-        let initialized = tokio::select! {
-            biased;
-            stop = self.stop(limit) => return Err((SegmentEnd::Stopped(stop), Some(runtime))),
-            init = catch(async { runtime.inner.initialize().await }) => init.and_then(|r| r),
+        let initialized = {
+            let mut initializing = pin!(catch(async { runtime.inner.initialize().await }));
+            loop {
+                tokio::select! {
+                    biased;
+                    stop = stop(&cancel, limit) => break Err(stop),
+                    command = next_command(&mut self.commands) => self.on_command(command),
+                    init = &mut initializing => break Ok(init.and_then(|r| r)),
+                }
+            }
         };
         match initialized {
-            Ok(_) => Ok(runtime),
-            Err(err) => Err((SegmentEnd::Failed(err), Some(runtime))),
+            Err(stop) => Err((SegmentEnd::Stopped(stop), Some(runtime))),
+            Ok(Ok(_)) => Ok(runtime),
+            Ok(Err(err)) => Err((SegmentEnd::Failed(err), Some(runtime))),
+        }
+    }
+
+    /// Handles a command while no action is pending: refuse it, or note that every handle is
+    /// gone.
+    fn on_command(&mut self, command: Option<Command>) {
+        match command {
+            Some(command) => self.refuse(command),
+            None => self.commands = None,
         }
     }
 
     /// [`start_once`](Self::start_once), retried as the policy says.
     async fn start(
-        &self,
+        &mut self,
         context: &RuntimeContext,
         init_timeout: Option<Duration>,
         retry: Option<&Retry>,
@@ -1174,10 +1199,7 @@ impl<A: HarnessAdapter> Driver<A> {
                     return SegmentEnd::Stopped(stop);
                 }
                 command = next_command(&mut self.commands) => {
-                    match command {
-                        Some(command) => self.refuse(command),
-                        None => self.commands = None,
-                    }
+                    self.on_command(command);
                     continue;
                 }
                 item = segment.next() => item,

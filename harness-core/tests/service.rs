@@ -1003,3 +1003,18 @@ async fn a_deadline_trips_the_runtimes_abort_signal() {
         assert!(tokens[0].is_cancelled(), "awaiting={awaiting}");
     }
 }
+
+#[tokio::test]
+async fn answers_during_a_slow_start_are_refused_at_once() {
+    let mut adapter = approval_then_complete();
+    adapter.hang_on_create = true;
+    let handle = AdapterService::new(adapter)
+        .start(ExecutionRequest::new("go"))
+        .await
+        .unwrap();
+    // The runtime never finishes starting; the answer must not wait for it.
+    let err = handle.respond(approve()).await.unwrap_err();
+    assert_eq!(err.code(), &ErrorCode::ACTION_NOT_FOUND);
+    handle.cancel(CancelReason::default());
+    assert!(matches!(handle.outcome().await, Outcome::Cancelled(_)));
+}
