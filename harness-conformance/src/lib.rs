@@ -1,2 +1,310 @@
-//! The shared conformance suite for harness adapters. Nothing is built here yet: see the
-//! project's issues.
+//! The shared conformance suite that certifies harness adapters, the way `tower-test` serves
+//! tower: a crate every adapter's tests depend on.
+//!
+//! An adapter crate implements [`Knobs`] (a factory for fresh adapters, and requests that make
+//! the adapter produce a [`Behaviour`] on demand) and calls [`certify`]:
+//!
+//! ```no_run
+//! use harness_conformance::{Behaviour, Knobs, certify};
+//! use harness_core::service::ExecutionRequest;
+//! use harness_scripted::ScriptedAdapter;
+//!
+//! struct MyKnobs;
+//! impl Knobs for MyKnobs {
+//!     type Adapter = ScriptedAdapter;
+//!     fn adapter(&self) -> ScriptedAdapter { ScriptedAdapter::quickstart() }
+//!     fn request_for(&self, behaviour: &Behaviour) -> Option<ExecutionRequest> {
+//!         // A request whose options make the adapter produce `behaviour`, or None.
+//!         None
+//!     }
+//! }
+//!
+//! # async fn test() {
+//! let report = certify(&MyKnobs).await;
+//! println!("{report}"); // the table
+//! std::fs::write("conformance.json", report.to_json()).unwrap();
+//! report.assert_passed();
+//! # }
+//! ```
+//!
+//! Every fixture of [`FIXTURES`] has a stable id, a [`Group`] of the contract's conformance
+//! list, and the capabilities it exercises. For each fixture:
+//!
+//! - when the adapter's descriptor declares one of those capabilities unusable, the fixture
+//!   checks that preflight ([`harness_layers::preflight::PreflightLayer`] over
+//!   [`AdapterService`](harness_core::service::AdapterService)) refuses a request requiring it
+//!   with `CAPABILITY_UNSUPPORTED`, before any runtime is created
+//!   ([`FixtureOutcome::RefusedAtPreflight`]): never a silent skip;
+//! - when it declares them usable, the fixture must pass; a fixture this suite version cannot
+//!   test, or whose behaviour the knobs cannot produce, then *fails* ("not certifiable by suite
+//!   version ...");
+//! - fixtures tied to no capability are contract-level: they run for every adapter. Those that
+//!   need a behaviour the knobs cannot produce are reported
+//!   [`FixtureOutcome::NotExercised`] with the reason.
+//!
+//! The [`Report`] names the adapter and its implementation version, the contract version, the
+//! suite version and every fixture's outcome, with an evidence id derived from its content.
+
+use std::fmt;
+use std::time::Duration;
+
+use harness_core::capability::CapabilityKey;
+use harness_core::error::ErrorCategory;
+use harness_core::service::ExecutionRequest;
+use serde::Serialize;
+
+mod fixtures;
+mod probe;
+mod report;
+
+pub use report::{FixtureResult, Report};
+
+/// The version of this suite: the crate version. Evidence is valid for one suite version.
+pub const SUITE_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// A behaviour a fixture needs the adapter to produce on demand.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Behaviour {
+    /// Stream assistant text (`message.delta`), then succeed.
+    StreamText,
+    /// Stream reasoning (`reasoning.delta`), then succeed.
+    StreamReasoning,
+    /// Report token usage, then succeed.
+    StreamUsage,
+    /// Run one tool call that succeeds, then succeed.
+    ToolSuccess,
+    /// Run one tool call that fails, then end the run.
+    ToolError,
+    /// Pause on a tool approval over `calls` calls (ids distinct), then complete each call as
+    /// decided and succeed. With `editable`, every call allows the `edit` decision.
+    ToolApproval {
+        /// How many calls the approval covers (at least 1).
+        calls: usize,
+        /// Whether the calls allow `edit`.
+        editable: bool,
+    },
+    /// Pause on a form (dismissible), then succeed.
+    FormInput,
+    /// Work until cancelled, never ending by itself.
+    Hang,
+    /// Fail with `category`; `diagnostic` is private detail that must never reach an event.
+    Fail {
+        /// The error category.
+        category: ErrorCategory,
+        /// Private detail (a canary the suite looks for).
+        diagnostic: String,
+    },
+    /// Panic with `message` (a canary the suite looks for).
+    Panic {
+        /// The panic message.
+        message: String,
+    },
+    /// Yield an item after the terminal one (a deliberate protocol fault).
+    MalformedOrder,
+}
+
+impl fmt::Display for Behaviour {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::StreamText => f.write_str("StreamText"),
+            Self::StreamReasoning => f.write_str("StreamReasoning"),
+            Self::StreamUsage => f.write_str("StreamUsage"),
+            Self::ToolSuccess => f.write_str("ToolSuccess"),
+            Self::ToolError => f.write_str("ToolError"),
+            Self::ToolApproval { calls, editable } => {
+                write!(f, "ToolApproval{{calls: {calls}, editable: {editable}}}")
+            }
+            Self::FormInput => f.write_str("FormInput"),
+            Self::Hang => f.write_str("Hang"),
+            Self::Fail { category, .. } => write!(f, "Fail({category:?})"),
+            Self::Panic { .. } => f.write_str("Panic"),
+            Self::MalformedOrder => f.write_str("MalformedOrder"),
+        }
+    }
+}
+
+/// Bounds on every wait of the suite. Waits are bounded, never asserted on: a fixture that
+/// hits a bound fails naming it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bounds {
+    /// How long one execution (or one runtime segment) may take to end.
+    pub run: Duration,
+    /// How long a runtime's stream may keep going after its cancel hook, and how long one
+    /// `initialize`, `cancel`, `restart` or `cleanup` call may take.
+    pub grace: Duration,
+}
+
+impl Default for Bounds {
+    fn default() -> Self {
+        Self {
+            run: Duration::from_secs(10),
+            grace: Duration::from_secs(5),
+        }
+    }
+}
+
+/// What an adapter crate gives the suite: fresh adapters, and requests that produce behaviours.
+pub trait Knobs: Send + Sync {
+    /// The adapter type.
+    type Adapter: harness_core::adapter::HarnessAdapter;
+
+    /// A fresh adapter (each fixture gets its own).
+    fn adapter(&self) -> Self::Adapter;
+
+    /// A request that makes the adapter produce `behaviour`, or `None` when it cannot on
+    /// demand. The suite may add client context and required capabilities to it.
+    fn request_for(&self, behaviour: &Behaviour) -> Option<ExecutionRequest>;
+
+    /// A request any run of the adapter accepts and that ends by itself; by default a short
+    /// message with no options.
+    fn plain_request(&self) -> ExecutionRequest {
+        ExecutionRequest::new("conformance: reply with one short sentence")
+    }
+
+    /// The bounds on the suite's waits.
+    fn bounds(&self) -> Bounds {
+        Bounds::default()
+    }
+
+    /// Whether the suite runs alone in its process, so that open file descriptors and child
+    /// processes can be attributed to it (the leak fixture is otherwise reported
+    /// not exercised). Tokio tasks are measured per runtime and need no isolation.
+    fn process_isolated(&self) -> bool {
+        false
+    }
+}
+
+/// The twelve groups of the contract's conformance list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Group {
+    /// 1. Initialization and cleanup idempotency.
+    Lifecycle,
+    /// 2. Text, reasoning and usage streaming and terminal ordering.
+    Streaming,
+    /// 3. Tool success, error, approval, edit, rejection and several calls.
+    Tools,
+    /// 4. MCP partial failure and caller credential isolation.
+    Mcp,
+    /// 5. Session restart, cross-replica resume, clear and expired state.
+    Sessions,
+    /// 6. Form input and duplicate or conflicting resume.
+    Actions,
+    /// 7. Cancellation at every lifecycle boundary.
+    Cancellation,
+    /// 8. File modalities and limits.
+    Files,
+    /// 9. Skills, missing and blocked skills.
+    Skills,
+    /// 10. Subagents, mixed harnesses, namespaces, cycles and nested interrupts.
+    Subagents,
+    /// 11. Provider faults, malformed events, timeouts and sanitized errors.
+    Faults,
+    /// 12. Metrics, traces, redaction and resource leaks.
+    Observability,
+}
+
+impl Group {
+    /// The number of the group in the contract's list (1 to 12).
+    #[must_use]
+    pub fn number(self) -> u8 {
+        self as u8 + 1
+    }
+}
+
+/// One fixture of the suite.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fixture {
+    /// The stable id (`group.rule`).
+    pub id: &'static str,
+    /// The contract group it belongs to.
+    pub group: Group,
+    /// The capabilities it exercises; empty for contract-level fixtures.
+    pub capabilities: &'static [CapabilityKey],
+    /// The rule it checks, in one line.
+    pub rule: &'static str,
+}
+
+/// Every fixture of this suite version, in run order.
+pub use fixtures::FIXTURES;
+
+/// How one fixture ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum FixtureOutcome {
+    /// The rule held; `evidence` says what was observed.
+    Passed {
+        /// What was observed.
+        evidence: String,
+    },
+    /// The rule was broken (or could not be verified for a declared capability).
+    Failed {
+        /// The precise reason, naming the rule.
+        reason: String,
+    },
+    /// The adapter declares the capabilities unusable, and preflight refused a request
+    /// requiring them before any runtime was created.
+    RefusedAtPreflight {
+        /// The capabilities refused.
+        capabilities: Vec<CapabilityKey>,
+    },
+    /// A contract-level fixture the adapter's knobs cannot drive; `reason` says why.
+    NotExercised {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl FixtureOutcome {
+    /// Whether this outcome breaks certification.
+    #[must_use]
+    pub fn is_failure(&self) -> bool {
+        matches!(self, Self::Failed { .. })
+    }
+
+    /// The short status word (`passed`, `FAILED`, `refused`, `not exercised`).
+    #[must_use]
+    pub fn status(&self) -> &'static str {
+        match self {
+            Self::Passed { .. } => "passed",
+            Self::Failed { .. } => "FAILED",
+            Self::RefusedAtPreflight { .. } => "refused at preflight (declared)",
+            Self::NotExercised { .. } => "not exercised",
+        }
+    }
+
+    /// The evidence, reason or refused capabilities, as text.
+    #[must_use]
+    pub fn detail(&self) -> String {
+        match self {
+            Self::Passed { evidence } => evidence.clone(),
+            Self::Failed { reason } | Self::NotExercised { reason } => reason.clone(),
+            Self::RefusedAtPreflight { capabilities } => {
+                let list: Vec<&str> = capabilities.iter().map(|c| c.as_str()).collect();
+                format!("declared unsupported: {}", list.join(", "))
+            }
+        }
+    }
+}
+
+/// Runs every fixture against adapters from `knobs` and returns the report.
+///
+/// Needs a Tokio runtime with the time driver (a `#[tokio::test]` has one).
+pub async fn certify<K: Knobs>(knobs: &K) -> Report {
+    let adapter = knobs.adapter();
+    let descriptor = harness_core::adapter::HarnessAdapter::descriptor(&adapter).clone();
+    let mut results = Vec::with_capacity(FIXTURES.len());
+    for fixture in FIXTURES {
+        let outcome = fixtures::run(knobs, fixture).await;
+        results.push(FixtureResult::new(fixture, outcome));
+    }
+    Report::new(&descriptor, results)
+}
+
+/// Runs one fixture by id (for focused tests); `None` for an unknown id.
+pub async fn run_fixture<K: Knobs>(knobs: &K, id: &str) -> Option<FixtureResult> {
+    let fixture = FIXTURES.iter().find(|f| f.id == id)?;
+    let outcome = fixtures::run(knobs, fixture).await;
+    Some(FixtureResult::new(fixture, outcome))
+}

@@ -1,0 +1,125 @@
+//! The scripted adapter, certified by the shared conformance suite.
+//!
+//! Run with `--nocapture` to see the report; its JSON is written to the target dir.
+
+use harness_conformance::{Behaviour, Knobs, certify};
+use harness_core::service::ExecutionRequest;
+use harness_scripted::{Script, ScriptedAdapter, ScriptedOptions};
+use serde_json::{Value, json};
+
+/// Scripts for each behaviour the suite asks for.
+#[derive(Debug)]
+struct ScriptedKnobs;
+
+fn request(steps: Value) -> ExecutionRequest {
+    let mut script = serde_json::Map::new();
+    script.insert("steps".to_owned(), steps);
+    let script: Script = serde_json::from_value(Value::Object(script)).expect("valid script");
+    ExecutionRequest::new("conformance")
+        .with_options(ScriptedOptions::with_script(script).to_value())
+}
+
+impl Knobs for ScriptedKnobs {
+    type Adapter = ScriptedAdapter;
+
+    fn adapter(&self) -> ScriptedAdapter {
+        ScriptedAdapter::quickstart()
+    }
+
+    fn plain_request(&self) -> ExecutionRequest {
+        request(json!([{"type": "text", "text": "hello"}, {"type": "complete"}]))
+    }
+
+    fn request_for(&self, behaviour: &Behaviour) -> Option<ExecutionRequest> {
+        let steps = match behaviour {
+            Behaviour::StreamText => json!([
+                {"type": "text", "text": "one ", "repeat": 3},
+                {"type": "complete", "summary": "done"}
+            ]),
+            Behaviour::StreamReasoning => json!([
+                {"type": "reasoning", "text": "thinking", "repeat": 2},
+                {"type": "text", "text": "answer"},
+                {"type": "complete"}
+            ]),
+            Behaviour::StreamUsage => json!([
+                {"type": "text", "text": "answer"},
+                {"type": "usage", "inputTokens": 12, "outputTokens": 3},
+                {"type": "complete"}
+            ]),
+            Behaviour::ToolSuccess => json!([
+                {"type": "toolCall", "callId": "call_ok", "tool": "read_file",
+                 "arguments": {"path": "a.txt"}, "output": {"bytes": 3}},
+                {"type": "complete"}
+            ]),
+            Behaviour::ToolError => json!([
+                {"type": "toolCall", "callId": "call_err", "tool": "read_file",
+                 "arguments": {"path": "missing.txt"}, "failure": "no such file"},
+                {"type": "complete"}
+            ]),
+            Behaviour::ToolApproval { calls, editable } => {
+                let allowed = if *editable {
+                    json!(["approve", "reject", "edit"])
+                } else {
+                    json!(["approve", "reject"])
+                };
+                let calls: Vec<Value> = (0..*calls)
+                    .map(|n| {
+                        json!({"callId": format!("call_{n}"), "tool": "shell",
+                               "arguments": {"cmd": format!("echo {n}")},
+                               "allowed": allowed, "output": {"exitCode": 0}})
+                    })
+                    .collect();
+                json!([{"type": "approval", "calls": calls}, {"type": "complete"}])
+            }
+            Behaviour::FormInput => json!([
+                {"type": "form", "title": "Who?", "fields": [
+                    {"name": "name", "label": "Name", "required": false,
+                     "kind": {"type": "text", "maxLength": 40}}
+                ]},
+                {"type": "text", "text": "hello {{name}}"},
+                {"type": "complete"}
+            ]),
+            Behaviour::Hang => json!([{"type": "text", "text": "working"}, {"type": "hang"}]),
+            Behaviour::Fail {
+                category,
+                diagnostic,
+            } => json!([
+                {"type": "text", "text": "trying"},
+                {"type": "error", "category": category, "message": "the provider failed",
+                 "diagnostic": diagnostic}
+            ]),
+            Behaviour::Panic { message } => json!([{"type": "panic", "message": message}]),
+            Behaviour::MalformedOrder => json!([{"type": "eventAfterComplete"}]),
+            _ => return None,
+        };
+        Some(request(steps))
+    }
+
+    fn process_isolated(&self) -> bool {
+        // This test binary runs one test: the suite is alone in its process.
+        true
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scripted_adapter_passes_the_conformance_suite() {
+    let report = certify(&ScriptedKnobs).await;
+    println!("{report}");
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("conformance-scripted.json");
+    std::fs::write(&path, report.to_json()).expect("write the report");
+    println!("report written to {}", path.display());
+    report.assert_passed();
+    // Every fixture ran or was refused as declared: nothing was left unexercised.
+    let not_exercised: Vec<&str> = report
+        .results
+        .iter()
+        .filter(|r| r.outcome.status() == "not exercised")
+        .map(|r| r.id.as_str())
+        .collect();
+    assert!(not_exercised.is_empty(), "not exercised: {not_exercised:?}");
+    // Same content, same evidence id.
+    assert_eq!(
+        certify(&ScriptedKnobs).await.evidence_id,
+        report.evidence_id
+    );
+}

@@ -1,0 +1,1356 @@
+//! The fixtures.
+
+use std::collections::BTreeSet;
+
+use harness_core::action::{
+    ActionKind, ActionRequest, ActionResponse, ApprovalResponse, DecisionKind, FormResponse,
+    ToolDecision,
+};
+use harness_core::adapter::{AdapterEvent, HarnessAdapter, InterruptKind, ResumeDecision};
+use harness_core::capability::CapabilityKey as K;
+use harness_core::error::{ErrorCategory, ErrorCode};
+use harness_core::event::{CancelReason, EventPayload, ToolCallOutcome};
+use harness_core::service::{CancelRequest, ExecutionRequest, Outcome};
+use serde_json::Value;
+
+use crate::probe;
+use crate::{Behaviour, Fixture, FixtureOutcome, Group, Knobs, SUITE_VERSION};
+
+macro_rules! fixture {
+    ($id:literal, $group:ident, [$($cap:ident),*], $rule:literal) => {
+        Fixture { id: $id, group: Group::$group, capabilities: &[$(K::$cap),*], rule: $rule }
+    };
+}
+
+/// Every fixture of this suite version, in run order.
+pub static FIXTURES: &[Fixture] = &[
+    fixture!(
+        "init.idempotent",
+        Lifecycle,
+        [],
+        "initialize twice returns the same result"
+    ),
+    fixture!(
+        "init.capability_report",
+        Lifecycle,
+        [],
+        "evaluate answers, bounded, and never widens the descriptor's support"
+    ),
+    fixture!(
+        "cleanup.idempotent",
+        Lifecycle,
+        [],
+        "cleanup twice returns, bounded, without panicking"
+    ),
+    fixture!(
+        "stream.text",
+        Streaming,
+        [StreamText],
+        "text streams as message.delta, then one terminal"
+    ),
+    fixture!(
+        "stream.reasoning",
+        Streaming,
+        [StreamReasoning],
+        "reasoning streams as reasoning.delta"
+    ),
+    fixture!(
+        "stream.usage",
+        Streaming,
+        [StreamUsage],
+        "usage is reported"
+    ),
+    fixture!(
+        "stream.terminal_ordering",
+        Streaming,
+        [],
+        "exactly one terminal event, last; no protocol failure"
+    ),
+    fixture!(
+        "stream.sequence_contiguous",
+        Streaming,
+        [],
+        "event sequence is contiguous from 1, one execution id"
+    ),
+    fixture!(
+        "stream.segment_protocol",
+        Streaming,
+        [],
+        "a runtime segment yields exactly one terminal item, last, then ends"
+    ),
+    fixture!(
+        "tool.success",
+        Tools,
+        [],
+        "a successful tool call is started then completed with success"
+    ),
+    fixture!(
+        "tool.error",
+        Tools,
+        [],
+        "a failing tool call completes with failure"
+    ),
+    fixture!(
+        "tool.approval.approve",
+        Tools,
+        [InterruptToolApproval],
+        "an approved call runs"
+    ),
+    fixture!(
+        "tool.approval.edit",
+        Tools,
+        [InterruptToolApproval],
+        "an edited call runs with the edited arguments"
+    ),
+    fixture!(
+        "tool.approval.reject",
+        Tools,
+        [InterruptToolApproval],
+        "a rejected call completes as rejected"
+    ),
+    fixture!(
+        "tool.approval.multi",
+        Tools,
+        [InterruptToolApproval, InterruptMultiTool],
+        "each call of one approval gets its own decision"
+    ),
+    fixture!(
+        "mcp.partial_failure",
+        Mcp,
+        [ToolMcp, ToolPartialAvailability],
+        "an MCP server failure degrades, not fails, the run"
+    ),
+    fixture!(
+        "mcp.caller_credential_isolation",
+        Mcp,
+        [ToolCallerCredentials],
+        "caller credentials reach only their tool"
+    ),
+    fixture!(
+        "session.restart",
+        Sessions,
+        [RuntimeRestart],
+        "restart releases and the next segment still runs"
+    ),
+    fixture!(
+        "session.cross_replica_resume",
+        Sessions,
+        [SessionCrossReplicaResume],
+        "a paused run resumes on another replica"
+    ),
+    fixture!(
+        "session.clear",
+        Sessions,
+        [SessionClear],
+        "clearing a session forgets its turns"
+    ),
+    fixture!(
+        "session.expired_state",
+        Sessions,
+        [ThreadEvictionRestore],
+        "expired state is restored or refused"
+    ),
+    fixture!(
+        "action.form_input",
+        Actions,
+        [InterruptFormInput],
+        "a form pauses the run until it is answered"
+    ),
+    fixture!(
+        "action.duplicate_resume",
+        Actions,
+        [InterruptToolApproval],
+        "one decision resumes a runtime at most once"
+    ),
+    fixture!(
+        "action.conflicting_resume",
+        Actions,
+        [InterruptToolApproval],
+        "an answer to another action is refused and the action stays open"
+    ),
+    fixture!(
+        "cancel.before_run",
+        Cancellation,
+        [],
+        "cancel before any run is safe and idempotent"
+    ),
+    fixture!(
+        "cancel.after_run",
+        Cancellation,
+        [],
+        "cancel after the run is safe and idempotent"
+    ),
+    fixture!(
+        "cancel.while_streaming",
+        Cancellation,
+        [RuntimeCancel],
+        "cancel stops a running stream within grace"
+    ),
+    fixture!(
+        "cancel.while_awaiting",
+        Cancellation,
+        [InterruptToolApproval],
+        "cancel while awaiting an action ends as cancelled"
+    ),
+    fixture!(
+        "files.modalities",
+        Files,
+        [InputImages, InputDocuments],
+        "image and document inputs within limits"
+    ),
+    fixture!(
+        "skills.missing_blocked",
+        Skills,
+        [Skills],
+        "missing and blocked skills are refused"
+    ),
+    fixture!(
+        "subagents.nested",
+        Subagents,
+        [Subagents, SubagentsMixedHarness],
+        "subagents, namespaces, cycles and nested interrupts"
+    ),
+    fixture!(
+        "faults.provider_error",
+        Faults,
+        [],
+        "a provider error ends the run as failed with its category"
+    ),
+    fixture!(
+        "faults.panic_sanitized",
+        Faults,
+        [],
+        "a panic becomes internal/ADAPTER_PANICKED and its text stays private"
+    ),
+    fixture!(
+        "faults.malformed_events",
+        Faults,
+        [],
+        "events after the terminal end the run with protocol"
+    ),
+    fixture!(
+        "faults.timeout",
+        Faults,
+        [],
+        "past the turn deadline a hanging run fails with timeout, one terminal"
+    ),
+    fixture!(
+        "faults.sanitized_error",
+        Faults,
+        [],
+        "an error's diagnostic never reaches an event"
+    ),
+    fixture!(
+        "observability.no_leaked_credential",
+        Observability,
+        [],
+        "a credential in client context never reaches an event or public error"
+    ),
+    fixture!(
+        "observability.leaks.tasks",
+        Observability,
+        [],
+        "no Tokio task outlives its executions"
+    ),
+    fixture!(
+        "observability.leaks.fds_children",
+        Observability,
+        [],
+        "no file descriptor or child process outlives its executions"
+    ),
+];
+
+/// Fixtures this suite version cannot test even when the capability is declared.
+const UNCERTIFIABLE: &[&str] = &[
+    "mcp.partial_failure",
+    "mcp.caller_credential_isolation",
+    "session.cross_replica_resume",
+    "session.clear",
+    "session.expired_state",
+    "files.modalities",
+    "skills.missing_blocked",
+    "subagents.nested",
+];
+
+/// A credential-shaped canary the suite plants and looks for.
+const CANARY: &str = "sk-conformance-canary-7f3e9a1c5b";
+
+type Verdict = Result<String, String>;
+
+pub(crate) async fn run<Kn: Knobs>(knobs: &Kn, fixture: &Fixture) -> FixtureOutcome {
+    let adapter = knobs.adapter();
+    let caps = adapter.descriptor().capabilities();
+    let unusable: Vec<K> = fixture
+        .capabilities
+        .iter()
+        .copied()
+        .filter(|k| !caps.level(*k).is_usable())
+        .collect();
+    if !unusable.is_empty() {
+        let request = knobs.plain_request();
+        return match probe::check_refused(adapter, request, &unusable).await {
+            Ok(()) => FixtureOutcome::RefusedAtPreflight {
+                capabilities: unusable,
+            },
+            Err(reason) => FixtureOutcome::Failed { reason },
+        };
+    }
+    if UNCERTIFIABLE.contains(&fixture.id) {
+        let declared: Vec<String> = fixture
+            .capabilities
+            .iter()
+            .map(|k| format!("{} ({})", k.as_str(), caps.level(*k)))
+            .collect();
+        return FixtureOutcome::Failed {
+            reason: format!(
+                "declared {} but not certifiable by suite version {SUITE_VERSION}",
+                declared.join(", ")
+            ),
+        };
+    }
+    match body(knobs, fixture.id).await {
+        Ok(Ok(evidence)) => FixtureOutcome::Passed { evidence },
+        Ok(Err(reason)) => FixtureOutcome::Failed { reason },
+        Err(Skip::NoKnob(behaviour)) if fixture.capabilities.is_empty() => {
+            FixtureOutcome::NotExercised {
+                reason: format!("the adapter's knobs cannot produce {behaviour}"),
+            }
+        }
+        Err(Skip::NotMeasurable(reason)) => FixtureOutcome::NotExercised { reason },
+        Err(Skip::NoKnob(behaviour)) => FixtureOutcome::Failed {
+            reason: format!(
+                "declares {} usable but its knobs cannot produce {behaviour}: \
+                 the suite cannot verify it",
+                probe::names(fixture.capabilities)
+            ),
+        },
+    }
+}
+
+/// Why a fixture body could not run.
+enum Skip {
+    /// The knobs cannot produce this behaviour.
+    NoKnob(Behaviour),
+    /// The quantity cannot be measured here.
+    NotMeasurable(String),
+}
+
+fn req<Kn: Knobs>(knobs: &Kn, b: Behaviour) -> Result<ExecutionRequest, Skip> {
+    knobs.request_for(&b).ok_or(Skip::NoKnob(b))
+}
+
+async fn body<Kn: Knobs>(knobs: &Kn, id: &str) -> Result<Verdict, Skip> {
+    Ok(match id {
+        "init.idempotent" => init_idempotent(knobs).await,
+        "cleanup.idempotent" => cleanup_idempotent(knobs).await,
+        "init.capability_report" => capability_report(knobs).await,
+        "stream.text" => {
+            let r = req(knobs, Behaviour::StreamText)?;
+            streams(knobs, r, "message.delta", |p| {
+                matches!(p, EventPayload::MessageDelta(_))
+            })
+            .await
+        }
+        "stream.reasoning" => {
+            let r = req(knobs, Behaviour::StreamReasoning)?;
+            streams(knobs, r, "reasoning.delta", |p| {
+                matches!(p, EventPayload::ReasoningDelta(_))
+            })
+            .await
+        }
+        "stream.usage" => {
+            let r = req(knobs, Behaviour::StreamUsage)?;
+            streams(knobs, r, "usage", |p| matches!(p, EventPayload::Usage(_))).await
+        }
+        "stream.terminal_ordering" => terminal_ordering(knobs).await,
+        "stream.sequence_contiguous" => sequence_contiguous(knobs).await,
+        "stream.segment_protocol" => segment_protocol(knobs).await,
+        "tool.success" => {
+            let r = req(knobs, Behaviour::ToolSuccess)?;
+            tool_outcome(knobs, r, "success", |o| {
+                matches!(o, ToolCallOutcome::Success { .. })
+            })
+            .await
+        }
+        "tool.error" => {
+            let r = req(knobs, Behaviour::ToolError)?;
+            tool_outcome(knobs, r, "failure", |o| {
+                matches!(o, ToolCallOutcome::Failure { .. })
+            })
+            .await
+        }
+        "tool.approval.approve" => {
+            let r = req(
+                knobs,
+                Behaviour::ToolApproval {
+                    calls: 1,
+                    editable: false,
+                },
+            )?;
+            approval(knobs, r, &[DecisionKind::Approve]).await
+        }
+        "tool.approval.edit" => {
+            let r = req(
+                knobs,
+                Behaviour::ToolApproval {
+                    calls: 1,
+                    editable: true,
+                },
+            )?;
+            approval(knobs, r, &[DecisionKind::Edit]).await
+        }
+        "tool.approval.reject" => {
+            let r = req(
+                knobs,
+                Behaviour::ToolApproval {
+                    calls: 1,
+                    editable: false,
+                },
+            )?;
+            approval(knobs, r, &[DecisionKind::Reject]).await
+        }
+        "tool.approval.multi" => {
+            let r = req(
+                knobs,
+                Behaviour::ToolApproval {
+                    calls: 2,
+                    editable: false,
+                },
+            )?;
+            approval(knobs, r, &[DecisionKind::Approve, DecisionKind::Reject]).await
+        }
+        "session.restart" => restart(knobs).await,
+        "action.form_input" => form_input(knobs, req(knobs, Behaviour::FormInput)?).await,
+        "action.duplicate_resume" => {
+            let r = req(
+                knobs,
+                Behaviour::ToolApproval {
+                    calls: 1,
+                    editable: false,
+                },
+            )?;
+            duplicate_resume(knobs, r).await
+        }
+        "action.conflicting_resume" => {
+            let r = req(
+                knobs,
+                Behaviour::ToolApproval {
+                    calls: 1,
+                    editable: false,
+                },
+            )?;
+            conflicting_resume(knobs, r).await
+        }
+        "cancel.before_run" => cancel_before(knobs).await,
+        "cancel.after_run" => cancel_after(knobs).await,
+        "cancel.while_streaming" => cancel_streaming(knobs, req(knobs, Behaviour::Hang)?).await,
+        "cancel.while_awaiting" => {
+            let r = req(
+                knobs,
+                Behaviour::ToolApproval {
+                    calls: 1,
+                    editable: false,
+                },
+            )?;
+            cancel_awaiting(knobs, r).await
+        }
+        "faults.provider_error" => {
+            let category = ErrorCategory::Unavailable;
+            let r = req(
+                knobs,
+                Behaviour::Fail {
+                    category,
+                    diagnostic: CANARY.to_owned(),
+                },
+            )?;
+            faults_error(knobs, r, category, false).await
+        }
+        "faults.sanitized_error" => {
+            let category = ErrorCategory::Unavailable;
+            let r = req(
+                knobs,
+                Behaviour::Fail {
+                    category,
+                    diagnostic: CANARY.to_owned(),
+                },
+            )?;
+            faults_error(knobs, r, category, true).await
+        }
+        "faults.panic_sanitized" => {
+            let r = req(
+                knobs,
+                Behaviour::Panic {
+                    message: CANARY.to_owned(),
+                },
+            )?;
+            panic_sanitized(knobs, r).await
+        }
+        "faults.malformed_events" => malformed(knobs, req(knobs, Behaviour::MalformedOrder)?).await,
+        "faults.timeout" => timeout(knobs, req(knobs, Behaviour::Hang)?).await,
+        "observability.no_leaked_credential" => no_leaked_credential(knobs).await,
+        "observability.leaks.tasks" => leaks_tasks(knobs).await,
+        "observability.leaks.fds_children" => {
+            if !knobs.process_isolated() {
+                return Err(Skip::NotMeasurable(
+                    "the suite does not run alone in its process (Knobs::process_isolated is false): \
+                     file descriptors and child processes cannot be attributed to the adapter"
+                        .to_owned(),
+                ));
+            }
+            let (Some(fds), Some(kids)) = (fd_count(), children()) else {
+                return Err(Skip::NotMeasurable(
+                    "/proc/self/fd or /proc/self/task/*/children is not readable here".to_owned(),
+                ));
+            };
+            leaks_fds(knobs, fds, &kids).await
+        }
+        other => Err(format!(
+            "fixture {other} has no body in suite {SUITE_VERSION}"
+        )),
+    })
+}
+
+async fn init_idempotent<Kn: Knobs>(knobs: &Kn) -> Verdict {
+    let b = knobs.bounds();
+    let adapter = knobs.adapter();
+    let d = probe::direct(&adapter, &knobs.plain_request(), b).await?;
+    let first = probe::hook("initialize", b.grace, || d.runtime.initialize()).await?;
+    let second = probe::hook("second initialize", b.grace, || d.runtime.initialize()).await?;
+    let verdict = match (&first, &second) {
+        (Ok(a), Ok(b)) if a == b => Ok(format!("initialize twice: Ok, same result ({a:?})")),
+        (Ok(a), Ok(b)) => Err(format!(
+            "initialize is not idempotent: first {a:?}, then {b:?}"
+        )),
+        (Err(a), Err(b)) if a.code() == b.code() && a.category() == b.category() => Ok(format!(
+            "initialize twice: the same terminal error {}",
+            a.code().as_str()
+        )),
+        _ => Err(format!(
+            "initialize is not idempotent: first {}, then {}",
+            ok_or_code(&first),
+            ok_or_code(&second)
+        )),
+    };
+    let _ = probe::hook("cleanup", b.grace, || d.runtime.cleanup()).await;
+    verdict
+}
+
+fn ok_or_code<T>(r: &Result<T, harness_core::error::HarnessError>) -> String {
+    match r {
+        Ok(_) => "Ok".to_owned(),
+        Err(e) => format!("Err({})", e.code().as_str()),
+    }
+}
+
+async fn cleanup_idempotent<Kn: Knobs>(knobs: &Kn) -> Verdict {
+    let b = knobs.bounds();
+    let adapter = knobs.adapter();
+    // After a run.
+    let d = probe::direct(&adapter, &knobs.plain_request(), b).await?;
+    let _ = probe::hook("initialize", b.grace, || d.runtime.initialize()).await?;
+    let seg = probe::drain(|| d.runtime.stream(d.turn.clone()), b.run).await;
+    drop(seg);
+    probe::hook("cleanup", b.grace, || d.runtime.cleanup())
+        .await
+        .map_err(|e| format!("cleanup is not idempotent: {e}"))?;
+    probe::hook("second cleanup", b.grace, || d.runtime.cleanup())
+        .await
+        .map_err(|e| format!("cleanup is not idempotent: {e}"))?;
+    // Without any run.
+    let fresh = probe::direct(&adapter, &knobs.plain_request(), b).await?;
+    for what in [
+        "cleanup of a fresh runtime",
+        "second cleanup of a fresh runtime",
+    ] {
+        probe::hook(what, b.grace, || fresh.runtime.cleanup())
+            .await
+            .map_err(|e| format!("cleanup is not idempotent: {e}"))?;
+    }
+    Ok("cleanup twice after a run and on a fresh runtime: bounded, no panic".to_owned())
+}
+
+async fn streams<Kn: Knobs>(
+    knobs: &Kn,
+    request: ExecutionRequest,
+    kind: &str,
+    is: impl Fn(&EventPayload) -> bool,
+) -> Verdict {
+    let b = knobs.bounds();
+    let obs = probe::run_to_end(&probe::service(knobs.adapter(), b), request, b).await?;
+    obs.check_log()?;
+    let n = obs.count(is);
+    if n == 0 {
+        return Err(format!(
+            "capability claimed but not delivered: the run yielded no {kind} event (events: {})",
+            obs.kinds().join(" ")
+        ));
+    }
+    if !matches!(obs.outcome, Outcome::Succeeded(_)) {
+        return Err(format!(
+            "the run did not succeed: {:?}",
+            obs.outcome.state()
+        ));
+    }
+    Ok(format!("{n} {kind}, run.succeeded"))
+}
+
+async fn segment_protocol<Kn: Knobs>(knobs: &Kn) -> Verdict {
+    let b = knobs.bounds();
+    let adapter = knobs.adapter();
+    let mut requests = vec![knobs.plain_request()];
+    requests.extend(knobs.request_for(&Behaviour::StreamText));
+    let mut evidence = Vec::new();
+    for request in requests {
+        let d = probe::direct(&adapter, &request, b).await?;
+        probe::hook("initialize", b.grace, || d.runtime.initialize())
+            .await?
+            .map_err(|e| format!("initialize failed: {}", e.message()))?;
+        let seg = probe::drain(|| d.runtime.stream(d.turn.clone()), b.run).await;
+        let checked = seg.check_protocol();
+        let _ = probe::hook("cleanup", b.grace, || d.runtime.cleanup()).await;
+        checked?;
+        evidence.push(format!("{} items", seg.items.len()));
+    }
+    Ok(format!(
+        "one terminal item, last, stream ended ({})",
+        evidence.join(", ")
+    ))
+}
+
+async fn tool_outcome<Kn: Knobs>(
+    knobs: &Kn,
+    request: ExecutionRequest,
+    what: &str,
+    is: impl Fn(&ToolCallOutcome) -> bool,
+) -> Verdict {
+    let b = knobs.bounds();
+    let obs = probe::run_to_end(&probe::service(knobs.adapter(), b), request, b).await?;
+    obs.check_log()?;
+    let started = obs.count(|p| matches!(p, EventPayload::ToolCallStarted(_)));
+    let completed =
+        obs.count(|p| matches!(p, EventPayload::ToolCallCompleted(c) if is(&c.outcome)));
+    if started == 0 || completed == 0 {
+        return Err(format!(
+            "expected tool.call.started and a tool.call.completed with {what}; events: {}",
+            obs.kinds().join(" ")
+        ));
+    }
+    Ok(format!("tool call started and completed with {what}"))
+}
+
+async fn approval<Kn: Knobs>(
+    knobs: &Kn,
+    request: ExecutionRequest,
+    decisions: &[DecisionKind],
+) -> Verdict {
+    let b = knobs.bounds();
+    let service = probe::service(knobs.adapter(), b);
+    let handle = service
+        .start(request)
+        .await
+        .map_err(|e| e.message().to_owned())?;
+    let action = probe::wait_action(&handle, b).await?;
+    let ActionKind::ToolApproval(approval) = &action.kind else {
+        return Err("the action is not a tool approval".to_owned());
+    };
+    if approval.calls().len() < decisions.len() {
+        return Err(format!(
+            "asked for an approval of {} calls, got {}",
+            decisions.len(),
+            approval.calls().len()
+        ));
+    }
+    let mut answers = Vec::new();
+    let mut expect = Vec::new();
+    for (call, kind) in approval.calls().iter().zip(decisions) {
+        if !call.allows(*kind) {
+            return Err(format!("call {} does not allow {kind:?}", call.call_id()));
+        }
+        answers.push(match kind {
+            DecisionKind::Approve => ToolDecision::approve(call.call_id().clone()),
+            DecisionKind::Reject => ToolDecision::reject(call.call_id().clone()),
+            DecisionKind::Edit => {
+                ToolDecision::edit(call.call_id().clone(), call.arguments().clone())
+            }
+        });
+        expect.push((call.call_id().clone(), *kind));
+    }
+    handle
+        .respond(ApprovalResponse::decide(action.id.clone(), action.revision, answers).into())
+        .await
+        .map_err(|e| format!("the answer was refused: {}", e.message()))?;
+    let obs = probe::finish(&handle, b).await?;
+    obs.check_log()?;
+    for (call_id, kind) in &expect {
+        let done: Vec<&ToolCallOutcome> = obs
+            .events
+            .iter()
+            .filter_map(|e| match e.payload() {
+                EventPayload::ToolCallCompleted(c) if &c.call_id == call_id => Some(&c.outcome),
+                _ => None,
+            })
+            .collect();
+        let ok = matches!(
+            (done.as_slice(), kind),
+            (
+                [ToolCallOutcome::Success { .. }],
+                DecisionKind::Approve | DecisionKind::Edit
+            ) | ([ToolCallOutcome::Rejected { .. }], DecisionKind::Reject)
+        );
+        if !ok {
+            return Err(format!(
+                "call {call_id} decided {kind:?} completed as {done:?} \
+                 (exactly one matching tool.call.completed expected)"
+            ));
+        }
+    }
+    if !matches!(obs.outcome, Outcome::Succeeded(_)) {
+        return Err(format!(
+            "the run did not succeed: {:?}",
+            obs.outcome.state()
+        ));
+    }
+    Ok(format!(
+        "{} call(s) decided {:?} and completed accordingly",
+        expect.len(),
+        decisions
+    ))
+}
+
+async fn restart<Kn: Knobs>(knobs: &Kn) -> Verdict {
+    let b = knobs.bounds();
+    let adapter = knobs.adapter();
+    let d = probe::direct(&adapter, &knobs.plain_request(), b).await?;
+    probe::hook("initialize", b.grace, || d.runtime.initialize())
+        .await?
+        .map_err(|e| format!("initialize failed: {}", e.message()))?;
+    probe::drain(|| d.runtime.stream(d.turn.clone()), b.run)
+        .await
+        .check_protocol()?;
+    probe::hook("restart", b.grace, || d.runtime.restart())
+        .await?
+        .map_err(|e| format!("restart failed: {}", e.message()))?;
+    let seg = probe::drain(|| d.runtime.stream(d.turn.clone()), b.run).await;
+    let _ = probe::hook("cleanup", b.grace, || d.runtime.cleanup()).await;
+    seg.check_protocol()
+        .map_err(|e| format!("after restart: {e}"))?;
+    if let Some(Err(e)) = seg.terminal() {
+        return Err(format!("the segment after restart failed: {}", e.message()));
+    }
+    Ok("restart returned and the next segment ran to one terminal item".to_owned())
+}
+
+async fn form_input<Kn: Knobs>(knobs: &Kn, request: ExecutionRequest) -> Verdict {
+    let b = knobs.bounds();
+    let service = probe::service(knobs.adapter(), b);
+    let handle = service
+        .start(request)
+        .await
+        .map_err(|e| e.message().to_owned())?;
+    let action = probe::wait_action(&handle, b).await?;
+    if !matches!(action.kind, ActionKind::FormInput(_)) {
+        return Err("the action is not a form".to_owned());
+    }
+    handle
+        .respond(FormResponse::dismiss(action.id.clone(), action.revision).into())
+        .await
+        .map_err(|e| format!("dismissing the form was refused: {}", e.message()))?;
+    let obs = probe::finish(&handle, b).await?;
+    obs.check_log()?;
+    let kinds = obs.kinds();
+    for k in ["run.awaiting_input", "action.resolved"] {
+        if !kinds.contains(&k) {
+            return Err(format!("no {k} event; events: {}", kinds.join(" ")));
+        }
+    }
+    if !matches!(obs.outcome, Outcome::Succeeded(_)) {
+        return Err(format!(
+            "the run did not succeed after the form: {:?}",
+            obs.outcome.state()
+        ));
+    }
+    Ok("form opened, run.awaiting_input, answered, run.succeeded".to_owned())
+}
+
+/// At the runtime boundary: one interrupt per decision, one resume per decision.
+async fn duplicate_resume<Kn: Knobs>(knobs: &Kn, request: ExecutionRequest) -> Verdict {
+    let b = knobs.bounds();
+    let adapter = knobs.adapter();
+    let d = probe::direct(&adapter, &request, b).await?;
+    let verdict = async {
+        probe::hook("initialize", b.grace, || d.runtime.initialize())
+            .await?
+            .map_err(|e| format!("initialize failed: {}", e.message()))?;
+        let seg = probe::drain(|| d.runtime.stream(d.turn.clone()), b.run).await;
+        seg.check_protocol()?;
+        let Some(Ok(AdapterEvent::Interrupt(interrupt))) = seg.terminal() else {
+            return Err("the segment did not end on an interrupt".to_owned());
+        };
+        let pending = probe::hook("pending_interrupt", b.grace, || {
+            d.runtime.pending_interrupt()
+        })
+        .await?;
+        if pending.as_ref().map(|p| &p.id) != Some(&interrupt.id) {
+            return Err("pending_interrupt does not return the open interrupt".to_owned());
+        }
+        let kind: ActionKind = match &interrupt.kind {
+            InterruptKind::ToolApproval(a) => ActionKind::ToolApproval(a.clone()),
+            InterruptKind::FormInput(f) => ActionKind::FormInput(f.clone()),
+        };
+        let action = ActionRequest::new(kind).with_id(interrupt.id.clone());
+        let response: ActionResponse = match &action.kind {
+            ActionKind::ToolApproval(a) => ApprovalResponse::decide(
+                action.id.clone(),
+                action.revision,
+                a.calls()
+                    .iter()
+                    .map(|c| ToolDecision::approve(c.call_id().clone())),
+            )
+            .into(),
+            ActionKind::FormInput(_) => {
+                FormResponse::dismiss(action.id.clone(), action.revision).into()
+            }
+        };
+        let validated = action
+            .validate(response)
+            .map_err(|e| format!("the suite's answer did not validate: {e}"))?;
+        let decision = ResumeDecision::new(validated);
+        let first = probe::drain(|| d.runtime.resume(decision.clone()), b.run).await;
+        first.check_protocol().map_err(|e| format!("resume: {e}"))?;
+        let again =
+            first.count(|e| matches!(e, AdapterEvent::Interrupt(i) if i.id == interrupt.id));
+        if again > 0 {
+            return Err(format!(
+                "action accepted twice: the runtime re-opened interrupt {} after it was answered",
+                interrupt.id
+            ));
+        }
+        let second = probe::drain(|| d.runtime.resume(decision), b.run).await;
+        let accepted = second.items.iter().any(|i| {
+            matches!(
+                i,
+                Ok(AdapterEvent::Content(_)
+                    | AdapterEvent::Completed(_)
+                    | AdapterEvent::Interrupt(_))
+            )
+        });
+        if accepted || !matches!(second.terminal(), Some(Err(_))) {
+            return Err(format!(
+                "action accepted twice: a second resume with the same decision \
+                 yielded {} item(s) instead of an error",
+                second.items.len()
+            ));
+        }
+        Ok("one interrupt, one resume; the repeated decision was refused with an error".to_owned())
+    }
+    .await;
+    let _ = probe::hook("cleanup", b.grace, || d.runtime.cleanup()).await;
+    verdict
+}
+
+async fn conflicting_resume<Kn: Knobs>(knobs: &Kn, request: ExecutionRequest) -> Verdict {
+    let b = knobs.bounds();
+    let service = probe::service(knobs.adapter(), b);
+    let handle = service
+        .start(request)
+        .await
+        .map_err(|e| e.message().to_owned())?;
+    let action = probe::wait_action(&handle, b).await?;
+    let ActionKind::ToolApproval(approval) = &action.kind else {
+        return Err("the action is not a tool approval".to_owned());
+    };
+    let decide = |id| {
+        ApprovalResponse::decide(
+            id,
+            action.revision,
+            approval
+                .calls()
+                .iter()
+                .map(|c| ToolDecision::approve(c.call_id().clone())),
+        )
+    };
+    let other = harness_core::id::ActionId::generate();
+    match handle.respond(decide(other).into()).await {
+        Err(e) if e.code() == &ErrorCode::ACTION_NOT_FOUND => {}
+        other => {
+            return Err(format!(
+                "an answer to another action was not refused with ACTION_NOT_FOUND: {other:?}"
+            ));
+        }
+    }
+    if handle.pending_actions().first().map(|a| &a.id) != Some(&action.id) {
+        return Err("the action did not stay open after a conflicting answer".to_owned());
+    }
+    handle
+        .respond(decide(action.id.clone()).into())
+        .await
+        .map_err(|e| format!("the right answer was refused: {}", e.message()))?;
+    match handle.respond(decide(action.id.clone()).into()).await {
+        Err(e)
+            if e.code() == &ErrorCode::ACTION_ALREADY_RESOLVED
+                || e.code() == &ErrorCode::EXECUTION_TERMINAL => {}
+        other => return Err(format!("a duplicate answer was not refused: {other:?}")),
+    }
+    let obs = probe::finish(&handle, b).await?;
+    obs.check_log()?;
+    let resolved = obs.count(|p| matches!(p, EventPayload::ActionResolved(_)));
+    if resolved != 1 {
+        return Err(format!("{resolved} action.resolved events for one action"));
+    }
+    Ok(
+        "conflicting answer refused, action stayed open, duplicate refused, one action.resolved"
+            .to_owned(),
+    )
+}
+
+async fn cancel_before<Kn: Knobs>(knobs: &Kn) -> Verdict {
+    let b = knobs.bounds();
+    let adapter = knobs.adapter();
+    let d = probe::direct(&adapter, &knobs.plain_request(), b).await?;
+    for what in [
+        "cancel before initialize",
+        "second cancel before initialize",
+    ] {
+        probe::hook(what, b.grace, || {
+            d.runtime.cancel(CancelReason::new("conformance"))
+        })
+        .await?;
+    }
+    let _ = probe::hook("cleanup", b.grace, || d.runtime.cleanup()).await;
+    Ok("cancel twice before any run: bounded, no panic".to_owned())
+}
+
+async fn cancel_after<Kn: Knobs>(knobs: &Kn) -> Verdict {
+    let b = knobs.bounds();
+    let adapter = knobs.adapter();
+    let d = probe::direct(&adapter, &knobs.plain_request(), b).await?;
+    probe::hook("initialize", b.grace, || d.runtime.initialize())
+        .await?
+        .map_err(|e| e.message().to_owned())?;
+    probe::drain(|| d.runtime.stream(d.turn.clone()), b.run)
+        .await
+        .check_protocol()?;
+    for what in ["cancel after the run", "second cancel after the run"] {
+        probe::hook(what, b.grace, || {
+            d.runtime.cancel(CancelReason::new("conformance"))
+        })
+        .await?;
+    }
+    let _ = probe::hook("cleanup", b.grace, || d.runtime.cleanup()).await;
+    // Through the service: a cancel after the end changes nothing.
+    let service = probe::service(knobs.adapter(), b);
+    let handle = service
+        .start(knobs.plain_request())
+        .await
+        .map_err(|e| e.message().to_owned())?;
+    let before = probe::finish(&handle, b).await?;
+    let request = handle.cancel(CancelReason::new("conformance"));
+    if !matches!(request, CancelRequest::AlreadyEnded(_)) {
+        return Err(format!("cancel after the end returned {request:?}"));
+    }
+    if handle.log().len() != before.events.len() {
+        return Err("cancel after the end appended events".to_owned());
+    }
+    Ok("cancel twice after a run: bounded, no panic; the ended execution is unchanged".to_owned())
+}
+
+async fn cancel_streaming<Kn: Knobs>(knobs: &Kn, request: ExecutionRequest) -> Verdict {
+    let b = knobs.bounds();
+    let adapter = knobs.adapter();
+    // At the runtime boundary: the stream must end within grace after the cancel hook.
+    let d = probe::direct(&adapter, &request, b).await?;
+    probe::hook("initialize", b.grace, || d.runtime.initialize())
+        .await?
+        .map_err(|e| e.message().to_owned())?;
+    let cancel = async {
+        for _ in 0..16 {
+            tokio::task::yield_now().await;
+        }
+        probe::hook("cancel", b.grace, || {
+            d.runtime.cancel(CancelReason::new("conformance"))
+        })
+        .await
+    };
+    let (seg, cancelled) = futures_util::future::join(
+        probe::drain(|| d.runtime.stream(d.turn.clone()), b.grace),
+        cancel,
+    )
+    .await;
+    let _ = probe::hook("cleanup", b.grace, || d.runtime.cleanup()).await;
+    cancelled?;
+    if !seg.ended {
+        return Err(format!(
+            "cancel ignored: the runtime's stream did not end within grace ({:?}) \
+             after its cancel hook",
+            b.grace
+        ));
+    }
+    if seg.count(|e| matches!(e, AdapterEvent::Completed(_))) > 0 {
+        return Err("cancel ignored: the hanging run completed after its cancel hook".to_owned());
+    }
+    // Through the service: run.cancelled confirms it.
+    let service = probe::service(knobs.adapter(), b);
+    let handle = service
+        .start(request)
+        .await
+        .map_err(|e| e.message().to_owned())?;
+    for _ in 0..16 {
+        tokio::task::yield_now().await;
+    }
+    handle.cancel(CancelReason::new("conformance"));
+    let obs = probe::finish(&handle, b).await?;
+    obs.check_log()?;
+    if !matches!(obs.outcome, Outcome::Cancelled(_)) {
+        return Err(format!(
+            "the cancelled execution ended {:?}",
+            obs.outcome.state()
+        ));
+    }
+    Ok("runtime stream ended after cancel; service run ended run.cancelled".to_owned())
+}
+
+async fn cancel_awaiting<Kn: Knobs>(knobs: &Kn, request: ExecutionRequest) -> Verdict {
+    let b = knobs.bounds();
+    let service = probe::service(knobs.adapter(), b);
+    let handle = service
+        .start(request)
+        .await
+        .map_err(|e| e.message().to_owned())?;
+    probe::wait_action(&handle, b).await?;
+    handle.cancel(CancelReason::new("conformance"));
+    let obs = probe::finish(&handle, b).await?;
+    obs.check_log()?;
+    if !matches!(obs.outcome, Outcome::Cancelled(_)) {
+        return Err(format!(
+            "cancel while awaiting ended {:?}",
+            obs.outcome.state()
+        ));
+    }
+    Ok("cancelled while awaiting approval: run.cancelled".to_owned())
+}
+
+async fn faults_error<Kn: Knobs>(
+    knobs: &Kn,
+    request: ExecutionRequest,
+    category: ErrorCategory,
+    sanitized: bool,
+) -> Verdict {
+    let b = knobs.bounds();
+    let obs = probe::run_to_end(&probe::service(knobs.adapter(), b), request, b).await?;
+    obs.check_log()?;
+    let Outcome::Failed(err) = &obs.outcome else {
+        return Err(format!("the failing run ended {:?}", obs.outcome.state()));
+    };
+    if err.category() != category {
+        return Err(format!(
+            "failed with {:?}, expected {category:?}",
+            err.category()
+        ));
+    }
+    if sanitized {
+        if let Some(at) = obs.leaks(CANARY) {
+            return Err(format!(
+                "error not sanitized: the private diagnostic reached {at}"
+            ));
+        }
+        return Ok("the diagnostic stayed out of every event and the public error".to_owned());
+    }
+    Ok(format!("run.failed with {category:?}"))
+}
+
+async fn panic_sanitized<Kn: Knobs>(knobs: &Kn, request: ExecutionRequest) -> Verdict {
+    let b = knobs.bounds();
+    let obs = probe::run_to_end(&probe::service(knobs.adapter(), b), request, b).await?;
+    obs.check_log()?;
+    let Outcome::Failed(err) = &obs.outcome else {
+        return Err(format!("the panicking run ended {:?}", obs.outcome.state()));
+    };
+    if err.code() != &ErrorCode::ADAPTER_PANICKED {
+        return Err(format!(
+            "failed with {}, expected ADAPTER_PANICKED",
+            err.code().as_str()
+        ));
+    }
+    if let Some(at) = obs.leaks(CANARY) {
+        return Err(format!("panic text not sanitized: it reached {at}"));
+    }
+    Ok("internal/ADAPTER_PANICKED, panic text private".to_owned())
+}
+
+async fn malformed<Kn: Knobs>(knobs: &Kn, request: ExecutionRequest) -> Verdict {
+    let b = knobs.bounds();
+    let obs = probe::run_to_end(&probe::service(knobs.adapter(), b), request, b).await?;
+    let Outcome::Failed(err) = &obs.outcome else {
+        return Err(format!("a malformed run ended {:?}", obs.outcome.state()));
+    };
+    if err.category() != ErrorCategory::Protocol {
+        return Err(format!(
+            "a malformed run failed with {:?}, not protocol",
+            err.category()
+        ));
+    }
+    let terminals = obs.count(|p| p.is_terminal());
+    if terminals != 1 {
+        return Err(format!("{terminals} terminal events after a malformed run"));
+    }
+    Ok("the malformed run ended run.failed/protocol with one terminal".to_owned())
+}
+
+async fn no_leaked_credential<Kn: Knobs>(knobs: &Kn) -> Verdict {
+    let b = knobs.bounds();
+    let service = probe::service(knobs.adapter(), b);
+    let fail = knobs.request_for(&Behaviour::Fail {
+        category: ErrorCategory::Authentication,
+        diagnostic: String::new(),
+    });
+    let mut runs = 0;
+    for request in [Some(knobs.plain_request()), fail].into_iter().flatten() {
+        let mut request = request;
+        request
+            .client_context
+            .insert("apiKey".to_owned(), Value::String(CANARY.to_owned()));
+        request.client_context.insert(
+            "authorization".to_owned(),
+            Value::String(format!("Bearer {CANARY}")),
+        );
+        let obs = probe::run_to_end(&service, request, b).await?;
+        if let Some(at) = obs.leaks(CANARY) {
+            return Err(format!(
+                "credential leaked: the canary planted in client_context reached {at}"
+            ));
+        }
+        runs += 1;
+    }
+    Ok(format!("canary credential absent from {runs} run(s)"))
+}
+
+async fn workload<Kn: Knobs>(knobs: &Kn) -> Result<usize, String> {
+    let b = knobs.bounds();
+    let service = probe::service(knobs.adapter(), b);
+    let mut n = 0;
+    let mut requests = vec![knobs.plain_request()];
+    requests.extend(knobs.request_for(&Behaviour::StreamText));
+    for request in requests {
+        probe::run_to_end(&service, request, b).await?;
+        n += 1;
+    }
+    if let Some(request) = knobs.request_for(&Behaviour::Hang) {
+        let handle = service
+            .start(request)
+            .await
+            .map_err(|e| e.message().to_owned())?;
+        tokio::task::yield_now().await;
+        handle.cancel(CancelReason::new("conformance"));
+        probe::finish(&handle, b).await?;
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// Polls `measure` until it is at most `baseline`, bounded by `bounds.grace`.
+async fn settle(bound: std::time::Duration, baseline: usize, measure: impl Fn() -> usize) -> usize {
+    let step = std::time::Duration::from_millis(10);
+    let mut waited = std::time::Duration::ZERO;
+    loop {
+        let now = measure();
+        if now <= baseline || waited >= bound {
+            return now;
+        }
+        tokio::time::sleep(step).await;
+        waited += step;
+    }
+}
+
+async fn leaks_tasks<Kn: Knobs>(knobs: &Kn) -> Verdict {
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let baseline = metrics.num_alive_tasks();
+    let runs = workload(knobs).await?;
+    let after = settle(knobs.bounds().grace, baseline, || metrics.num_alive_tasks()).await;
+    if after > baseline {
+        return Err(format!(
+            "resource leak: {} Tokio task(s) still alive {:?} after {runs} executions ended",
+            after - baseline,
+            knobs.bounds().grace
+        ));
+    }
+    Ok(format!(
+        "{runs} executions: alive Tokio tasks back to the baseline"
+    ))
+}
+
+fn fd_count() -> Option<usize> {
+    std::fs::read_dir("/proc/self/fd").ok().map(Iterator::count)
+}
+
+fn children() -> Option<BTreeSet<String>> {
+    let tasks = std::fs::read_dir("/proc/self/task").ok()?;
+    let mut set = BTreeSet::new();
+    for task in tasks.flatten() {
+        if let Ok(text) = std::fs::read_to_string(task.path().join("children")) {
+            set.extend(text.split_whitespace().map(str::to_owned));
+        }
+    }
+    Some(set)
+}
+
+async fn leaks_fds<Kn: Knobs>(knobs: &Kn, fds: usize, kids: &BTreeSet<String>) -> Verdict {
+    let runs = workload(knobs).await?;
+    let after = settle(knobs.bounds().grace, fds, || fd_count().unwrap_or(0)).await;
+    if after > fds {
+        return Err(format!(
+            "resource leak: {} file descriptor(s) still open after {runs} executions ended",
+            after - fds
+        ));
+    }
+    let kids_after = children().unwrap_or_default();
+    let new: Vec<&String> = kids_after.difference(kids).collect();
+    if !new.is_empty() {
+        return Err(format!(
+            "resource leak: child process(es) {new:?} outlive {runs} executions"
+        ));
+    }
+    Ok(format!(
+        "{runs} executions: open fds back to the baseline, no new child process"
+    ))
+}
+
+/// Every terminal the knobs can reach (succeeded, failed, cancelled) is the one terminal
+/// event, last, and the one the run asked for.
+async fn terminal_ordering<Kn: Knobs>(knobs: &Kn) -> Verdict {
+    let b = knobs.bounds();
+    let service = probe::service(knobs.adapter(), b);
+    let mut seen = Vec::new();
+    let mut runs: Vec<(ExecutionRequest, &str)> = vec![(knobs.plain_request(), "run.succeeded")];
+    if let Some(r) = knobs.request_for(&Behaviour::Fail {
+        category: ErrorCategory::Unavailable,
+        diagnostic: String::new(),
+    }) {
+        runs.push((r, "run.failed"));
+    }
+    for (request, expected) in runs {
+        let obs = probe::run_to_end(&service, request, b).await?;
+        obs.check_log()?;
+        let last = obs.kinds().last().copied().unwrap_or("nothing");
+        if last != expected {
+            return Err(format!(
+                "expected {expected} as the terminal event, got {last}"
+            ));
+        }
+        seen.push(expected);
+    }
+    if let Some(request) = knobs.request_for(&Behaviour::Hang) {
+        let handle = service
+            .start(request)
+            .await
+            .map_err(|e| e.message().to_owned())?;
+        tokio::task::yield_now().await;
+        handle.cancel(CancelReason::new("conformance"));
+        let obs = probe::finish(&handle, b).await?;
+        obs.check_log()?;
+        if !matches!(obs.outcome, Outcome::Cancelled(_)) {
+            return Err(format!("a cancelled run ended {:?}", obs.outcome.state()));
+        }
+        seen.push("run.cancelled");
+    }
+    Ok(format!("one terminal event, last: {}", seen.join(", ")))
+}
+
+/// Sequences stay contiguous across segments (a run that pauses and resumes).
+async fn sequence_contiguous<Kn: Knobs>(knobs: &Kn) -> Verdict {
+    let b = knobs.bounds();
+    let service = probe::service(knobs.adapter(), b);
+    let obs = probe::run_to_end(&service, knobs.plain_request(), b).await?;
+    obs.check_log()?;
+    let mut evidence = vec![format!("1..{}", obs.events.len())];
+    if let Some(request) = knobs.request_for(&Behaviour::ToolApproval {
+        calls: 1,
+        editable: false,
+    }) {
+        let handle = service
+            .start(request)
+            .await
+            .map_err(|e| e.message().to_owned())?;
+        let action = probe::wait_action(&handle, b).await?;
+        if let ActionKind::ToolApproval(a) = &action.kind {
+            let decisions = a
+                .calls()
+                .iter()
+                .map(|c| ToolDecision::approve(c.call_id().clone()));
+            handle
+                .respond(
+                    ApprovalResponse::decide(action.id.clone(), action.revision, decisions).into(),
+                )
+                .await
+                .map_err(|e| format!("the answer was refused: {}", e.message()))?;
+        }
+        let obs = probe::finish(&handle, b).await?;
+        obs.check_log()?;
+        evidence.push(format!("1..{} across a resume", obs.events.len()));
+    }
+    Ok(format!("contiguous from 1: {}", evidence.join(", ")))
+}
+
+async fn timeout<Kn: Knobs>(knobs: &Kn, request: ExecutionRequest) -> Verdict {
+    use tower::{Layer, ServiceExt};
+    let b = knobs.bounds();
+    let limit = b.grace / 5;
+    let service = harness_layers::timeout::TimeoutLayer::new()
+        .turn(limit)
+        .layer(probe::service(knobs.adapter(), b));
+    let handle = service
+        .oneshot(request)
+        .await
+        .map_err(|e| e.message().to_owned())?;
+    let obs = probe::finish(&handle, b).await?;
+    obs.check_log()?;
+    match &obs.outcome {
+        Outcome::Failed(e) if e.category() == ErrorCategory::Timeout => {
+            Ok("a hanging run past its turn deadline: run.failed/timeout".to_owned())
+        }
+        other => Err(format!(
+            "a hanging run past its turn deadline ({limit:?}) ended {:?}, not failed/timeout",
+            other.state()
+        )),
+    }
+}
+
+/// The evaluated report narrows the descriptor for a configuration; it never widens it
+/// (preflight decides on the descriptor, so a wider report would be support nobody checked).
+async fn capability_report<Kn: Knobs>(knobs: &Kn) -> Verdict {
+    use harness_core::adapter::{AgentConfig, DeploymentContext};
+    let b = knobs.bounds();
+    let adapter = knobs.adapter();
+    let declared = adapter.descriptor().capabilities();
+    let config = AgentConfig {
+        options: knobs.plain_request().options,
+        ..AgentConfig::default()
+    };
+    let deployment = DeploymentContext::default();
+    let report = probe::hook("evaluate", b.grace, || {
+        adapter.evaluate(&config, &deployment)
+    })
+    .await?
+    .map_err(|e| format!("evaluate failed for the plain request: {}", e.message()))?;
+    let widened: Vec<String> = K::ALL
+        .iter()
+        .filter(|k| {
+            let (d, e) = (declared.level(**k), report.level(**k));
+            e.is_usable() && !(d.is_usable() && d.satisfies(e))
+        })
+        .map(|k| {
+            format!(
+                "{} (declared {}, evaluated {})",
+                k.as_str(),
+                declared.level(*k),
+                report.level(*k)
+            )
+        })
+        .collect();
+    if !widened.is_empty() {
+        return Err(format!(
+            "capability claimed but not declared: evaluate widens the descriptor for {}",
+            widened.join(", ")
+        ));
+    }
+    Ok("evaluate answered and stays within the descriptor".to_owned())
+}

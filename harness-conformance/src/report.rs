@@ -1,0 +1,204 @@
+//! The certification report.
+
+use std::fmt;
+
+use harness_core::capability::CapabilityKey;
+use harness_core::manifest::HarnessDescriptor;
+use serde::Serialize;
+
+use crate::{Fixture, FixtureOutcome, Group, SUITE_VERSION};
+
+/// One fixture's entry in the report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FixtureResult {
+    /// The fixture id.
+    pub id: String,
+    /// Its group.
+    pub group: Group,
+    /// The capabilities it exercises.
+    pub capabilities: Vec<CapabilityKey>,
+    /// How it ended.
+    pub outcome: FixtureOutcome,
+}
+
+impl FixtureResult {
+    pub(crate) fn new(fixture: &Fixture, outcome: FixtureOutcome) -> Self {
+        Self {
+            id: fixture.id.to_owned(),
+            group: fixture.group,
+            capabilities: fixture.capabilities.to_vec(),
+            outcome,
+        }
+    }
+}
+
+/// A certification report: who was certified, by which suite, and every fixture's outcome.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    /// The adapter id.
+    pub adapter: String,
+    /// The adapter's implementation version.
+    pub implementation_version: String,
+    /// The contract versions the adapter speaks.
+    pub contract_versions: Vec<String>,
+    /// The suite version ([`SUITE_VERSION`]).
+    pub suite_version: String,
+    /// Every fixture's outcome, in run order.
+    pub results: Vec<FixtureResult>,
+    /// `conformance:<adapter>:<suite version>:<fnv1a-128 of the canonical JSON of everything
+    /// above>`: stable for the same content, different for any other.
+    pub evidence_id: String,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Canonical<'a> {
+    adapter: &'a str,
+    implementation_version: &'a str,
+    contract_versions: &'a [String],
+    suite_version: &'a str,
+    results: &'a [FixtureResult],
+}
+
+impl Report {
+    pub(crate) fn new(descriptor: &HarnessDescriptor, results: Vec<FixtureResult>) -> Self {
+        let adapter = descriptor.id().as_str().to_owned();
+        let implementation_version = descriptor.implementation_version().to_owned();
+        let contract_versions: Vec<String> = descriptor
+            .contract_versions()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        let canonical = Canonical {
+            adapter: &adapter,
+            implementation_version: &implementation_version,
+            contract_versions: &contract_versions,
+            suite_version: SUITE_VERSION,
+            results: &results,
+        };
+        // Struct fields serialize in declaration order and maps in key order: canonical.
+        let json = serde_json::to_vec(&canonical).unwrap_or_default();
+        let evidence_id = format!(
+            "conformance:{adapter}:{SUITE_VERSION}:{:032x}",
+            fnv1a_128(&json)
+        );
+        Self {
+            adapter,
+            implementation_version,
+            contract_versions,
+            suite_version: SUITE_VERSION.to_owned(),
+            results,
+            evidence_id,
+        }
+    }
+
+    /// Whether no fixture failed.
+    #[must_use]
+    pub fn passed(&self) -> bool {
+        !self.results.iter().any(|r| r.outcome.is_failure())
+    }
+
+    /// The failed fixtures.
+    pub fn failures(&self) -> impl Iterator<Item = &FixtureResult> {
+        self.results.iter().filter(|r| r.outcome.is_failure())
+    }
+
+    /// The result of fixture `id`.
+    #[must_use]
+    pub fn result(&self, id: &str) -> Option<&FixtureResult> {
+        self.results.iter().find(|r| r.id == id)
+    }
+
+    /// The report as pretty JSON.
+    #[must_use]
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+
+    /// Panics, listing every failed fixture with its reason, unless the report passed.
+    ///
+    /// # Panics
+    /// When a fixture failed.
+    #[track_caller]
+    pub fn assert_passed(&self) {
+        if !self.passed() {
+            let list: Vec<String> = self
+                .failures()
+                .map(|r| format!("  {}: {}", r.id, r.outcome.detail()))
+                .collect();
+            panic!(
+                "adapter {} failed conformance suite {}:\n{}\n\n{self}",
+                self.adapter,
+                self.suite_version,
+                list.join("\n")
+            );
+        }
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "conformance report: adapter {} {} | contract {} | suite {}",
+            self.adapter,
+            self.implementation_version,
+            self.contract_versions.join(","),
+            self.suite_version
+        )?;
+        writeln!(f, "evidence: {}", self.evidence_id)?;
+        let id_width = self.results.iter().map(|r| r.id.len()).max().unwrap_or(2);
+        writeln!(
+            f,
+            "{:<id_width$}  {:>2}  {:<31}  detail",
+            "fixture", "gr", "outcome"
+        )?;
+        for r in &self.results {
+            writeln!(
+                f,
+                "{:<id_width$}  {:>2}  {:<31}  {}",
+                r.id,
+                r.group.number(),
+                r.outcome.status(),
+                r.outcome.detail()
+            )?;
+        }
+        let count = |status: &str| {
+            self.results
+                .iter()
+                .filter(|r| r.outcome.status() == status)
+                .count()
+        };
+        write!(
+            f,
+            "{} fixtures: {} passed, {} refused at preflight, {} not exercised, {} FAILED",
+            self.results.len(),
+            count("passed"),
+            count("refused at preflight (declared)"),
+            count("not exercised"),
+            count("FAILED")
+        )
+    }
+}
+
+/// FNV-1a, 128 bits.
+fn fnv1a_128(bytes: &[u8]) -> u128 {
+    const OFFSET: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
+    const PRIME: u128 = 0x0000_0000_0100_0000_0000_0000_0000_013b;
+    bytes.iter().fold(OFFSET, |hash, b| {
+        (hash ^ u128::from(*b)).wrapping_mul(PRIME)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fnv1a_128;
+
+    #[test]
+    fn fnv1a_128_matches_the_reference_vectors() {
+        assert_eq!(fnv1a_128(b""), 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d);
+        assert_eq!(fnv1a_128(b"a"), 0xd228_cb69_6f1a_8caf_7891_2b70_4e4a_8964);
+    }
+}
