@@ -1380,7 +1380,8 @@ impl<A: HarnessAdapter> Driver<A> {
         match tokio::time::timeout(deadline, catch(async { inner.cleanup().await })).await {
             Ok(Ok(())) => {}
             Ok(Err(err)) => {
-                tracing::warn!(execution = %self.shared.id, error = ?err, "runtime cleanup panicked");
+                // The code only: the diagnostic holds the panic text, which may hold a secret.
+                tracing::warn!(execution = %self.shared.id, code = %err.code(), "runtime cleanup panicked");
             }
             Err(_) => {
                 tracing::warn!(execution = %self.shared.id, ?deadline, "runtime cleanup exceeded its deadline");

@@ -139,13 +139,13 @@
 //!   idempotency replays) only ever see redacted ones, because only redacted items are
 //!   stored.
 //!
-//! What it cannot reach: a panic's text. The driver turns a panic into an `internal` error
-//! whose public message is fixed, but whose diagnostic (visible through
-//! `ExecutionHandle::outcome`) carries the panic message without passing it through the
-//! interceptors, and likewise for errors from creating or initializing the runtime. See the
-//! crate's tests for the canary checks.
-//!
-//! The tracing layer redacts span fields with [`Redactor::redact_span_field`].
+//! Errors the driver makes itself (a caught panic, a failed start, a deadline) pass through
+//! the interceptors too, on the driver's one failure path, so a panic's text is redacted in the
+//! outcome's diagnostic as well. What it cannot reach: the process's panic hook, which prints a
+//! panic message to stderr before anything catches it (install a redacting hook if that
+//! matters), and logs written by other subscribers. The tracing layer's span fields are ids,
+//! categories and codes only; `harness-observe`'s JSON log writer runs every line through
+//! [`Redactor::redact_span_field`].
 
 mod engine;
 mod future;
