@@ -390,13 +390,22 @@ async fn body<Kn: Knobs>(knobs: &Kn, id: &str) -> Result<Verdict, Skip> {
             approval(knobs, r, &[DecisionKind::Approve]).await
         }
         "tool.approval.edit" => {
-            let r = req(
-                knobs,
-                Behaviour::ToolApproval {
-                    calls: 1,
-                    editable: true,
-                },
-            )?;
+            // An adapter whose approvals never offer edit cannot produce an editable one; the
+            // fixture then checks that an edit answer to its approval is refused.
+            let editable = Behaviour::ToolApproval {
+                calls: 1,
+                editable: true,
+            };
+            let r = match knobs.request_for(&editable) {
+                Some(r) => r,
+                None => req(
+                    knobs,
+                    Behaviour::ToolApproval {
+                        calls: 1,
+                        editable: false,
+                    },
+                )?,
+            };
             approval(knobs, r, &[DecisionKind::Edit]).await
         }
         "tool.approval.reject" => {
@@ -664,6 +673,37 @@ async fn approval<Kn: Knobs>(
     let mut expect = Vec::new();
     for (call, kind) in approval.calls().iter().zip(decisions) {
         if !call.allows(*kind) {
+            if *kind == DecisionKind::Edit && decisions.len() == 1 {
+                // Offering edit is the adapter's choice (an ACP permission request cannot carry
+                // edited arguments); what it must not do is accept an edit it did not offer.
+                let edit = ToolDecision::edit(call.call_id().clone(), call.arguments().clone());
+                let refused = handle
+                    .respond(
+                        ApprovalResponse::decide(action.id.clone(), action.revision, vec![edit])
+                            .into(),
+                    )
+                    .await;
+                match refused {
+                    Err(e) if e.code() == &ErrorCode::ACTION_RESPONSE_INVALID => {}
+                    Err(e) => {
+                        return Err(format!(
+                            "an edit the approval does not offer was refused with {} instead of ACTION_RESPONSE_INVALID",
+                            e.code()
+                        ));
+                    }
+                    Ok(()) => {
+                        return Err("an edit the approval does not offer was accepted".to_owned());
+                    }
+                }
+                handle.cancel(CancelReason::new("conformance: edit not offered"));
+                let obs = probe::finish(&handle, b).await?;
+                obs.check_log()?;
+                return Ok(
+                    "edit is not offered by this adapter's approvals; an edit answer was refused \
+                     with ACTION_RESPONSE_INVALID and the action stayed open"
+                        .to_owned(),
+                );
+            }
             return Err(format!("call {} does not allow {kind:?}", call.call_id()));
         }
         answers.push(match kind {

@@ -1,0 +1,137 @@
+//! Helpers shared by the ACP adapter's tests.
+#![allow(dead_code, unreachable_pub)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use harness_acp::AcpOptions;
+use harness_core::event::{Event, EventKind};
+use harness_core::id::Cursor;
+use harness_core::service::ExecutionHandle;
+
+/// How long any single wait in a test may take.
+pub const WAIT: Duration = Duration::from_secs(60);
+
+/// The directory `.ci/install-acp.sh` installs the npm packages into.
+pub fn agent_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/agent")
+}
+
+/// A unique marker, passed as an extra argument so that the agent's processes (and any
+/// children they spawn with the same argv) can be found in `/proc`.
+pub fn marker(name: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "--harness-acp-test={name}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A fresh, empty workspace directory.
+pub fn workspace(marker: &str) -> PathBuf {
+    let dir = std::env::temp_dir()
+        .join("harness-acp-tests")
+        .join(marker.trim_start_matches('-'));
+    std::fs::create_dir_all(&dir).expect("create workspace");
+    dir
+}
+
+/// Options running the npm package's example agent with `tsx`.
+pub fn example_agent(marker: &str) -> AcpOptions {
+    let dir = agent_dir();
+    let tsx = dir.join("node_modules/.bin/tsx");
+    let agent =
+        dir.join("node_modules/@zed-industries/agent-client-protocol/typescript/examples/agent.ts");
+    assert!(
+        tsx.exists() && agent.exists(),
+        "the example ACP agent is not installed: run .ci/install-acp.sh (it runs `npm ci` in {})",
+        dir.display()
+    );
+    AcpOptions::new(
+        [
+            tsx.display().to_string(),
+            agent.display().to_string(),
+            marker.to_owned(),
+        ],
+        workspace(marker),
+    )
+    .allow_env("PATH")
+}
+
+/// Pids of live (non-zombie) processes whose command line contains `marker`.
+pub fn processes_with(marker: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let zombie = std::fs::read_to_string(entry.path().join("stat"))
+            .ok()
+            .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| rest.starts_with('Z')))
+            .unwrap_or(true);
+        if !zombie && String::from_utf8_lossy(&cmdline).contains(marker) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// Waits (bounded) until no process carries `marker`, then asserts it.
+pub async fn assert_no_process_left(marker: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !processes_with(marker).is_empty() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        processes_with(marker),
+        Vec::<u32>::new(),
+        "processes left behind"
+    );
+}
+
+/// Reads events until `stop` says so or the log ends; bounded by [`WAIT`].
+pub async fn read_until(
+    execution: &ExecutionHandle,
+    from: Cursor,
+    mut stop: impl FnMut(&Event) -> bool,
+) -> Vec<Arc<Event>> {
+    let mut out = Vec::new();
+    let mut events = execution.events(from);
+    let read = async {
+        while let Some(event) = events.next().await {
+            let done = stop(&event);
+            out.push(event);
+            if done {
+                break;
+            }
+        }
+    };
+    tokio::time::timeout(WAIT, read)
+        .await
+        .expect("events within the bounded wait");
+    out
+}
+
+/// The kinds of `events`, as wire names.
+pub fn kinds(events: &[Arc<Event>]) -> Vec<&'static str> {
+    events.iter().map(|e| e.kind().as_str()).collect()
+}
+
+/// Whether `event` is of `kind`.
+pub fn is(event: &Event, kind: EventKind) -> bool {
+    event.kind() == kind
+}

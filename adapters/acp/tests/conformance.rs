@@ -1,0 +1,91 @@
+//! The shared conformance suite on the ACP adapter, driven by our own small agent
+//! (`tests/agent/faults.mjs`), which produces each behaviour on demand.
+
+mod common;
+
+use std::time::Duration;
+
+use harness_acp::{AcpAdapter, AcpOptions};
+use harness_conformance::{Behaviour, Bounds, Knobs, certify};
+use harness_core::error::ErrorCategory;
+use harness_core::service::ExecutionRequest;
+
+struct AcpKnobs;
+
+fn agent(mode: &str, canary: &str) -> AcpOptions {
+    let mark = common::marker(&format!("conformance-{mode}"));
+    let script = common::agent_dir().join("faults.mjs");
+    AcpOptions::new(
+        ["node", &script.display().to_string(), mode, &mark, canary],
+        common::workspace(&mark),
+    )
+    .allow_env("PATH")
+    .with_cancel_grace(Duration::from_millis(500))
+}
+
+impl Knobs for AcpKnobs {
+    type Adapter = AcpAdapter;
+
+    fn adapter(&self) -> AcpAdapter {
+        AcpAdapter::new()
+    }
+
+    fn request_for(&self, behaviour: &Behaviour) -> Option<ExecutionRequest> {
+        let options = match behaviour {
+            Behaviour::StreamText => agent("text", ""),
+            Behaviour::StreamReasoning => agent("reasoning", ""),
+            Behaviour::ToolSuccess => agent("tool", ""),
+            Behaviour::ToolError => agent("tool_error", ""),
+            Behaviour::ToolApproval {
+                calls: 1,
+                editable: false,
+            } => agent("approval", ""),
+            Behaviour::Hang => agent("hang", ""),
+            Behaviour::Fail {
+                category: ErrorCategory::Unavailable,
+                diagnostic,
+            } => agent("crash", diagnostic),
+            Behaviour::Fail {
+                category: ErrorCategory::Authentication,
+                diagnostic,
+            } => agent("auth", diagnostic),
+            _ => return None,
+        };
+        Some(ExecutionRequest::new("conformance").with_options(options.to_value()))
+    }
+
+    fn plain_request(&self) -> ExecutionRequest {
+        ExecutionRequest::new("conformance").with_options(agent("text", "").to_value())
+    }
+
+    /// This test binary holds one test, so child processes and descriptors are the suite's.
+    fn process_isolated(&self) -> bool {
+        true
+    }
+
+    fn bounds(&self) -> Bounds {
+        Bounds {
+            run: Duration::from_secs(30),
+            grace: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Every fixture passes, is refused at preflight as declared, or is not exercised (an outside
+/// agent cannot be made to panic or emit items out of order). ACP permission requests never
+/// offer `edit` (they select among options, never carry edited arguments); the suite's
+/// `tool.approval.edit` then checks that an edit answer is refused, which it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_acp_adapter_passes_the_conformance_suite() {
+    let report = certify(&AcpKnobs).await;
+    println!("{report}");
+    let failed: Vec<&str> = report.failures().map(|f| f.id.as_str()).collect();
+    assert!(failed.is_empty(), "{report}");
+    let edit = report
+        .result("tool.approval.edit")
+        .expect("the fixture ran");
+    assert!(
+        format!("{:?}", edit.outcome).contains("edit is not offered"),
+        "{report}"
+    );
+}

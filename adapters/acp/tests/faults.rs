@@ -1,0 +1,171 @@
+//! Faults, with a small misbehaving ACP agent of our own (`tests/agent/faults.mjs`, plain
+//! Node.js): each ends as the contract says, with no process left behind.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{assert_no_process_left, kinds, marker, read_until, workspace};
+use harness_acp::{AcpAdapter, AcpOptions, FileAccess};
+use harness_core::error::ErrorCategory;
+use harness_core::event::{CancelReason, EventKind, EventPayload};
+use harness_core::id::Cursor;
+use harness_core::service::{AdapterService, ExecutionHandle, ExecutionRequest, Outcome};
+use tower::ServiceExt;
+
+fn fault_agent(mode: &str, mark: &str) -> AcpOptions {
+    let script = common::agent_dir().join("faults.mjs");
+    AcpOptions::new(
+        ["node", &script.display().to_string(), mode, mark],
+        workspace(mark),
+    )
+    .allow_env("PATH")
+    .with_cancel_grace(Duration::from_millis(500))
+}
+
+async fn start(options: &AcpOptions) -> ExecutionHandle {
+    AdapterService::new(AcpAdapter::new())
+        .oneshot(ExecutionRequest::new("go").with_options(options.to_value()))
+        .await
+        .expect("execution starts")
+}
+
+async fn outcome(execution: &ExecutionHandle) -> Outcome {
+    tokio::time::timeout(common::WAIT, execution.outcome())
+        .await
+        .expect("outcome within the bounded wait")
+}
+
+async fn failure(mode: &str) -> (harness_core::error::HarnessError, String) {
+    let mark = marker(mode);
+    let execution = start(&fault_agent(mode, &mark)).await;
+    let Outcome::Failed(err) = outcome(&execution).await else {
+        panic!("expected a failure");
+    };
+    drop(execution);
+    (err, mark)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_ignores_cancel_and_sigterm_is_killed_with_its_group() {
+    for mode in ["hang", "child"] {
+        let mark = marker(mode);
+        let adapter = AcpAdapter::new();
+        let stats = adapter.stats();
+        let execution = AdapterService::new(adapter)
+            .oneshot(ExecutionRequest::new("go").with_options(fault_agent(mode, &mark).to_value()))
+            .await
+            .expect("execution starts");
+        read_until(&execution, Cursor::START, |e| {
+            e.kind() == EventKind::MessageDelta || e.kind().is_terminal()
+        })
+        .await;
+        if mode == "child" {
+            // The agent's child runs (its argv carries the marker too).
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while common::processes_with(&mark).len() < 2 && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            assert!(
+                common::processes_with(&mark).len() >= 2,
+                "agent and child run"
+            );
+        }
+        let began = Instant::now();
+        let _request = execution.cancel(CancelReason::new("test"));
+        assert!(
+            matches!(outcome(&execution).await, Outcome::Cancelled(_)),
+            "{mode}"
+        );
+        assert!(
+            began.elapsed() < Duration::from_secs(10),
+            "bounded by the grace period"
+        );
+        let events = read_until(&execution, Cursor::START, |e| e.kind().is_terminal()).await;
+        assert_eq!(kinds(&events).last(), Some(&"run.cancelled"));
+        let stats = stats.snapshot();
+        assert_eq!(
+            (stats.graceful_cancels, stats.forced_cancels),
+            (0, 1),
+            "{stats:?}"
+        );
+        assert_no_process_left(&mark).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_agent_ends_unavailable_and_its_stderr_stays_internal() {
+    let (err, mark) = failure("crash").await;
+    assert_eq!(err.category(), ErrorCategory::Unavailable, "{err:?}");
+    assert!(!err.public().message.contains("secret-token-123"));
+    assert!(
+        err.diagnostic()
+            .unwrap_or_default()
+            .contains("secret-token-123"),
+        "the stderr tail is kept as a diagnostic: {err:?}"
+    );
+    let diagnostic = err.diagnostic().unwrap_or_default();
+    assert!(
+        !diagnostic.contains("abcdefghijklmnop0123") && diagnostic.contains("[REDACTED:bearer]"),
+        "the stderr tail is redacted: {diagnostic}"
+    );
+    assert_no_process_left(&mark).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_output_ends_as_protocol() {
+    let (err, mark) = failure("malformed").await;
+    assert_eq!(err.category(), ErrorCategory::Protocol, "{err:?}");
+    assert_no_process_left(&mark).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unsupported_protocol_version_is_refused_at_initialize() {
+    let (err, mark) = failure("version").await;
+    assert_eq!(err.category(), ErrorCategory::Configuration, "{err:?}");
+    assert_no_process_left(&mark).await;
+}
+
+async fn fs_answers(files: FileAccess) -> (String, std::path::PathBuf) {
+    let mark = marker("fs");
+    let options = fault_agent("fs", &mark).with_files(files);
+    std::fs::write(options.cwd.join("inside.txt"), "hello").expect("write fixture");
+    let execution = start(&options).await;
+    assert!(matches!(outcome(&execution).await, Outcome::Succeeded(_)));
+    let events = read_until(&execution, Cursor::START, |e| e.kind().is_terminal()).await;
+    drop(execution);
+    assert_no_process_left(&mark).await;
+    let said = events
+        .iter()
+        .filter_map(|e| match e.payload() {
+            EventPayload::MessageDelta(d) => Some(d.text.clone()),
+            _ => None,
+        })
+        .collect();
+    (said, options.cwd)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_requests_are_served_inside_the_workspace_only_and_terminals_declined() {
+    let (said, dir) = fs_answers(FileAccess::ReadWrite).await;
+    assert_eq!(
+        said,
+        "inside:hello;outside:declined;terminal:declined;write:served;escape:declined"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("new.txt")).ok().as_deref(),
+        Some("written")
+    );
+    assert!(!dir.join("../escape.txt").exists());
+    let (said, _) = fs_answers(FileAccess::Read).await;
+    assert_eq!(
+        said,
+        "inside:hello;outside:declined;terminal:declined;write:declined;escape:declined"
+    );
+    let (said, dir) = fs_answers(FileAccess::Decline).await;
+    assert_eq!(
+        said,
+        "inside:error;outside:declined;terminal:declined;write:declined;escape:declined"
+    );
+    assert!(!dir.join("new.txt").exists());
+}
