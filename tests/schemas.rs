@@ -4,6 +4,28 @@
 
 use std::path::PathBuf;
 
+/// The schema with every object's keys sorted, so the committed files do not depend on
+/// whether some crate in the build turns on serde_json's `preserve_order` (cargo unifies
+/// features across the workspace).
+fn canonical(value: serde_json::Value) -> serde_json::Value {
+    match value {
+        serde_json::Value::Object(map) => {
+            let mut entries: Vec<_> = map.into_iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            serde_json::Value::Object(
+                entries
+                    .into_iter()
+                    .map(|(k, v)| (k, canonical(v)))
+                    .collect(),
+            )
+        }
+        serde_json::Value::Array(items) => {
+            serde_json::Value::Array(items.into_iter().map(canonical).collect())
+        }
+        other => other,
+    }
+}
+
 #[test]
 fn committed_schemas_match_the_types() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("schemas");
@@ -13,7 +35,10 @@ fn committed_schemas_match_the_types() {
     for (name, schema) in harness::schema::wire_schemas() {
         let path = dir.join(format!("{name}.json"));
         expected_files.push(format!("{name}.json"));
-        let fresh = serde_json::to_string_pretty(&schema).unwrap() + "\n";
+        let fresh =
+            serde_json::to_string_pretty(&canonical(serde_json::to_value(&schema).unwrap()))
+                .unwrap()
+                + "\n";
         if update {
             std::fs::create_dir_all(&dir).unwrap();
             std::fs::write(&path, &fresh).unwrap();

@@ -2193,16 +2193,21 @@ impl OptionsValidator {
     }
 
     /// The `properties` of the object schema owning the keyword at `keyword_path`.
+    /// The fields an object schema accepts, sorted: the order must not depend on whether
+    /// some crate in the build turns on serde_json's `preserve_order` (feature unification).
     fn known_fields(&self, keyword_path: &str) -> Vec<String> {
         let parent = keyword_path
             .rsplit_once('/')
             .map_or("", |(parent, _)| parent);
-        self.schema
+        let mut fields: Vec<String> = self
+            .schema
             .pointer(parent)
             .and_then(|s| s.get("properties"))
             .and_then(Value::as_object)
             .map(|p| p.keys().cloned().collect())
-            .unwrap_or_default()
+            .unwrap_or_default();
+        fields.sort_unstable();
+        fields
     }
 }
 
