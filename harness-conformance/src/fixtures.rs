@@ -13,8 +13,8 @@ use harness_core::event::{CancelReason, EventPayload, ToolCallOutcome};
 use harness_core::service::{CancelRequest, ExecutionRequest, Outcome};
 use serde_json::Value;
 
-use crate::probe;
 use crate::{Behaviour, Fixture, FixtureOutcome, Group, Knobs, SUITE_VERSION};
+use crate::{observe, probe, sequences};
 
 macro_rules! fixture {
     ($id:literal, $group:ident, [$($cap:ident),*], $rule:literal) => {
@@ -169,6 +169,18 @@ pub static FIXTURES: &[Fixture] = &[
         "an answer to another action is refused and the action stays open"
     ),
     fixture!(
+        "action.form_submit",
+        Actions,
+        [InterruptFormInput],
+        "an invalid submission is refused naming the field and the action stays pending; a valid one is accepted once and the run continues"
+    ),
+    fixture!(
+        "action.sequential_interrupts",
+        Actions,
+        [],
+        "an interrupt raised after an answer is a new action; each is answered at most once, sequences contiguous"
+    ),
+    fixture!(
         "cancel.before_run",
         Cancellation,
         [],
@@ -191,6 +203,18 @@ pub static FIXTURES: &[Fixture] = &[
         Cancellation,
         [InterruptToolApproval],
         "cancel while awaiting an action ends as cancelled"
+    ),
+    fixture!(
+        "cancel.during_initialize",
+        Cancellation,
+        [],
+        "cancel while the runtime initializes: initialize returns within grace, one run.cancelled, one cleanup"
+    ),
+    fixture!(
+        "cancel.during_resume",
+        Cancellation,
+        [],
+        "cancel after an answer, while the resumed segment streams: it ends within grace, one run.cancelled, one cleanup"
     ),
     fixture!(
         "files.modalities",
@@ -247,6 +271,30 @@ pub static FIXTURES: &[Fixture] = &[
         "a credential in client context never reaches an event or public error"
     ),
     fixture!(
+        "observability.metrics",
+        Observability,
+        [ObservabilityMetrics],
+        "through the metrics layer every execution is counted started and finished with its outcome, timed, its events counted by kind, in-flight back to 0"
+    ),
+    fixture!(
+        "observability.tracing",
+        Observability,
+        [ObservabilityTracing],
+        "one execution span per run names adapter, id and outcome; the runtime's work and its tracing events happen inside it"
+    ),
+    fixture!(
+        "observability.trace_propagation",
+        Observability,
+        [ObservabilityTracePropagation],
+        "the caller's trace context reaches the runtime as the child of the execution span, and the runtime propagates it"
+    ),
+    fixture!(
+        "observability.redaction",
+        Observability,
+        [ObservabilityRedaction],
+        "with the redaction layer on, a secret planted in the request or produced by the adapter reaches no event, public error or span field"
+    ),
+    fixture!(
         "observability.leaks.tasks",
         Observability,
         [],
@@ -277,14 +325,68 @@ const CANARY: &str = "sk-conformance-canary-7f3e9a1c5b";
 
 type Verdict = Result<String, String>;
 
+/// The capability levels the gate decides on, and why they are not `evaluate`'s when they
+/// are not.
+pub(crate) struct Gate {
+    /// `evaluate`'s report for the knobs' plain request, or the descriptor's on fallback.
+    levels: harness_core::capability::CapabilityReport,
+    /// Set when `evaluate` failed and the descriptor was used instead.
+    pub(crate) fallback: Option<String>,
+}
+
+impl Gate {
+    /// Whether `key` is usable: by the evaluated report *and* the descriptor (a report that
+    /// widens the descriptor grants nothing; `init.capability_report` fails it).
+    fn usable<A: HarnessAdapter>(&self, adapter: &A, key: K) -> bool {
+        self.levels.level(key).is_usable()
+            && adapter.descriptor().capabilities().level(key).is_usable()
+    }
+
+    fn level(&self, key: K) -> String {
+        self.levels.level(key).to_string()
+    }
+}
+
+/// Evaluates `adapter` for the knobs' plain request (the configuration the suite runs),
+/// falling back to its descriptor when `evaluate` fails.
+pub(crate) async fn gate<Kn: Knobs>(knobs: &Kn, adapter: &Kn::Adapter) -> Gate {
+    use harness_core::adapter::{AgentConfig, DeploymentContext};
+    let plain = knobs.plain_request();
+    let config = AgentConfig {
+        options: plain.options,
+        conversation: plain.conversation_id,
+        ..AgentConfig::default()
+    };
+    let deployment = DeploymentContext::default();
+    let evaluated = probe::hook("evaluate", knobs.bounds().grace, || {
+        adapter.evaluate(&config, &deployment)
+    })
+    .await;
+    let fallback = |why: String| Gate {
+        levels: adapter.descriptor().capabilities().clone(),
+        fallback: Some(format!(
+            "evaluate failed for the plain request ({why}): capabilities gated on the \
+             descriptor"
+        )),
+    };
+    match evaluated {
+        Ok(Ok(levels)) => Gate {
+            levels,
+            fallback: None,
+        },
+        Ok(Err(e)) => fallback(format!("{}: {}", e.code().as_str(), e.message())),
+        Err(e) => fallback(e),
+    }
+}
+
 pub(crate) async fn run<Kn: Knobs>(knobs: &Kn, fixture: &Fixture) -> FixtureOutcome {
     let adapter = knobs.adapter();
-    let caps = adapter.descriptor().capabilities();
+    let gate = gate(knobs, &adapter).await;
     let unusable: Vec<K> = fixture
         .capabilities
         .iter()
         .copied()
-        .filter(|k| !caps.level(*k).is_usable())
+        .filter(|k| !gate.usable(&adapter, *k))
         .collect();
     if !unusable.is_empty() {
         let request = knobs.plain_request();
@@ -299,7 +401,7 @@ pub(crate) async fn run<Kn: Knobs>(knobs: &Kn, fixture: &Fixture) -> FixtureOutc
         let declared: Vec<String> = fixture
             .capabilities
             .iter()
-            .map(|k| format!("{} ({})", k.as_str(), caps.level(*k)))
+            .map(|k| format!("{} ({})", k.as_str(), gate.level(*k)))
             .collect();
         return FixtureOutcome::Failed {
             reason: format!(
@@ -450,6 +552,21 @@ async fn body<Kn: Knobs>(knobs: &Kn, id: &str) -> Result<Verdict, Skip> {
             )?;
             conflicting_resume(knobs, r).await
         }
+        "action.form_submit" => {
+            sequences::form_submit(knobs, req(knobs, Behaviour::FormInput)?).await
+        }
+        "action.sequential_interrupts" => {
+            let r = req(knobs, Behaviour::SequentialApprovals)?;
+            sequences::sequential_interrupts(knobs, r).await
+        }
+        "cancel.during_initialize" => {
+            let r = req(knobs, Behaviour::SlowInitialize)?;
+            sequences::cancel_during_initialize(knobs, r).await
+        }
+        "cancel.during_resume" => {
+            let r = req(knobs, Behaviour::ApprovalThenHang)?;
+            sequences::cancel_during_resume(knobs, r).await
+        }
         "cancel.before_run" => cancel_before(knobs).await,
         "cancel.after_run" => cancel_after(knobs).await,
         "cancel.while_streaming" => cancel_streaming(knobs, req(knobs, Behaviour::Hang)?).await,
@@ -497,6 +614,21 @@ async fn body<Kn: Knobs>(knobs: &Kn, id: &str) -> Result<Verdict, Skip> {
         "faults.malformed_events" => malformed(knobs, req(knobs, Behaviour::MalformedOrder)?).await,
         "faults.timeout" => timeout(knobs, req(knobs, Behaviour::Hang)?).await,
         "observability.no_leaked_credential" => no_leaked_credential(knobs).await,
+        "observability.metrics" => observe::isolated(|obs| observe::metrics(knobs, obs)),
+        "observability.tracing" => observe::isolated(|obs| observe::tracing_spans(knobs, obs)),
+        "observability.trace_propagation" => {
+            req(knobs, Behaviour::EchoTraceContext)?;
+            observe::isolated(|obs| observe::trace_propagation(knobs, obs))
+        }
+        "observability.redaction" => {
+            req(
+                knobs,
+                Behaviour::EmitSecret {
+                    secret: CANARY.to_owned(),
+                },
+            )?;
+            observe::isolated(|obs| observe::redaction(knobs, CANARY, obs))
+        }
         "observability.leaks.tasks" => leaks_tasks(knobs).await,
         "observability.leaks.fds_children" => {
             if !knobs.process_isolated() {

@@ -28,19 +28,56 @@
 //! ```
 //!
 //! Every fixture of [`FIXTURES`] has a stable id, a [`Group`] of the contract's conformance
-//! list, and the capabilities it exercises. For each fixture:
+//! list, and the capabilities it exercises.
 //!
-//! - when the adapter's descriptor declares one of those capabilities unusable, the fixture
+//! # The capability gate
+//!
+//! Adapters narrow their descriptor per configuration in
+//! [`evaluate`](harness_core::adapter::HarnessAdapter::evaluate) (an ACP agent without
+//! reasoning, say), never widen it. So the levels that decide each fixture are those
+//! `evaluate` reports for the configuration of [`Knobs::plain_request`] (its options and
+//! conversation), taken within the descriptor's: a capability is usable only when both say
+//! so (a report that widens the descriptor grants nothing, and `init.capability_report` fails
+//! it). When `evaluate` fails (or panics, or hangs past [`Bounds::grace`]), the gate falls back
+//! to the descriptor alone and [`Report::capability_gate`] says so. For each fixture:
+//!
+//! - when one of its capabilities is unusable for that configuration, the fixture
 //!   checks that preflight ([`harness_layers::preflight::PreflightLayer`] over
 //!   [`AdapterService`](harness_core::service::AdapterService)) refuses a request requiring it
 //!   with `CAPABILITY_UNSUPPORTED`, before any runtime is created
 //!   ([`FixtureOutcome::RefusedAtPreflight`]): never a silent skip;
-//! - when it declares them usable, the fixture must pass; a fixture this suite version cannot
+//!   (the service checks requirements against `evaluate` too, so a capability the
+//!   configuration lacks is refused even when the descriptor declares it);
+//! - when they are usable, the fixture must pass; a fixture this suite version cannot
 //!   test, or whose behaviour the knobs cannot produce, then *fails* ("not certifiable by suite
 //!   version ...");
 //! - fixtures tied to no capability are contract-level: they run for every adapter. Those that
 //!   need a behaviour the knobs cannot produce are reported
 //!   [`FixtureOutcome::NotExercised`] with the reason.
+//!
+//! # Group 12: observability
+//!
+//! The harness's layers do the observing; what an adapter owes them is to keep its work where
+//! they can see it. Each of these fixtures runs on a thread of its own with a current-thread
+//! Tokio runtime, a thread-local `metrics_util` `DebuggingRecorder` and a thread-local
+//! `tracing` subscriber, so nothing is installed process-wide and no other test's telemetry
+//! is seen:
+//!
+//! - `observability.metrics`: through the metrics layer, every execution (succeeded, failed
+//!   and cancelled ones, as the knobs allow) is counted started and finished with the outcome
+//!   (and category) its log ended with, has one duration sample, its events are counted by
+//!   kind exactly as its log holds them, the in-flight gauge returns to zero, and no label
+//!   carries an execution id;
+//! - `observability.tracing`: each execution has one `harness.execution` span naming the
+//!   adapter, the execution and its outcome, closed after the end; every runtime hook call and
+//!   every poll of its streams happens inside it, and so does every tracing event emitted on
+//!   the execution's runtime (work moved to an uninstrumented task is caught);
+//! - `observability.trace_propagation`: the caller's W3C trace context reaches the runtime's
+//!   turn as the child of the execution span, and the runtime propagates that context
+//!   ([`Behaviour::EchoTraceContext`]);
+//! - `observability.redaction`: with the redaction layer on, a secret planted in the client
+//!   context and one the adapter produces ([`Behaviour::EmitSecret`]) reach no event, public
+//!   error or span field (an adapter recording its prompt on a span of its own is caught).
 //!
 //! The [`Report`] names the adapter and its implementation version, the contract version, the
 //! suite version and every fixture's outcome, with an evidence id derived from its content.
@@ -54,10 +91,12 @@ use harness_core::service::ExecutionRequest;
 use serde::Serialize;
 
 mod fixtures;
+mod observe;
 mod probe;
 mod report;
+mod sequences;
 
-pub use report::{FixtureResult, Report};
+pub use report::{FixtureResult, GATE_EVALUATED, Report};
 
 /// The version of this suite: the crate version. Evidence is valid for one suite version.
 pub const SUITE_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -102,6 +141,25 @@ pub enum Behaviour {
     },
     /// Yield an item after the terminal one (a deliberate protocol fault).
     MalformedOrder,
+    /// Stream, as message text, the W3C `traceparent` the runtime propagates to its provider
+    /// for this turn (what it received in [`TurnInput::trace_context`]), then succeed.
+    ///
+    /// [`TurnInput::trace_context`]: harness_core::adapter::TurnInput::trace_context
+    EchoTraceContext,
+    /// Take until cancelled to `initialize` (a slow provider start), then stream text and
+    /// succeed if ever initialized.
+    SlowInitialize,
+    /// Pause on a tool approval of one call; once answered, work until cancelled, never
+    /// ending by itself.
+    ApprovalThenHang,
+    /// Pause on a tool approval of one call; once answered, pause on a second tool approval
+    /// (another action, another call); once that is answered, succeed.
+    SequentialApprovals,
+    /// Produce `secret` in assistant text (a provider echoing a credential), then succeed.
+    EmitSecret {
+        /// The secret (a canary the suite looks for).
+        secret: String,
+    },
 }
 
 impl fmt::Display for Behaviour {
@@ -120,6 +178,11 @@ impl fmt::Display for Behaviour {
             Self::Fail { category, .. } => write!(f, "Fail({category:?})"),
             Self::Panic { .. } => f.write_str("Panic"),
             Self::MalformedOrder => f.write_str("MalformedOrder"),
+            Self::EchoTraceContext => f.write_str("EchoTraceContext"),
+            Self::SlowInitialize => f.write_str("SlowInitialize"),
+            Self::ApprovalThenHang => f.write_str("ApprovalThenHang"),
+            Self::SequentialApprovals => f.write_str("SequentialApprovals"),
+            Self::EmitSecret { .. } => f.write_str("EmitSecret"),
         }
     }
 }
@@ -153,11 +216,13 @@ pub trait Knobs: Send + Sync {
     fn adapter(&self) -> Self::Adapter;
 
     /// A request that makes the adapter produce `behaviour`, or `None` when it cannot on
-    /// demand. The suite may add client context and required capabilities to it.
+    /// demand. The suite may add client context, a trace context and required capabilities
+    /// to it.
     fn request_for(&self, behaviour: &Behaviour) -> Option<ExecutionRequest>;
 
     /// A request any run of the adapter accepts and that ends by itself; by default a short
-    /// message with no options.
+    /// message with no options. Its configuration (options, conversation) is the one the
+    /// capability gate evaluates (see the [crate docs](crate#the-capability-gate)).
     fn plain_request(&self) -> ExecutionRequest {
         ExecutionRequest::new("conformance: reply with one short sentence")
     }
@@ -294,12 +359,16 @@ impl FixtureOutcome {
 pub async fn certify<K: Knobs>(knobs: &K) -> Report {
     let adapter = knobs.adapter();
     let descriptor = harness_core::adapter::HarnessAdapter::descriptor(&adapter).clone();
+    let gate = fixtures::gate(knobs, &adapter).await;
     let mut results = Vec::with_capacity(FIXTURES.len());
     for fixture in FIXTURES {
         let outcome = fixtures::run(knobs, fixture).await;
         results.push(FixtureResult::new(fixture, outcome));
     }
-    Report::new(&descriptor, results)
+    let capability_gate = gate
+        .fallback
+        .unwrap_or_else(|| report::GATE_EVALUATED.to_owned());
+    Report::new(&descriptor, capability_gate, results)
 }
 
 /// Runs one fixture by id (for focused tests); `None` for an unknown id.

@@ -45,6 +45,10 @@ pub struct Report {
     pub contract_versions: Vec<String>,
     /// The suite version ([`SUITE_VERSION`]).
     pub suite_version: String,
+    /// What the capability gate decided on: [`GATE_EVALUATED`] (the adapter's `evaluate`
+    /// for the knobs' plain request, within its descriptor), or why it fell back to the
+    /// descriptor alone.
+    pub capability_gate: String,
     /// Every fixture's outcome, in run order.
     pub results: Vec<FixtureResult>,
     /// `conformance:<adapter>:<suite version>:<fnv1a-128 of the canonical JSON of everything
@@ -59,11 +63,20 @@ struct Canonical<'a> {
     implementation_version: &'a str,
     contract_versions: &'a [String],
     suite_version: &'a str,
+    capability_gate: &'a str,
     results: &'a [FixtureResult],
 }
 
+/// [`Report::capability_gate`] when `evaluate` answered: the levels gating the fixtures are
+/// those it reports for the knobs' plain request, narrowed to the descriptor's.
+pub const GATE_EVALUATED: &str = "evaluate for the plain request, within the descriptor";
+
 impl Report {
-    pub(crate) fn new(descriptor: &HarnessDescriptor, results: Vec<FixtureResult>) -> Self {
+    pub(crate) fn new(
+        descriptor: &HarnessDescriptor,
+        capability_gate: String,
+        results: Vec<FixtureResult>,
+    ) -> Self {
         let adapter = descriptor.id().as_str().to_owned();
         let implementation_version = descriptor.implementation_version().to_owned();
         let contract_versions: Vec<String> = descriptor
@@ -76,6 +89,7 @@ impl Report {
             implementation_version: &implementation_version,
             contract_versions: &contract_versions,
             suite_version: SUITE_VERSION,
+            capability_gate: &capability_gate,
             results: &results,
         };
         // Struct fields serialize in declaration order and maps in key order: canonical.
@@ -89,6 +103,7 @@ impl Report {
             implementation_version,
             contract_versions,
             suite_version: SUITE_VERSION.to_owned(),
+            capability_gate,
             results,
             evidence_id,
         }
@@ -149,6 +164,7 @@ impl fmt::Display for Report {
             self.suite_version
         )?;
         writeln!(f, "evidence: {}", self.evidence_id)?;
+        writeln!(f, "capabilities gated on: {}", self.capability_gate)?;
         let id_width = self.results.iter().map(|r| r.id.len()).max().unwrap_or(2);
         writeln!(
             f,

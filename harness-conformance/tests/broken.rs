@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use futures_util::stream;
+use futures_util::{StreamExt, stream};
 use harness_conformance::{Behaviour, Bounds, FixtureOutcome, Knobs, Report, certify, run_fixture};
 use harness_core::action::{ApprovalRequest, Decision, ToolCallApproval, ValidatedResponse};
 use harness_core::adapter::{
@@ -54,7 +54,27 @@ enum Fault {
     LeaksTask,
     /// `evaluate` reports `skills` native, which the descriptor (and preflight) never declared.
     WidensReport,
+    /// Provider work moved to an uninstrumented task logs outside the execution's span.
+    LogsOutsideSpan,
+    /// The provider request's span records the prompt, secrets included.
+    SecretInSpan,
+    /// The provider is sent a stale trace context instead of the turn's.
+    StaleTraceContext,
+    /// A slow `initialize` ignores the cancel hook.
+    InitIgnoresCancel,
+    /// A resumed segment that works until cancelled ignores the cancel hook.
+    ResumeIgnoresCancel,
+    /// The interrupt raised after an answer reuses the answered action's id.
+    ReusesActionId,
+    /// The configured agent lacks reasoning: `evaluate` narrows `stream.reasoning` to
+    /// unsupported (the descriptor declares it), and reasoning is never yielded.
+    NarrowsReasoning,
+    /// `evaluate` fails for every configuration.
+    EvaluateFails,
 }
+
+/// The trace context a [`Fault::StaleTraceContext`] runtime sends its provider.
+const STALE: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
 
 #[derive(Debug, Clone)]
 struct Broken {
@@ -74,6 +94,10 @@ impl Broken {
             K::InterruptMultiTool,
             K::RuntimeCancel,
             K::RuntimeRestart,
+            K::ObservabilityMetrics,
+            K::ObservabilityTracing,
+            K::ObservabilityTracePropagation,
+            K::ObservabilityRedaction,
         ] {
             builder = builder.capability(key, Capability::native());
         }
@@ -95,8 +119,25 @@ impl HarnessAdapter for Broken {
         _deployment: &'a DeploymentContext,
     ) -> BoxFuture<'a, Result<CapabilityReport, HarnessError>> {
         let mut report = self.descriptor.capabilities().clone();
-        if self.fault == Fault::WidensReport {
-            report.declare(K::Skills, Capability::native());
+        match self.fault {
+            Fault::WidensReport => {
+                report.declare(K::Skills, Capability::native());
+            }
+            Fault::NarrowsReasoning => {
+                report.declare(
+                    K::StreamReasoning,
+                    Capability::unsupported("the configured agent does not reason"),
+                );
+            }
+            Fault::EvaluateFails => {
+                return Box::pin(async {
+                    Err(HarnessError::new(
+                        ErrorCategory::Unavailable,
+                        "the agent registry is unreachable",
+                    ))
+                });
+            }
+            _ => {}
         }
         Box::pin(async move { Ok(report) })
     }
@@ -107,6 +148,7 @@ impl HarnessAdapter for Broken {
     ) -> BoxFuture<'_, Result<Box<dyn HarnessRuntime>, HarnessError>> {
         let runtime = BrokenRuntime {
             fault: self.fault,
+            slow_init: context.config.options.get("slowInit") == Some(&Value::Bool(true)),
             token: context.cancellation.child_token(),
             context,
             state: Mutex::new(State::default()),
@@ -116,15 +158,29 @@ impl HarnessAdapter for Broken {
     }
 }
 
+/// What a resume does after completing the answered calls.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Then {
+    /// Succeed.
+    #[default]
+    Complete,
+    /// Work until cancelled.
+    Hang,
+    /// Pause on a second approval (then succeed).
+    AskAgain,
+}
+
 #[derive(Debug, Default)]
 struct State {
     open: Option<Interrupt>,
     answered: HashSet<ActionId>,
+    then: Then,
 }
 
 #[derive(Debug)]
 struct BrokenRuntime {
     fault: Fault,
+    slow_init: bool,
     context: RuntimeContext,
     token: CancellationToken,
     state: Mutex<State>,
@@ -154,6 +210,27 @@ impl BrokenRuntime {
         Box::pin(stream::iter(items))
     }
 
+    /// Starts `calls` and pauses on their approval, as action `id`.
+    fn ask(&self, calls: Vec<ToolCallApproval>, id: ActionId) -> Vec<EventResult> {
+        let mut items: Vec<EventResult> = calls
+            .iter()
+            .map(|c| {
+                Ok(AdapterEvent::Content(Content::ToolCallStarted(ToolCall {
+                    call_id: c.call_id().clone(),
+                    tool: c.tool().to_owned(),
+                    arguments: c.arguments().clone(),
+                })))
+            })
+            .collect();
+        let interrupt = Interrupt {
+            id,
+            kind: InterruptKind::ToolApproval(ApprovalRequest::new(calls).unwrap()),
+        };
+        self.lock().open = Some(interrupt.clone());
+        items.push(Ok(AdapterEvent::Interrupt(interrupt)));
+        items
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -169,7 +246,24 @@ impl HarnessRuntime for BrokenRuntime {
     }
 
     fn initialize(&self) -> BoxFuture<'_, Result<RuntimeInit, HarnessError>> {
-        Box::pin(async { Ok(RuntimeInit::default()) })
+        let (slow, token) = (self.slow_init, self.token.clone());
+        let ignores = self.fault == Fault::InitIgnoresCancel;
+        Box::pin(async move {
+            if slow {
+                let start = tokio::time::sleep(Duration::from_secs(60));
+                if ignores {
+                    start.await;
+                } else {
+                    tokio::select! {
+                        () = start => {}
+                        () = token.cancelled() => {
+                            return Err(HarnessError::new(ErrorCategory::Cancelled, "cancelled"));
+                        }
+                    }
+                }
+            }
+            Ok(RuntimeInit::default())
+        })
     }
 
     fn stream(&self, turn: TurnInput) -> BoxStream<'_, EventResult> {
@@ -218,6 +312,12 @@ impl HarnessRuntime for BrokenRuntime {
             ]);
         }
         if let Some(spec) = message.strip_prefix("approval:") {
+            let (spec, then) = match spec.split_once(':') {
+                Some((n, "hang")) => (n, Then::Hang),
+                Some((n, "again")) => (n, Then::AskAgain),
+                _ => (spec, Then::Complete),
+            };
+            self.lock().then = then;
             let (n, editable) = match spec.strip_suffix(":edit") {
                 Some(n) => (n, true),
                 None => (spec, false),
@@ -235,29 +335,32 @@ impl HarnessRuntime for BrokenRuntime {
                 })
                 .map(|c| if editable { c.allow_edit() } else { c })
                 .collect();
-            let mut items: Vec<EventResult> = calls
-                .iter()
-                .map(|c| {
-                    Ok(AdapterEvent::Content(Content::ToolCallStarted(ToolCall {
-                        call_id: c.call_id().clone(),
-                        tool: c.tool().to_owned(),
-                        arguments: c.arguments().clone(),
-                    })))
-                })
-                .collect();
-            let interrupt = Interrupt {
-                id: ActionId::generate(),
-                kind: InterruptKind::ToolApproval(ApprovalRequest::new(calls).unwrap()),
+            return Box::pin(stream::iter(self.ask(calls, ActionId::generate())));
+        }
+        if message == "echo-trace" {
+            let sent = match (&turn.trace_context, self.fault) {
+                (_, Fault::StaleTraceContext) => STALE.to_owned(),
+                (Some(trace), _) => trace.traceparent().to_owned(),
+                (None, _) => String::new(),
             };
-            self.lock().open = Some(interrupt.clone());
-            items.push(Ok(AdapterEvent::Interrupt(interrupt)));
-            return Box::pin(stream::iter(items));
+            return self.finish(vec![text(&sent), done()]);
+        }
+        if let Some(secret) = message.strip_prefix("secret:") {
+            if self.fault == Fault::SecretInSpan {
+                let _span = tracing::info_span!("provider.request", prompt = %message);
+            }
+            return self.finish(vec![text(&format!("the key is {secret}")), done()]);
         }
         if self.fault == Fault::LeaksTask {
             tokio::spawn(std::future::pending::<()>());
         }
+        if self.fault == Fault::LogsOutsideSpan {
+            tokio::spawn(async { tracing::info!("provider heartbeat") });
+        }
         let mut items = Vec::new();
-        if message == "reasoning" && self.fault != Fault::ClaimsReasoning {
+        if message == "reasoning"
+            && !matches!(self.fault, Fault::ClaimsReasoning | Fault::NarrowsReasoning)
+        {
             items.push(Ok(AdapterEvent::Content(Content::ReasoningDelta(
                 TextDelta::new("thinking"),
             ))));
@@ -271,7 +374,7 @@ impl HarnessRuntime for BrokenRuntime {
     }
 
     fn resume(&self, decision: ResumeDecision) -> BoxStream<'_, EventResult> {
-        {
+        let then = {
             let mut state = self.lock();
             let open = state.open.as_ref().map(|i| &i.id) == Some(decision.interrupt_id());
             let repeated = !state.answered.insert(decision.interrupt_id().clone());
@@ -284,7 +387,8 @@ impl HarnessRuntime for BrokenRuntime {
             if self.fault != Fault::AcceptsTwice {
                 state.open = None;
             }
-        }
+            std::mem::take(&mut state.then)
+        };
         let mut items = Vec::new();
         if let ValidatedResponse::Approval(approval) = decision.response() {
             for d in approval.decisions().unwrap_or_default() {
@@ -302,6 +406,37 @@ impl HarnessRuntime for BrokenRuntime {
                         outcome,
                     },
                 ))));
+            }
+        }
+        match then {
+            Then::Complete => {}
+            Then::Hang => {
+                let token = self.token.clone();
+                let ignores = self.fault == Fault::ResumeIgnoresCancel;
+                let hang = stream::once(async move {
+                    if ignores {
+                        std::future::pending::<()>().await;
+                    }
+                    token.cancelled().await;
+                    Err(HarnessError::new(ErrorCategory::Cancelled, "cancelled"))
+                });
+                return Box::pin(stream::iter(items).chain(hang));
+            }
+            Then::AskAgain => {
+                let call = ToolCallApproval::new(
+                    "call_again".parse().unwrap(),
+                    "shell",
+                    json!({"cmd": "again"}),
+                    json!({"type": "object"}),
+                )
+                .unwrap();
+                let id = if self.fault == Fault::ReusesActionId {
+                    decision.interrupt_id().clone()
+                } else {
+                    ActionId::generate()
+                };
+                items.extend(self.ask(vec![call], id));
+                return Box::pin(stream::iter(items));
             }
         }
         items.push(done());
@@ -364,6 +499,13 @@ impl Knobs for BrokenKnobs {
             Behaviour::Fail { diagnostic, .. } => format!("fail:{diagnostic}"),
             Behaviour::Panic { message } => format!("panic:{message}"),
             Behaviour::MalformedOrder => "malformed".to_owned(),
+            Behaviour::EchoTraceContext => "echo-trace".to_owned(),
+            Behaviour::SlowInitialize => {
+                return Some(ExecutionRequest::new("text").with_options(json!({"slowInit": true})));
+            }
+            Behaviour::ApprovalThenHang => "approval:1:hang".to_owned(),
+            Behaviour::SequentialApprovals => "approval:1:again".to_owned(),
+            Behaviour::EmitSecret { secret } => format!("secret:{secret}"),
             _ => return None,
         };
         Some(ExecutionRequest::new(message))
@@ -530,6 +672,114 @@ async fn a_leaked_task_is_caught() {
         "Tokio task(s) still alive",
     )
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_outside_the_execution_span_is_caught() {
+    fails(
+        Fault::LogsOutsideSpan,
+        "observability.tracing",
+        "work outside the execution span: a tracing event of broken",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_in_a_span_field_is_caught() {
+    fails(
+        Fault::SecretInSpan,
+        "observability.redaction",
+        "secret not redacted: the secret reached field prompt of span provider.request",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_trace_context_is_caught() {
+    fails(
+        Fault::StaleTraceContext,
+        "observability.trace_propagation",
+        "trace context not propagated: the runtime propagates",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_initialize_ignoring_cancel_is_caught() {
+    fails(
+        Fault::InitIgnoresCancel,
+        "cancel.during_initialize",
+        "cancel ignored: initialize did not return within grace",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_segment_ignoring_cancel_is_caught() {
+    fails(
+        Fault::ResumeIgnoresCancel,
+        "cancel.during_resume",
+        "cancel ignored: the resumed segment did not end within grace",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_interrupt_reusing_the_answered_action_is_caught() {
+    fails(
+        Fault::ReusesActionId,
+        "action.sequential_interrupts",
+        "action reused: the interrupt raised after an answer re-opened answered action",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capability_the_configuration_lacks_is_refused_at_preflight_not_failed() {
+    // The descriptor declares reasoning; `evaluate` narrows it away for the configuration, and
+    // no reasoning is ever yielded: the gate follows `evaluate`, so this is a refusal.
+    let report = certify(&BrokenKnobs(Fault::NarrowsReasoning)).await;
+    println!("{report}");
+    report.assert_passed();
+    assert_eq!(report.capability_gate, harness_conformance::GATE_EVALUATED);
+    assert_eq!(
+        report.result("stream.reasoning").unwrap().outcome,
+        FixtureOutcome::RefusedAtPreflight {
+            capabilities: vec![K::StreamReasoning]
+        }
+    );
+    // The same adapter gated on its descriptor alone fails the fixture.
+    let claimed = certify(&BrokenKnobs(Fault::ClaimsReasoning)).await;
+    assert!(
+        claimed
+            .result("stream.reasoning")
+            .unwrap()
+            .outcome
+            .is_failure()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_evaluate_falls_back_to_the_descriptor_and_says_so() {
+    let report = fails(
+        Fault::EvaluateFails,
+        "init.capability_report",
+        "evaluate failed for the plain request",
+    )
+    .await;
+    assert!(
+        report
+            .capability_gate
+            .contains("evaluate failed for the plain request")
+            && report.capability_gate.contains("the descriptor"),
+        "{}",
+        report.capability_gate
+    );
+    // Gated on the descriptor, declared capabilities still ran.
+    assert!(matches!(
+        report.result("stream.reasoning").unwrap().outcome,
+        FixtureOutcome::Passed { .. }
+    ));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

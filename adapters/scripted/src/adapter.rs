@@ -26,6 +26,10 @@ use crate::stream::{Pending, Progress, ScriptStream, Values, lock, render_value}
 /// The adapter id.
 pub const ADAPTER_ID: &str = "scripted";
 
+/// The placeholder (`{{traceparent}}`) a turn's W3C trace context fills in `text`,
+/// `reasoning` and `complete` steps: the context a provider would receive.
+pub const TRACEPARENT: &str = "traceparent";
+
 /// The reason given to calls an approval's dismissal rejects.
 pub const DISMISSED_REASON: &str = "dismissed";
 
@@ -49,6 +53,11 @@ pub struct ScriptedOptions {
     /// The script to run instead of the adapter's default one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub script: Option<Script>,
+    /// How long each `initialize` takes, in milliseconds (a slow provider start); the cancel
+    /// hook, cleanup or the execution's cancellation end it at once with a `cancelled`
+    /// error. None by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initialize_delay_ms: Option<u64>,
 }
 
 impl ScriptedOptions {
@@ -57,7 +66,15 @@ impl ScriptedOptions {
     pub fn with_script(script: Script) -> Self {
         Self {
             script: Some(script),
+            initialize_delay_ms: None,
         }
+    }
+
+    /// These options with each `initialize` taking `delay_ms` milliseconds.
+    #[must_use]
+    pub fn with_initialize_delay_ms(mut self, delay_ms: u64) -> Self {
+        self.initialize_delay_ms = Some(delay_ms);
+        self
     }
 
     /// The options as the JSON value an `ExecutionRequest` carries.
@@ -213,6 +230,34 @@ fn capabilities() -> CapabilityReport {
             CapabilityKey::RuntimeBoundedCleanup,
             native("cleanup holds no external resource: it is immediate and idempotent"),
         )
+        .with(
+            CapabilityKey::ObservabilityMetrics,
+            native(
+                "every outcome reaches the execution's log, so the metrics layer counts and \
+                 times each execution by outcome and its events by kind",
+            ),
+        )
+        .with(
+            CapabilityKey::ObservabilityTracing,
+            native(
+                "the runtime works only in the hooks and streams the driver polls: all of it \
+                 inside the execution's span; it spawns no task of its own",
+            ),
+        )
+        .with(
+            CapabilityKey::ObservabilityTracePropagation,
+            native(
+                "the turn's W3C trace context fills `{{traceparent}}` placeholders: what a \
+                 provider would receive",
+            ),
+        )
+        .with(
+            CapabilityKey::ObservabilityRedaction,
+            native(
+                "everything it produces is yielded to the driver, where redaction applies; it \
+                 opens no span and logs nothing",
+            ),
+        )
 }
 
 fn build_descriptor() -> Result<HarnessDescriptor, String> {
@@ -331,13 +376,16 @@ impl HarnessAdapter for ScriptedAdapter {
         &self,
         context: RuntimeContext,
     ) -> BoxFuture<'_, Result<Box<dyn HarnessRuntime>, HarnessError>> {
-        let created = self.script_for(&context.config.options).map(|script| {
+        let created = ScriptedOptions::from_value(&context.config.options).map(|options| {
             bump(&self.stats.runtimes_created);
-            Box::new(ScriptedRuntime::new(
-                &context,
-                script,
-                Arc::clone(&self.stats),
-            )) as Box<dyn HarnessRuntime>
+            let script = options
+                .script
+                .unwrap_or_else(|| self.default_script.clone());
+            let mut runtime = ScriptedRuntime::new(&context, script, Arc::clone(&self.stats));
+            runtime.initialize_delay = options
+                .initialize_delay_ms
+                .map(std::time::Duration::from_millis);
+            Box::new(runtime) as Box<dyn HarnessRuntime>
         });
         Box::pin(async move { created })
     }
@@ -363,6 +411,8 @@ struct ScriptedRuntime {
     execution_id: ExecutionId,
     script: Script,
     stats: Arc<Stats>,
+    /// How long each `initialize` takes (cancellable).
+    initialize_delay: Option<std::time::Duration>,
     /// The execution's token, parent of every token this runtime uses.
     parent: CancellationToken,
     control: Mutex<Control>,
@@ -391,6 +441,7 @@ impl ScriptedRuntime {
             execution_id: context.execution_id.clone(),
             script,
             stats,
+            initialize_delay: None,
             control: Mutex::new(Control {
                 token: parent.child_token(),
                 initialized: false,
@@ -488,19 +539,31 @@ impl HarnessRuntime for ScriptedRuntime {
 
     fn initialize(&self) -> BoxFuture<'_, Result<RuntimeInit, HarnessError>> {
         bump(&self.stats.initialize_calls);
-        let result = {
+        let (result, token) = {
             let mut control = self.control();
             if control.cleaned_up {
-                Err(cleaned_up_error("initialize"))
+                (Err(cleaned_up_error("initialize")), None)
             } else {
                 if !control.initialized {
                     control.initialized = true;
                     bump(&self.stats.initializations);
                 }
-                Ok(RuntimeInit::default())
+                (Ok(RuntimeInit::default()), Some(control.token.clone()))
             }
         };
-        Box::pin(async move { result })
+        let delay = self.initialize_delay.zip(token);
+        Box::pin(async move {
+            if let Some((delay, token)) = delay {
+                // A slow start the cancel hook, cleanup or the execution's token end at once.
+                if tokio::time::timeout(delay, token.cancelled()).await.is_ok() {
+                    return Err(HarnessError::new(
+                        ErrorCategory::Cancelled,
+                        "initialize was cancelled",
+                    ));
+                }
+            }
+            result
+        })
     }
 
     fn stream(&self, turn: TurnInput) -> BoxStream<'_, EventResult> {
@@ -518,6 +581,11 @@ impl HarnessRuntime for ScriptedRuntime {
                 )));
             }
             progress.active = true;
+            if let Some(trace) = &turn.trace_context {
+                // What a provider would receive: the turn's context, for `{{traceparent}}`.
+                Arc::make_mut(&mut progress.values)
+                    .insert(TRACEPARENT.to_owned(), trace.traceparent().to_owned());
+            }
             (progress.next, Arc::clone(&progress.values))
         };
         Box::pin(self.segment(token, pos, values, turn.execution_id))

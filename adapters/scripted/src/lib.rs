@@ -6,6 +6,7 @@ mod stream;
 
 pub use adapter::{
     ADAPTER_ID, DISMISSED_REASON, ScriptedAdapter, ScriptedOptions, Stats, StatsSnapshot,
+    TRACEPARENT,
 };
 pub use script::{
     ApprovalCall, DEFAULT_NAMESPACE, QUICKSTART, Script, ScriptBuilder, ScriptError, Step,

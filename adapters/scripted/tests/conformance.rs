@@ -90,6 +90,34 @@ impl Knobs for ScriptedKnobs {
             ]),
             Behaviour::Panic { message } => json!([{"type": "panic", "message": message}]),
             Behaviour::MalformedOrder => json!([{"type": "eventAfterComplete"}]),
+            Behaviour::SlowInitialize => {
+                // Far past every bound: only a cancel ends it.
+                let script = Script::builder().text("started").complete("done").build();
+                let options = ScriptedOptions::with_script(script).with_initialize_delay_ms(60_000);
+                return Some(ExecutionRequest::new("conformance").with_options(options.to_value()));
+            }
+            Behaviour::ApprovalThenHang => json!([
+                {"type": "approval", "calls": [{"callId": "call_0", "tool": "shell",
+                  "arguments": {"cmd": "echo 0"}, "output": {"exitCode": 0}}]},
+                {"type": "text", "text": "working"},
+                {"type": "hang"}
+            ]),
+            Behaviour::SequentialApprovals => json!([
+                {"type": "approval", "calls": [{"callId": "call_a", "tool": "shell",
+                  "arguments": {"cmd": "echo a"}, "output": {"exitCode": 0}}]},
+                {"type": "text", "text": "one more"},
+                {"type": "approval", "calls": [{"callId": "call_b", "tool": "shell",
+                  "arguments": {"cmd": "echo b"}, "output": {"exitCode": 0}}]},
+                {"type": "complete"}
+            ]),
+            Behaviour::EchoTraceContext => json!([
+                {"type": "text", "text": "{{traceparent}}"},
+                {"type": "complete"}
+            ]),
+            Behaviour::EmitSecret { secret } => json!([
+                {"type": "text", "text": format!("the key is {secret}")},
+                {"type": "complete"}
+            ]),
             _ => return None,
         };
         Some(request(steps))
