@@ -1,4 +1,5 @@
-//! Runs any ACP agent command, streams its events and asks on the terminal for approvals.
+//! Runs any ACP agent command, streams its events and asks on the terminal for approvals and
+//! for the fields of the forms the agent asks for (elicitation).
 //!
 //! ```text
 //! cargo run -p harness-acp --example acp -- "<message>" <agent program> [args...]
@@ -12,7 +13,9 @@ use std::io::Write as _;
 
 use futures_util::StreamExt;
 use harness_acp::{AcpAdapter, AcpOptions, FileAccess};
-use harness_core::action::{ActionKind, ApprovalResponse, DecisionKind, ToolDecision};
+use harness_core::action::{
+    ActionKind, ApprovalResponse, DecisionKind, FieldKind, FormResponse, FormValues, ToolDecision,
+};
 use harness_core::event::EventPayload;
 use harness_core::id::Cursor;
 use harness_core::service::{AdapterService, ExecutionRequest, Outcome};
@@ -49,18 +52,51 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             EventPayload::ToolCallStarted(c) => println!("\n[tool {}: {}]", c.call_id, c.tool),
             EventPayload::ToolCallCompleted(c) => println!("\n[tool {} ended]", c.call_id),
             EventPayload::ActionRequested(request) => {
-                let ActionKind::ToolApproval(approval) = &request.kind else {
-                    continue;
+                let approval = match &request.kind {
+                    ActionKind::ToolApproval(approval) => approval,
+                    ActionKind::FormInput(form) => {
+                        println!("\n{}", form.title().unwrap_or("the agent asks:"));
+                        let mut values = FormValues::new();
+                        for field in form.fields() {
+                            let optional = if field.required { "" } else { " (optional)" };
+                            let value = loop {
+                                let line = ask(&format!("{}{optional}: ", field.label)).await?;
+                                let line = line.trim();
+                                if line.is_empty() {
+                                    break None;
+                                }
+                                match &field.kind {
+                                    FieldKind::Number { .. } => match line.parse::<f64>() {
+                                        Ok(n) => break Some(serde_json::Value::from(n)),
+                                        Err(_) => println!("(a number, please)"),
+                                    },
+                                    FieldKind::Boolean => {
+                                        break Some(line.eq_ignore_ascii_case("y").into());
+                                    }
+                                    _ => break Some(line.into()),
+                                }
+                            };
+                            if let Some(value) = value {
+                                values.insert(field.name.as_str(), value);
+                            }
+                        }
+                        execution
+                            .respond(
+                                FormResponse::submit(request.id.clone(), request.revision, values)
+                                    .into(),
+                            )
+                            .await?;
+                        continue;
+                    }
                 };
                 let mut decisions = Vec::new();
                 for call in approval.calls() {
-                    print!("\nallow `{}` {}? [y/N] ", call.tool(), call.arguments());
-                    std::io::stdout().flush()?;
-                    let line = tokio::task::spawn_blocking(|| {
-                        let mut line = String::new();
-                        std::io::stdin().read_line(&mut line).map(|_| line)
-                    })
-                    .await??;
+                    let line = ask(&format!(
+                        "\nallow `{}` {}? [y/N] ",
+                        call.tool(),
+                        call.arguments()
+                    ))
+                    .await?;
                     let yes = line.trim().eq_ignore_ascii_case("y");
                     decisions.push(if yes && call.allows(DecisionKind::Approve) {
                         ToolDecision::approve(call.call_id().clone())
@@ -88,4 +124,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Outcome::Cancelled(_) => println!("\noutcome: cancelled"),
     }
     Ok(())
+}
+
+/// Prints `prompt` and reads one line from the terminal.
+async fn ask(prompt: &str) -> Result<String, Box<dyn std::error::Error>> {
+    print!("{prompt}");
+    std::io::stdout().flush()?;
+    let line = tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).map(|_| line)
+    })
+    .await??;
+    Ok(line)
 }

@@ -3,22 +3,33 @@
 //!
 //! Each execution spawns the agent command from [`AcpOptions`] in its own process group, with
 //! an environment built only from the allowlisted host variables, negotiates protocol
-//! version 1 at `initialize`, opens one ACP session (`session/new`) and sends the turn's
+//! version 1 at `initialize`, opens an ACP session (`session/new`, or `session/load` for a
+//! later turn of a conversation when the agent offers `loadSession`) and sends the turn's
 //! message as `session/prompt`. The agent's `session/update` notifications become portable
-//! events, its `session/request_permission` requests become tool-approval interrupts, and
-//! the prompt's stop reason ends the run. The protocol types are those of the
-//! `agent-client-protocol` crate (`v1::schema`); the JSON-RPC connection is this crate's
-//! own small client, so that it runs on any multi-threaded Tokio runtime.
+//! events (or namespaced native ones), its `session/request_permission` requests become
+//! tool-approval interrupts, its form-mode `elicitation/create` requests become form-input
+//! interrupts, and the prompt's stop reason ends the run.
 //!
-//! The mapping table is in the crate's `README.md`.
+//! The connection is the client side of the `agent-client-protocol` crate (`Client.v1()` over
+//! the crate's `Lines` transport on the child's stdio, typed handlers), driven on its own Tokio
+//! task, so it runs on any multi-threaded Tokio runtime. A wire guard in front of the crate
+//! ends the run as `protocol` on output that is not ACP JSON-RPC, which the crate would answer
+//! and skip.
 //!
-//! What is not implemented is reported as unsupported, never emulated: continuing a
-//! conversation (`session/load`), elicitation (form input), token usage, terminals (always
-//! declined), restart.
+//! [`AcpAdapter`]'s `evaluate` probes the agent (start, `initialize`, shut down; cached per
+//! options) and reports what it negotiated. The mapping table, the capabilities and how
+//! conversations map to sessions are in the crate's `README.md`.
+//!
+//! What is not implemented is reported as unsupported, never emulated: portable token usage
+//! (ACP v1 reports context-window occupancy, emitted as the native `acp.usage_update`),
+//! URL-mode elicitation (declined), terminals (always declined), restart.
 
-mod connection;
+mod client;
+mod elicitation;
 mod options;
 mod runtime;
 
 pub use options::{AcpOptions, DEFAULT_CANCEL_GRACE_MS, FileAccess};
-pub use runtime::{ADAPTER_ID, AcpAdapter, NAMESPACE, Stats, StatsSnapshot, descriptor};
+pub use runtime::{
+    ADAPTER_ID, AcpAdapter, NAMESPACE, PROBE_TIMEOUT, Stats, StatsSnapshot, descriptor,
+};

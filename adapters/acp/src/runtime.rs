@@ -1,18 +1,21 @@
 //! [`AcpAdapter`] and its runtime: one agent process and one ACP session per execution.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use agent_client_protocol::schema::ProtocolVersion;
+use agent_client_protocol as acp;
 use agent_client_protocol::v1::schema::{
-    ContentBlock, InitializeResponse, PermissionOptionKind, PromptResponse,
-    RequestPermissionRequest, SessionNotification, SessionUpdate, StopReason, ToolCallStatus,
+    CancelNotification, ContentBlock, CreateElicitationRequest, CreateElicitationResponse,
+    ElicitationAction, LoadSessionRequest, NewSessionRequest, PermissionOptionId,
+    PermissionOptionKind, PromptRequest, PromptResponse, RequestPermissionOutcome,
+    RequestPermissionRequest, RequestPermissionResponse, SelectedPermissionOutcome, SessionId,
+    SessionNotification, SessionUpdate, StopReason, TextContent, ToolCallStatus,
 };
 use futures_util::{StreamExt, stream};
 use harness_core::action::{
-    ApprovalRequest, Decision, DecisionKind, ToolCallApproval, ValidatedResponse,
+    ApprovalRequest, Decision, DecisionKind, FormRequest, ToolCallApproval, ValidatedResponse,
 };
 use harness_core::adapter::{
     AdapterEvent, AgentConfig, BoxFuture, BoxStream, CancelResult, DeploymentContext, EventResult,
@@ -20,12 +23,12 @@ use harness_core::adapter::{
     RuntimeIdentity, RuntimeInit, TurnInput,
 };
 use harness_core::capability::{Capability, CapabilityKey, CapabilityReport};
-use harness_core::error::{ErrorCategory, HarnessError};
+use harness_core::error::{ErrorCategory, ErrorCode, HarnessError};
 use harness_core::event::{
     CancelReason, Content, NativeEvent, RunSucceeded, TextDelta, ToolCall, ToolCallCompleted,
     ToolCallOutcome,
 };
-use harness_core::id::{ActionId, AdapterId, ToolCallId};
+use harness_core::id::{ActionId, AdapterId, ConversationId, ToolCallId};
 use harness_core::manifest::{
     ContractVersion, Dependency, DependencyKind, ExecutionMode, HarnessDescriptor, TrustBoundary,
 };
@@ -33,7 +36,8 @@ use harness_layers::redaction::Redactor;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 
-use crate::connection::{Connection, Inbound, protocol};
+use crate::client::{AgentProcess, Inbound, protocol};
+use crate::elicitation::{self, Unsupported};
 use crate::options::AcpOptions;
 
 /// The adapter id.
@@ -58,7 +62,11 @@ fn capabilities() -> CapabilityReport {
         )
         .with(
             CapabilityKey::StreamUsage,
-            Capability::unsupported("ACP v1 reports no token usage increments"),
+            Capability::unsupported(
+                "ACP v1 reports context-window occupancy (usage_update: tokens in context and \
+                 window size), not token increments; it is emitted as the native event \
+                 acp.usage_update",
+            ),
         )
         .with(
             CapabilityKey::InterruptToolApproval,
@@ -69,7 +77,11 @@ fn capabilities() -> CapabilityReport {
         )
         .with(
             CapabilityKey::InterruptFormInput,
-            Capability::unsupported("elicitation is not mapped yet"),
+            native(
+                "a form-mode elicitation/create becomes form input; the client advertises \
+                 elicitation.form, and the agent decides whether to ask",
+            )
+            .with_constraint("when", "the agent asks"),
         )
         .with(
             CapabilityKey::ToolBuiltin,
@@ -77,16 +89,18 @@ fn capabilities() -> CapabilityReport {
         )
         .with(
             CapabilityKey::SessionMultiTurn,
-            Capability::unsupported(
-                "session/load is not implemented: each execution is a new ACP session, and \
-                 conversations are refused at preflight",
-            ),
+            native(
+                "a conversation maps to an ACP session: the first turn opens it with \
+                 session/new, later turns reopen it with session/load; evaluate reports it \
+                 unsupported for an agent that does not negotiate loadSession",
+            )
+            .with_constraint("requires", "agentCapabilities.loadSession"),
         )
         .with(
             CapabilityKey::RuntimeCancel,
             native(
-                "session/cancel, pending permission requests answered as cancelled, then the \
-                 process group terminated and killed after the grace period",
+                "session/cancel, pending permission requests and elicitations answered as \
+                 cancelled, then the process group terminated and killed after the grace period",
             ),
         )
         .with(
@@ -121,6 +135,7 @@ static DESCRIPTOR: LazyLock<HarnessDescriptor> =
 #[derive(Debug, Default)]
 pub struct Stats {
     agents_started: AtomicU64,
+    probes: AtomicU64,
     graceful_cancels: AtomicU64,
     forced_cancels: AtomicU64,
 }
@@ -129,8 +144,11 @@ pub struct Stats {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct StatsSnapshot {
-    /// Agent processes spawned.
+    /// Agent processes spawned for executions.
     pub agents_started: u64,
+    /// Agent processes spawned by `evaluate` to probe what the agent negotiates (once per
+    /// options: the result is cached).
+    pub probes: u64,
     /// Cancels whose turn ended within the grace period after `session/cancel`.
     pub graceful_cancels: u64,
     /// Cancels that had to terminate the agent's process group.
@@ -144,6 +162,7 @@ impl Stats {
         let get = |c: &AtomicU64| c.load(Ordering::SeqCst);
         StatsSnapshot {
             agents_started: get(&self.agents_started),
+            probes: get(&self.probes),
             graceful_cancels: get(&self.graceful_cancels),
             forced_cancels: get(&self.forced_cancels),
         }
@@ -158,10 +177,27 @@ fn bump(counter: &AtomicU64) {
 static STDERR_REDACTOR: LazyLock<Option<Redactor>> =
     LazyLock::new(|| Redactor::builder().build().ok());
 
+/// How long `evaluate` waits for the agent to start and answer `initialize`.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What an agent negotiated at `initialize`, as `evaluate` found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Probed {
+    load_session: bool,
+}
+
 /// Drives any ACP agent: see the [crate docs](crate).
+///
+/// The adapter remembers which ACP session each conversation maps to (in memory, per adapter
+/// instance and its clones): a conversation's later turns reopen that session with
+/// `session/load`. The durable home of that mapping is the thread-state store, which the
+/// service does not hand to runtimes yet; an adapter restarted (or another replica) does not
+/// know the mapping, and a later turn then opens a new session.
 #[derive(Debug, Clone, Default)]
 pub struct AcpAdapter {
     stats: Arc<Stats>,
+    sessions: Arc<Mutex<HashMap<ConversationId, SessionId>>>,
+    probes: Arc<tokio::sync::Mutex<HashMap<String, Probed>>>,
 }
 
 impl AcpAdapter {
@@ -176,6 +212,74 @@ impl AcpAdapter {
     pub fn stats(&self) -> Arc<Stats> {
         Arc::clone(&self.stats)
     }
+
+    /// The ACP session id a conversation maps to, once one of its turns succeeded.
+    #[must_use]
+    pub fn session_of(&self, conversation: &ConversationId) -> Option<String> {
+        lock(&self.sessions)
+            .get(conversation)
+            .map(|s| s.0.to_string())
+    }
+
+    /// Starts the agent, negotiates `initialize` and shuts it down again (bounded by
+    /// [`PROBE_TIMEOUT`]); the result is cached per options.
+    async fn probe(&self, options: &AcpOptions) -> Result<Probed, HarnessError> {
+        let key = options.to_value().to_string();
+        let mut probes = self.probes.lock().await;
+        if let Some(probed) = probes.get(&key) {
+            return Ok(*probed);
+        }
+        bump(&self.stats.probes);
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let started = tokio::time::timeout(PROBE_TIMEOUT, async {
+            let agent = AgentProcess::spawn(options, tx).await?;
+            let result = agent.initialize(options.files).await;
+            agent.shutdown(Duration::from_millis(500)).await;
+            result.map_err(|e| with_stderr(&agent, e))
+        })
+        .await;
+        let init = match started {
+            Ok(Ok(init)) => init,
+            Ok(Err(e)) => {
+                let message = format!(
+                    "the ACP agent could not be probed for its capabilities: {}",
+                    e.message()
+                );
+                let diagnostic = e.diagnostic().unwrap_or_default().to_owned();
+                return Err(HarnessError::new(e.category(), message).with_diagnostic(diagnostic));
+            }
+            Err(_) => {
+                return Err(HarnessError::new(
+                    ErrorCategory::Unavailable,
+                    format!(
+                        "the ACP agent could not be probed for its capabilities: it did not \
+                         answer initialize within {} s",
+                        PROBE_TIMEOUT.as_secs()
+                    ),
+                ));
+            }
+        };
+        let probed = Probed {
+            load_session: init.agent_capabilities.load_session,
+        };
+        probes.insert(key, probed);
+        Ok(probed)
+    }
+}
+
+fn multi_turn_unsupported(conversation: Option<&ConversationId>) -> HarnessError {
+    let what = conversation.map_or_else(
+        || "a conversation".to_owned(),
+        |c| format!("conversation {c}"),
+    );
+    HarnessError::new(
+        ErrorCategory::Configuration,
+        format!(
+            "session.multi_turn is unsupported by this ACP agent: it did not negotiate \
+             loadSession, so {what} cannot be continued"
+        ),
+    )
+    .with_code(ErrorCode::CAPABILITY_UNSUPPORTED)
 }
 
 impl HarnessAdapter for AcpAdapter {
@@ -183,23 +287,32 @@ impl HarnessAdapter for AcpAdapter {
         &DESCRIPTOR
     }
 
+    /// Probes the agent (see [`PROBE_TIMEOUT`]) and reports what it negotiated:
+    /// `session.multi_turn` is unsupported, and a conversation refused, when the agent does
+    /// not offer `loadSession`.
     fn evaluate<'a>(
         &'a self,
         config: &'a AgentConfig,
         _deployment: &'a DeploymentContext,
     ) -> BoxFuture<'a, Result<CapabilityReport, HarnessError>> {
-        let result = AcpOptions::from_value(&config.options).and_then(|_| {
-            if config.conversation.is_some() {
-                Err(HarnessError::new(
-                    ErrorCategory::Configuration,
-                    "the acp adapter does not continue conversations (session.multi_turn is \
-                     unsupported)",
-                ))
-            } else {
-                Ok(DESCRIPTOR.capabilities().clone())
+        Box::pin(async move {
+            let options = AcpOptions::from_value(&config.options)?;
+            let probed = self.probe(&options).await?;
+            let mut report = DESCRIPTOR.capabilities().clone();
+            if !probed.load_session {
+                if config.conversation.is_some() {
+                    return Err(multi_turn_unsupported(config.conversation.as_ref()));
+                }
+                report.declare(
+                    CapabilityKey::SessionMultiTurn,
+                    Capability::unsupported(
+                        "the agent did not negotiate loadSession: a conversation cannot be \
+                         continued in a later execution",
+                    ),
+                );
             }
-        });
-        Box::pin(async move { result })
+            Ok(report)
+        })
     }
 
     fn create_runtime(
@@ -212,6 +325,8 @@ impl HarnessAdapter for AcpAdapter {
                 adapter: context.adapter.clone(),
                 execution_id: context.execution_id,
                 options,
+                conversation: context.config.conversation,
+                sessions: Arc::clone(&self.sessions),
                 stats: Arc::clone(&self.stats),
                 init: tokio::sync::Mutex::new(None),
                 inbound: tokio::sync::Mutex::new(None),
@@ -224,26 +339,67 @@ impl HarnessAdapter for AcpAdapter {
 }
 
 /// A permission request waiting for the caller.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct PendingPermission {
-    rpc_id: Value,
+    responder: acp::v1::Responder<RequestPermissionResponse>,
     interrupt: Interrupt,
     call_id: ToolCallId,
     approve: Option<String>,
     reject: Option<String>,
 }
 
+/// A form elicitation waiting for the caller.
+#[derive(Debug)]
+struct PendingElicitation {
+    responder: acp::v1::Responder<CreateElicitationResponse>,
+    interrupt: Interrupt,
+    form: FormRequest,
+}
+
+/// What the run is paused on.
+#[derive(Debug)]
+enum Pending {
+    Permission(PendingPermission),
+    Elicitation(PendingElicitation),
+}
+
+impl Pending {
+    fn interrupt(&self) -> &Interrupt {
+        match self {
+            Self::Permission(p) => &p.interrupt,
+            Self::Elicitation(e) => &e.interrupt,
+        }
+    }
+
+    /// Answers the agent that the request was cancelled.
+    fn cancel(self) {
+        let _ = match self {
+            Self::Permission(p) => p.responder.respond(RequestPermissionResponse::new(
+                RequestPermissionOutcome::Cancelled,
+            )),
+            Self::Elicitation(e) => e
+                .responder
+                .respond(CreateElicitationResponse::new(ElicitationAction::Cancel)),
+        };
+    }
+}
+
 #[derive(Debug, Default)]
 struct State {
-    connection: Option<Arc<Connection>>,
-    session_id: Option<String>,
+    agent: Option<Arc<AgentProcess>>,
+    inbound: Option<mpsc::UnboundedSender<Inbound>>,
+    session_id: Option<SessionId>,
     negotiated: Option<Value>,
     announced: bool,
-    pending: Option<PendingPermission>,
+    /// Set by `session/load`: how many replayed updates were not emitted (announced once).
+    loaded: Option<Value>,
+    /// A conversation whose session was opened here: recorded when a turn succeeds.
+    record: Option<(ConversationId, SessionId)>,
+    pending: Option<Pending>,
     /// Tool calls reported as started / as ended.
     started: HashSet<String>,
     ended: HashSet<String>,
-    titles: std::collections::HashMap<String, String>,
+    titles: HashMap<String, String>,
 }
 
 #[derive(Debug)]
@@ -251,6 +407,8 @@ struct AcpRuntime {
     adapter: AdapterId,
     execution_id: harness_core::id::ExecutionId,
     options: AcpOptions,
+    conversation: Option<ConversationId>,
+    sessions: Arc<Mutex<HashMap<ConversationId, SessionId>>>,
     stats: Arc<Stats>,
     init: tokio::sync::Mutex<Option<Result<RuntimeInit, HarnessError>>>,
     inbound: tokio::sync::Mutex<Option<mpsc::UnboundedReceiver<Inbound>>>,
@@ -259,87 +417,85 @@ struct AcpRuntime {
     turn: watch::Sender<bool>,
 }
 
+/// Appends the agent's stderr tail, redacted, to the error's diagnostic.
+fn with_stderr(agent: &AgentProcess, err: HarnessError) -> HarnessError {
+    let tail = agent.stderr_tail();
+    if tail.is_empty() {
+        return err;
+    }
+    // Redacted with the built-in rules (bearer tokens, API keys, ...); without a
+    // redactor the tail is dropped rather than kept unredacted.
+    let Some(redactor) = STDERR_REDACTOR.as_ref() else {
+        return err;
+    };
+    let tail = redactor.redact_str(&tail);
+    let before = err.diagnostic().unwrap_or_default().to_owned();
+    err.with_diagnostic(format!(
+        "{before}\nagent stderr (last 8 KiB, redacted):\n{tail}"
+    ))
+}
+
 impl AcpRuntime {
     fn with_stderr(&self, err: HarnessError) -> HarnessError {
-        let Some(connection) = lock(&self.state).connection.clone() else {
-            return err;
-        };
-        let tail = connection.stderr_tail();
-        if tail.is_empty() {
-            return err;
+        match lock(&self.state).agent.clone() {
+            Some(agent) => with_stderr(&agent, err),
+            None => err,
         }
-        // Redacted with the built-in rules (bearer tokens, API keys, ...); without a
-        // redactor the tail is dropped rather than kept unredacted.
-        let Some(redactor) = STDERR_REDACTOR.as_ref() else {
-            return err;
-        };
-        let tail = redactor.redact_str(&tail);
-        let before = err.diagnostic().unwrap_or_default().to_owned();
-        err.with_diagnostic(format!(
-            "{before}\nagent stderr (last 8 KiB, redacted):\n{tail}"
-        ))
     }
 
     async fn start(&self) -> Result<RuntimeInit, HarnessError> {
-        let (connection, inbound) = Connection::spawn(&self.options)?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let agent = AgentProcess::spawn(&self.options, tx.clone()).await?;
         bump(&self.stats.agents_started);
-        *self.inbound.lock().await = Some(inbound);
-        lock(&self.state).connection = Some(Arc::clone(&connection));
-        let result = self.handshake(&connection).await;
-        if result.is_err() {
-            connection.shutdown(self.options.cancel_grace()).await;
+        *self.inbound.lock().await = Some(rx);
+        {
+            let mut state = lock(&self.state);
+            state.agent = Some(Arc::clone(&agent));
+            state.inbound = Some(tx);
         }
-        result.map_err(|e| self.with_stderr(e))
+        let result = self.handshake(&agent).await;
+        if result.is_err() {
+            agent.shutdown(self.options.cancel_grace()).await;
+        }
+        result.map_err(|e| with_stderr(&agent, e))
     }
 
-    async fn handshake(&self, connection: &Connection) -> Result<RuntimeInit, HarnessError> {
-        let files = self.options.files;
-        let init = connection
-            .call(
-                "initialize",
-                &json!({
-                    "protocolVersion": ProtocolVersion::LATEST,
-                    "clientCapabilities": {
-                        "fs": {"readTextFile": files.reads(), "writeTextFile": files.writes()},
-                        "terminal": false,
-                    },
-                }),
-            )
-            .await?;
-        let init: InitializeResponse = serde_json::from_value(init).map_err(|e| {
-            protocol("the ACP agent sent a malformed initialize response")
-                .with_diagnostic(e.to_string())
-        })?;
-        if init.protocol_version != ProtocolVersion::V1 {
-            return Err(HarnessError::new(
-                ErrorCategory::Configuration,
-                "the ACP agent speaks a protocol version this adapter does not",
-            )
-            .with_diagnostic(format!(
-                "agent protocol version {:?}",
-                init.protocol_version
-            )));
-        }
-        let session = connection
-            .call(
-                "session/new",
-                &json!({"cwd": self.options.cwd, "mcpServers": []}),
-            )
-            .await?;
-        let Some(session_id) = session.get("sessionId").and_then(Value::as_str) else {
-            return Err(protocol(
-                "the ACP agent's session/new response has no sessionId",
-            ));
+    async fn handshake(&self, agent: &AgentProcess) -> Result<RuntimeInit, HarnessError> {
+        let init = agent.initialize(self.options.files).await?;
+        let known = self
+            .conversation
+            .as_ref()
+            .and_then(|c| lock(&self.sessions).get(c).cloned());
+        let (session_id, loaded) = match known {
+            Some(session_id) if init.agent_capabilities.load_session => {
+                let request = LoadSessionRequest::new(session_id.clone(), self.options.cwd.clone());
+                let (_, replayed) = agent.load(request).await?;
+                let loaded = json!({"sessionId": session_id.0, "replayedUpdates": replayed});
+                (session_id, Some(loaded))
+            }
+            Some(_) => return Err(multi_turn_unsupported(self.conversation.as_ref())),
+            None => {
+                let response = agent
+                    .call(NewSessionRequest::new(self.options.cwd.clone()))
+                    .await?;
+                (response.session_id, None)
+            }
         };
         let mut state = lock(&self.state);
-        state.session_id = Some(session_id.to_owned());
+        if loaded.is_none()
+            && let Some(conversation) = self.conversation.clone()
+        {
+            state.record = Some((conversation, session_id.clone()));
+        }
+        state.session_id = Some(session_id.clone());
+        state.loaded = loaded;
         state.negotiated = Some(json!({
             "protocolVersion": init.protocol_version,
             "agentCapabilities": init.agent_capabilities,
             "agentInfo": init.agent_info,
         }));
         Ok(RuntimeInit {
-            provider_session_id: Some(session_id.to_owned()),
+            provider_session_id: Some(session_id.0.to_string()),
         })
     }
 
@@ -385,7 +541,7 @@ impl AcpRuntime {
             out.push_back(Err(e));
             return out;
         }
-        let (connection, session_id, announce) = {
+        let (agent, inbound, session_id, announce, loaded) = {
             let mut state = lock(&self.state);
             let announce = if state.announced {
                 None
@@ -393,37 +549,39 @@ impl AcpRuntime {
                 state.announced = true;
                 state.negotiated.clone()
             };
-            (state.connection.clone(), state.session_id.clone(), announce)
+            (
+                state.agent.clone(),
+                state.inbound.clone(),
+                state.session_id.clone(),
+                announce,
+                state.loaded.take(),
+            )
         };
-        let (Some(connection), Some(session_id)) = (connection, session_id) else {
+        let (Some(agent), Some(inbound), Some(session_id)) = (agent, inbound, session_id) else {
             out.push_back(Err(HarnessError::new(
                 ErrorCategory::Unavailable,
                 "the ACP agent is not running",
             )));
             return out;
         };
-        if let Some(negotiated) = announce
-            && let Ok(event) = NativeEvent::new(NAMESPACE, "initialized", negotiated)
-        {
-            out.push_back(Ok(AdapterEvent::Content(Content::Native(event))));
+        if let Some(negotiated) = announce {
+            self.native("initialized", &negotiated, &mut out);
         }
-        let done = connection.request(
-            "session/prompt",
-            &json!({"sessionId": session_id, "prompt": [{"type": "text", "text": turn.message}]}),
-        );
+        if let Some(loaded) = loaded {
+            self.native("session_loaded", &loaded, &mut out);
+        }
         self.turn.send_replace(true);
-        let inbound = connection.inbound.clone();
         let turn_flag = self.turn.clone();
-        tokio::spawn(async move {
-            let result = done.await.unwrap_or_else(|_| {
-                Err(HarnessError::new(
-                    ErrorCategory::Unavailable,
-                    "the ACP agent is not running",
-                ))
-            });
-            let _ = inbound.send(Inbound::PromptDone(result));
-            turn_flag.send_replace(false);
-        });
+        agent.prompt(
+            PromptRequest::new(
+                session_id,
+                vec![ContentBlock::Text(TextContent::new(turn.message.clone()))],
+            ),
+            move |result| {
+                let _ = inbound.send(Inbound::PromptDone(result));
+                turn_flag.send_replace(false);
+            },
+        );
         out
     }
 
@@ -556,7 +714,11 @@ impl AcpRuntime {
         }
     }
 
-    fn permission(&self, rpc_id: Value, request: &RequestPermissionRequest) -> EventResult {
+    fn permission(
+        &self,
+        request: &RequestPermissionRequest,
+        responder: acp::v1::Responder<RequestPermissionResponse>,
+    ) -> EventResult {
         let id = request.tool_call.tool_call_id.0.to_string();
         let call_id = tool_call_id(&id)?;
         let pick = |kinds: [PermissionOptionKind; 2]| {
@@ -598,22 +760,51 @@ impl AcpRuntime {
             id: ActionId::generate(),
             kind: InterruptKind::ToolApproval(approval),
         };
-        lock(&self.state).pending = Some(PendingPermission {
-            rpc_id,
+        lock(&self.state).pending = Some(Pending::Permission(PendingPermission {
+            responder,
             interrupt: interrupt.clone(),
             call_id,
             approve,
             reject,
-        });
+        }));
         Ok(AdapterEvent::Interrupt(interrupt))
     }
 
-    fn stop(&self, result: Result<Value, HarnessError>) -> EventResult {
-        let value = result.map_err(|e| self.with_stderr(e))?;
-        let response: PromptResponse = serde_json::from_value(value).map_err(|e| {
-            protocol("the ACP agent sent a malformed session/prompt response")
-                .with_diagnostic(e.to_string())
-        })?;
+    /// A form elicitation becomes a form-input interrupt; one the portable form cannot
+    /// represent is declined at once, with a native `acp.elicitation_declined` event.
+    fn elicitation(
+        &self,
+        request: &CreateElicitationRequest,
+        responder: acp::v1::Responder<CreateElicitationResponse>,
+        out: &mut VecDeque<EventResult>,
+    ) {
+        match elicitation::form_for(&request.message, &request.mode) {
+            Ok(form) => {
+                let interrupt = Interrupt {
+                    id: ActionId::generate(),
+                    kind: InterruptKind::FormInput(form.clone()),
+                };
+                lock(&self.state).pending = Some(Pending::Elicitation(PendingElicitation {
+                    responder,
+                    interrupt: interrupt.clone(),
+                    form,
+                }));
+                out.push_back(Ok(AdapterEvent::Interrupt(interrupt)));
+            }
+            Err(Unsupported(reason)) => {
+                let _ =
+                    responder.respond(CreateElicitationResponse::new(ElicitationAction::Decline));
+                self.native(
+                    "elicitation_declined",
+                    &json!({"message": request.message, "reason": reason}),
+                    out,
+                );
+            }
+        }
+    }
+
+    fn stop(&self, result: Result<PromptResponse, HarnessError>) -> EventResult {
+        let response = result.map_err(|e| self.with_stderr(e))?;
         let summary = match response.stop_reason {
             StopReason::EndTurn => None,
             StopReason::Cancelled => {
@@ -630,6 +821,10 @@ impl AcpRuntime {
                     .unwrap_or_else(|| "other".to_owned())
             )),
         };
+        // The conversation now continues in this session.
+        if let Some((conversation, session_id)) = lock(&self.state).record.take() {
+            lock(&self.sessions).insert(conversation, session_id);
+        }
         Ok(AdapterEvent::Completed(RunSucceeded { summary }))
     }
 }
@@ -678,13 +873,16 @@ impl Segment<'_> {
                 let SessionNotification {
                     session_id, update, ..
                 } = *notification;
-                if lock(&rt.state).session_id.as_deref() == Some(&*session_id.0) {
+                if lock(&rt.state).session_id.as_ref() == Some(&session_id) {
                     rt.map_update(update, &mut self.queue);
                 }
             }
-            Inbound::Permission { id, request } => {
-                let item = rt.permission(id, &request);
+            Inbound::Permission { request, responder } => {
+                let item = rt.permission(&request, responder);
                 self.queue.push_back(item);
+            }
+            Inbound::Elicitation { request, responder } => {
+                rt.elicitation(&request, responder, &mut self.queue);
             }
             Inbound::PromptDone(result) => {
                 let item = rt.stop(result);
@@ -695,12 +893,58 @@ impl Segment<'_> {
     }
 }
 
+impl AcpRuntime {
+    /// Answers a pending permission request as decided; returns the `rejected` completion
+    /// to record, if any.
+    fn answer_permission(
+        &self,
+        pending: PendingPermission,
+        decision: &ResumeDecision,
+    ) -> Option<EventResult> {
+        let decided = match decision.response() {
+            ValidatedResponse::Approval(approval) => approval
+                .decisions()
+                .and_then(|d| d.iter().find(|d| d.call_id == pending.call_id))
+                .map(|d| d.decision.clone()),
+            ValidatedResponse::Form(_) => None,
+        };
+        let (option, rejected) = match &decided {
+            Some(Decision::Approve) => (pending.approve.clone(), None),
+            Some(Decision::Reject { reason }) => (pending.reject.clone(), Some(reason.clone())),
+            // A dismissal (or an edit, never offered) declines the call.
+            _ => (pending.reject.clone(), Some(None)),
+        };
+        let outcome = match option {
+            Some(option) => RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(
+                PermissionOptionId::new(option),
+            )),
+            None => RequestPermissionOutcome::Cancelled,
+        };
+        let _ = pending
+            .responder
+            .respond(RequestPermissionResponse::new(outcome));
+        let reason = rejected?;
+        let id = pending.call_id.as_str().to_owned();
+        lock(&self.state).ended.insert(id).then(|| {
+            Ok(AdapterEvent::Content(Content::ToolCallCompleted(
+                ToolCallCompleted {
+                    call_id: pending.call_id,
+                    outcome: ToolCallOutcome::Rejected { reason },
+                },
+            )))
+        })
+    }
+}
+
 impl HarnessRuntime for AcpRuntime {
     fn identity(&self) -> RuntimeIdentity {
         RuntimeIdentity {
             adapter: self.adapter.clone(),
             execution_id: self.execution_id.clone(),
-            provider_session_id: lock(&self.state).session_id.clone(),
+            provider_session_id: lock(&self.state)
+                .session_id
+                .as_ref()
+                .map(|s| s.0.to_string()),
         }
     }
 
@@ -718,52 +962,40 @@ impl HarnessRuntime for AcpRuntime {
 
     fn resume(&self, decision: ResumeDecision) -> BoxStream<'_, EventResult> {
         let mut first = VecDeque::new();
-        let (pending, connection) = {
+        let pending = {
             let mut state = lock(&self.state);
-            (state.pending.take(), state.connection.clone())
-        };
-        match (pending, connection) {
-            (Some(pending), Some(connection))
-                if pending.interrupt.id == *decision.interrupt_id() =>
-            {
-                let decided = match decision.response() {
-                    ValidatedResponse::Approval(approval) => approval
-                        .decisions()
-                        .and_then(|d| d.iter().find(|d| d.call_id == pending.call_id))
-                        .map(|d| d.decision.clone()),
-                    ValidatedResponse::Form(_) => None,
-                };
-                let (option, rejected) = match &decided {
-                    Some(Decision::Approve) => (pending.approve.clone(), None),
-                    Some(Decision::Reject { reason }) => {
-                        (pending.reject.clone(), Some(reason.clone()))
-                    }
-                    // A dismissal (or an edit, never offered) declines the call.
-                    _ => (pending.reject.clone(), Some(None)),
-                };
-                let outcome = match option {
-                    Some(option) => json!({"outcome": "selected", "optionId": option}),
-                    None => json!({"outcome": "cancelled"}),
-                };
-                connection.respond(&pending.rpc_id, &json!({ "outcome": outcome }));
-                if let Some(reason) = rejected {
-                    let id = pending.call_id.as_str().to_owned();
-                    if lock(&self.state).ended.insert(id) {
-                        first.push_back(Ok(AdapterEvent::Content(Content::ToolCallCompleted(
-                            ToolCallCompleted {
-                                call_id: pending.call_id,
-                                outcome: ToolCallOutcome::Rejected { reason },
-                            },
-                        ))));
-                    }
+            match state.pending.take() {
+                Some(p) if p.interrupt().id == *decision.interrupt_id() => Some(p),
+                other => {
+                    state.pending = other;
+                    None
                 }
             }
-            (pending, _) => {
-                lock(&self.state).pending = pending;
+        };
+        match (pending, decision.response()) {
+            (Some(Pending::Permission(pending)), ValidatedResponse::Approval(_)) => {
+                if let Some(item) = self.answer_permission(pending, &decision) {
+                    first.push_back(item);
+                }
+            }
+            (Some(Pending::Elicitation(pending)), ValidatedResponse::Form(form)) => {
+                let action = match form.values() {
+                    Some(values) => elicitation::accept(&pending.form, values),
+                    None => ElicitationAction::Decline,
+                };
+                let _ = pending
+                    .responder
+                    .respond(CreateElicitationResponse::new(action));
+            }
+            (Some(pending), _) => {
+                lock(&self.state).pending = Some(pending);
                 first.push_back(Err(protocol(
-                    "resume names no permission request this runtime is paused on",
+                    "resume answers the open interrupt with the wrong kind of response",
                 )));
             }
+            (None, _) => first.push_back(Err(protocol(
+                "resume names no request this runtime is paused on",
+            ))),
         }
         self.segment(first)
     }
@@ -772,32 +1004,32 @@ impl HarnessRuntime for AcpRuntime {
         let pending = lock(&self.state)
             .pending
             .as_ref()
-            .map(|p| p.interrupt.clone());
+            .map(|p| p.interrupt().clone());
         Box::pin(async move { pending })
     }
 
     fn cancel(&self, _reason: CancelReason) -> BoxFuture<'_, CancelResult> {
         Box::pin(async move {
-            let (connection, session_id, pending) = {
+            let (agent, session_id, pending) = {
                 let mut state = lock(&self.state);
                 (
-                    state.connection.clone(),
+                    state.agent.clone(),
                     state.session_id.clone(),
                     state.pending.take(),
                 )
             };
-            let (Some(connection), Some(session_id)) = (connection, session_id) else {
+            let (Some(agent), Some(session_id)) = (agent, session_id) else {
                 return CancelResult::NothingToCancel;
             };
             if !*self.turn.borrow() {
+                if let Some(pending) = pending {
+                    lock(&self.state).pending = Some(pending);
+                }
                 return CancelResult::NothingToCancel;
             }
-            connection.notify("session/cancel", &json!({"sessionId": session_id}));
+            agent.notify(CancelNotification::new(session_id));
             if let Some(pending) = pending {
-                connection.respond(
-                    &pending.rpc_id,
-                    &json!({"outcome": {"outcome": "cancelled"}}),
-                );
+                pending.cancel();
             }
             let mut turn = self.turn.subscribe();
             let grace = self.options.cancel_grace();
@@ -806,7 +1038,7 @@ impl HarnessRuntime for AcpRuntime {
                 .is_err()
             {
                 bump(&self.stats.forced_cancels);
-                connection.shutdown(Duration::from_millis(500)).await;
+                agent.shutdown(Duration::from_millis(500)).await;
             } else {
                 bump(&self.stats.graceful_cancels);
             }
@@ -825,13 +1057,15 @@ impl HarnessRuntime for AcpRuntime {
 
     fn cleanup(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
-            let connection = {
+            let agent = {
                 let mut state = lock(&self.state);
-                state.pending = None;
-                state.connection.clone()
+                if let Some(pending) = state.pending.take() {
+                    pending.cancel();
+                }
+                state.agent.clone()
             };
-            if let Some(connection) = connection {
-                connection.shutdown(self.options.cancel_grace()).await;
+            if let Some(agent) = agent {
+                agent.shutdown(self.options.cancel_grace()).await;
             }
         })
     }

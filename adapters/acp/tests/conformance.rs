@@ -1,5 +1,5 @@
-//! The shared conformance suite on the ACP adapter, driven by our own small agent
-//! (`tests/agent/faults.mjs`), which produces each behaviour on demand.
+//! The shared conformance suite on the ACP adapter, driven by our own scriptable agent (the
+//! `acp-test-agent` binary of this package), which produces each behaviour on demand.
 
 mod common;
 
@@ -14,12 +14,10 @@ struct AcpKnobs;
 
 fn agent(mode: &str, canary: &str) -> AcpOptions {
     let mark = common::marker(&format!("conformance-{mode}"));
-    let script = common::agent_dir().join("faults.mjs");
     AcpOptions::new(
-        ["node", &script.display().to_string(), mode, &mark, canary],
+        [env!("CARGO_BIN_EXE_acp-test-agent"), mode, &mark, canary],
         common::workspace(&mark),
     )
-    .allow_env("PATH")
     .with_cancel_grace(Duration::from_millis(500))
 }
 
@@ -35,11 +33,12 @@ impl Knobs for AcpKnobs {
             Behaviour::StreamText => agent("text", ""),
             Behaviour::StreamReasoning => agent("reasoning", ""),
             Behaviour::ToolSuccess => agent("tool", ""),
-            Behaviour::ToolError => agent("tool_error", ""),
+            Behaviour::ToolError => agent("tool-error", ""),
             Behaviour::ToolApproval {
                 calls: 1,
                 editable: false,
             } => agent("approval", ""),
+            Behaviour::FormInput => agent("elicit", ""),
             Behaviour::Hang => agent("hang", ""),
             Behaviour::Fail {
                 category: ErrorCategory::Unavailable,

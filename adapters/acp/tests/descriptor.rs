@@ -1,4 +1,5 @@
-//! The descriptor, the options and preflight: no agent is started.
+//! The descriptor, the options, and an evaluate whose probe cannot start the agent: no agent
+//! runs. (What `evaluate` reports for real agents is tested in `sessions.rs`.)
 
 use harness_acp::{AcpAdapter, AcpOptions, FileAccess, descriptor};
 use harness_core::adapter::{AgentConfig, DeploymentContext, HarnessAdapter};
@@ -15,14 +16,23 @@ fn the_descriptor_builds_and_reports_only_what_is_implemented() {
         CapabilityKey::StreamText,
         CapabilityKey::StreamReasoning,
         CapabilityKey::InterruptToolApproval,
+        CapabilityKey::InterruptFormInput,
+        CapabilityKey::SessionMultiTurn,
         CapabilityKey::RuntimeCancel,
         CapabilityKey::RuntimeBoundedCleanup,
     ] {
         assert_eq!(caps.level(key), SupportLevel::Native, "{key:?}");
     }
+    // The maximum, with what it depends on.
+    assert_eq!(
+        caps.get(CapabilityKey::SessionMultiTurn).constraints()["requires"],
+        json!("agentCapabilities.loadSession")
+    );
+    assert_eq!(
+        caps.get(CapabilityKey::InterruptFormInput).constraints()["when"],
+        json!("the agent asks")
+    );
     for key in [
-        CapabilityKey::SessionMultiTurn,
-        CapabilityKey::InterruptFormInput,
         CapabilityKey::StreamUsage,
         CapabilityKey::RuntimeRestart,
         CapabilityKey::InputImages,
@@ -51,27 +61,27 @@ fn the_options_schema_rejects_unknown_fields() {
 }
 
 #[tokio::test]
-async fn conversations_are_refused_at_preflight() {
+async fn an_agent_that_cannot_be_probed_is_an_evaluate_error_naming_the_probe() {
     let adapter = AcpAdapter::new();
-    let options = AcpOptions::new(["agent"], "/").to_value();
     let config = AgentConfig {
-        options: options.clone(),
-        conversation: Some("conv_1".parse().expect("id")),
+        options: AcpOptions::new(["/nonexistent/acp-agent"], "/").to_value(),
         ..AgentConfig::default()
     };
     let err = adapter
         .evaluate(&config, &DeploymentContext::default())
         .await
-        .expect_err("refused");
-    assert_eq!(err.category(), ErrorCategory::Configuration);
-    let config = AgentConfig {
-        options,
-        ..AgentConfig::default()
-    };
+        .expect_err("the probe cannot start the agent");
+    assert_eq!(err.category(), ErrorCategory::Unavailable, "{err:?}");
     assert!(
-        adapter
-            .evaluate(&config, &DeploymentContext::default())
-            .await
-            .is_ok()
+        err.message()
+            .contains("could not be probed for its capabilities"),
+        "{err:?}"
     );
+    assert!(
+        err.diagnostic()
+            .unwrap_or_default()
+            .contains("/nonexistent/acp-agent"),
+        "{err:?}"
+    );
+    assert_eq!(adapter.stats().snapshot().probes, 1);
 }

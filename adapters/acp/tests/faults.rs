@@ -1,5 +1,6 @@
-//! Faults, with a small misbehaving ACP agent of our own (`tests/agent/faults.mjs`, plain
-//! Node.js): each ends as the contract says, with no process left behind.
+//! Faults, with our own scriptable ACP agent (the `acp-test-agent` binary of this package, on
+//! the agent side of the `agent-client-protocol` crate): each ends as the contract says, with
+//! no process left behind.
 
 mod common;
 
@@ -14,12 +15,10 @@ use harness_core::service::{AdapterService, ExecutionHandle, ExecutionRequest, O
 use tower::ServiceExt;
 
 fn fault_agent(mode: &str, mark: &str) -> AcpOptions {
-    let script = common::agent_dir().join("faults.mjs");
     AcpOptions::new(
-        ["node", &script.display().to_string(), mode, mark],
+        [env!("CARGO_BIN_EXE_acp-test-agent"), mode, mark],
         workspace(mark),
     )
-    .allow_env("PATH")
     .with_cancel_grace(Duration::from_millis(500))
 }
 
@@ -46,9 +45,11 @@ async fn failure(mode: &str) -> (harness_core::error::HarnessError, String) {
     (err, mark)
 }
 
+/// `hang` honours `session/cancel` (a graceful cancel); `ignore-cancel` ignores it and `SIGTERM`,
+/// and leaves a child (also ignoring `SIGTERM`) in its process group: the group is killed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_agent_that_ignores_cancel_and_sigterm_is_killed_with_its_group() {
-    for mode in ["hang", "child"] {
+async fn a_cancelled_agent_ends_the_turn_or_is_killed_with_its_group() {
+    for (mode, graceful) in [("hang", true), ("ignore-cancel", false)] {
         let mark = marker(mode);
         let adapter = AcpAdapter::new();
         let stats = adapter.stats();
@@ -60,7 +61,7 @@ async fn an_agent_that_ignores_cancel_and_sigterm_is_killed_with_its_group() {
             e.kind() == EventKind::MessageDelta || e.kind().is_terminal()
         })
         .await;
-        if mode == "child" {
+        if !graceful {
             // The agent's child runs (its argv carries the marker too).
             let deadline = Instant::now() + Duration::from_secs(10);
             while common::processes_with(&mark).len() < 2 && Instant::now() < deadline {
@@ -84,10 +85,11 @@ async fn an_agent_that_ignores_cancel_and_sigterm_is_killed_with_its_group() {
         let events = read_until(&execution, Cursor::START, |e| e.kind().is_terminal()).await;
         assert_eq!(kinds(&events).last(), Some(&"run.cancelled"));
         let stats = stats.snapshot();
+        let expected = if graceful { (1, 0) } else { (0, 1) };
         assert_eq!(
             (stats.graceful_cancels, stats.forced_cancels),
-            (0, 1),
-            "{stats:?}"
+            expected,
+            "{mode}: {stats:?}"
         );
         assert_no_process_left(&mark).await;
     }
@@ -106,7 +108,7 @@ async fn a_crashed_agent_ends_unavailable_and_its_stderr_stays_internal() {
     );
     let diagnostic = err.diagnostic().unwrap_or_default();
     assert!(
-        !diagnostic.contains("abcdefghijklmnop0123") && diagnostic.contains("[REDACTED:bearer]"),
+        !diagnostic.contains("sk-test-SECRET123") && diagnostic.contains("[REDACTED:bearer]"),
         "the stderr tail is redacted: {diagnostic}"
     );
     assert_no_process_left(&mark).await;
@@ -121,7 +123,7 @@ async fn malformed_output_ends_as_protocol() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unsupported_protocol_version_is_refused_at_initialize() {
-    let (err, mark) = failure("version").await;
+    let (err, mark) = failure("bad-version").await;
     assert_eq!(err.category(), ErrorCategory::Configuration, "{err:?}");
     assert_no_process_left(&mark).await;
 }

@@ -1,0 +1,853 @@
+//! `acp-test-agent`: a scriptable Agent Client Protocol agent for testing ACP clients.
+//!
+//! It is not a product and not part of the `harness-acp` library (it does not use it): it is a
+//! small agent written on the agent side of the `agent-client-protocol` crate (protocol v1,
+//! stable API only) that behaves, or misbehaves, as its first argument says, so that a client's
+//! tests can produce each protocol behaviour and each fault on demand. It speaks
+//! newline-delimited JSON-RPC on stdin/stdout.
+//!
+//! ```text
+//! acp-test-agent [MODE] [TAG...]
+//! ```
+//!
+//! `MODE` defaults to `echo`. The `TAG`s are free: tests pass a unique marker so that the agent's
+//! processes (and the child of `ignore-cancel`, which gets the same tags) can be found in
+//! `/proc`; `crash` and `auth` append them to what they write on stderr.
+//!
+//! Every mode answers `initialize` with protocol version 1 (`bad-version`: 999) and
+//! `agentCapabilities.loadSession` true in `echo` only, and `session/new` with a fresh session
+//! id. `session/load` is served in `echo` only (elsewhere: `-32601` method not found).
+//!
+//! | mode | a `session/prompt` turn |
+//! |---|---|
+//! | `echo` | thought chunk `thinking`; message chunks `turn <n>: ` and `<prompt text>` (`n` = 1-based turn of the session, counting turns of earlier processes); `usage_update` (`used` = prompt characters of the session so far, `size` = 100000); the turn is appended to the history file; `end_turn` |
+//! | `no-load` | as `echo`, but `loadSession` is false and `session/load` is method not found |
+//! | `elicit` | an `elicitation/create` request in form mode (required string `name`, optional integer `age`) if the client advertised `elicitation.form`, else message `elicitation unsupported`, `end_turn`; accept → message `hello <name>`, `end_turn`; decline → message `declined`, `end_turn`; cancel → `cancelled` |
+//! | `permission` | `tool_call` `call-1` (`write file`, kind `edit`, rawInput `{"path":"a.txt"}`), then `session/request_permission` with options `allow` (`allow_once`) and `reject` (`reject_once`); allow → `tool_call_update` completed, rawOutput `{"ok":true}`, message `done`, `end_turn`; reject → `tool_call_update` failed, message `rejected`, `end_turn`; cancelled outcome → `cancelled` |
+//! | `hang` | message chunk `thinking forever`, then never ends the turn until `session/cancel`, which it answers with `cancelled` |
+//! | `ignore-cancel` | ignores `SIGTERM` from the start; spawns a child (`acp-test-agent sleep TAG...`, same process group, ignoring `SIGTERM`, sleeping 300 s) that outlives it; message chunk `spawned a child`; never ends the turn, ignores `session/cancel` |
+//! | `crash` | message chunk `about to crash`, then a secret-looking line on stderr, then exit status 3 mid-turn |
+//! | `malformed` | message chunk `about to babble`, then the line `this is not json` on stdout; never ends the turn |
+//! | `bad-version` | answers `initialize` with protocol version 999 |
+//! | `fs` | asks for `fs/read_text_file` of `<cwd>/inside.txt` and of `/etc/passwd`, `terminal/create`, `fs/write_text_file` of `<cwd>/new.txt` (`written`) and of `<cwd>/../escape.txt`; reports `inside:<content or error>;outside:…;terminal:…;write:…;escape:…` (`served` / `declined`) as message chunks; `end_turn` |
+//! | `text` | message chunk `hello`; `end_turn` |
+//! | `reasoning` | thought chunk `hmm`; `end_turn` |
+//! | `tool`, `tool-error` | `tool_call` `t1` (`read`, kind `read`, rawInput `{"a":1}`), `tool_call_update` completed / failed with rawOutput `{"ok":true}` / `{"ok":false}`; `end_turn` |
+//! | `approval` | `tool_call` `t1` (`write`, kind `edit`), `session/request_permission` with options `yes` (`allow_once`) / `no` (`reject_once`); on `yes` a completed `tool_call_update`; `end_turn` |
+//! | `auth` | writes `diagnostic: TAG...` on stderr and fails the prompt with `-32000` (auth required) |
+//! | `sleep` | (not an agent) what `ignore-cancel` spawns: ignores `SIGTERM`, sleeps 300 s |
+//!
+//! Session history (`echo`, `no-load`) is kept in `<cwd>/.acp-test-agent/<sessionId>.json`,
+//! `cwd` being the `cwd` of `session/new` (or `session/load`):
+//!
+//! ```json
+//! {"sessionId": "s-…", "turns": [{"prompt": "hi", "answer": "turn 1: hi"}]}
+//! ```
+//!
+//! `session/load` replays it (a `user_message_chunk` with each prompt, an `agent_message_chunk`
+//! with each answer) before answering; an unknown session id is answered with `-32002`
+//! (resource not found).
+
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{ExitCode, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use agent_client_protocol::schema::ProtocolVersion;
+use agent_client_protocol::v1::schema::{
+    AgentCapabilities, CancelNotification, ContentBlock, ContentChunk, CreateElicitationRequest,
+    CreateTerminalRequest, ElicitationAction, ElicitationContentValue, ElicitationFormMode,
+    ElicitationSchema, ElicitationSessionScope, Implementation, InitializeRequest,
+    InitializeResponse, IntegerPropertySchema, LoadSessionRequest, LoadSessionResponse,
+    NewSessionRequest, NewSessionResponse, PermissionOption, PermissionOptionKind, PromptRequest,
+    PromptResponse, ReadTextFileRequest, RequestPermissionOutcome, RequestPermissionRequest,
+    SessionNotification, SessionUpdate, StopReason, TextContent, ToolCall, ToolCallStatus,
+    ToolCallUpdate, ToolCallUpdateFields, ToolKind, UsageUpdate, WriteTextFileRequest,
+};
+use agent_client_protocol::v1::{ConnectionTo, Responder};
+use agent_client_protocol::{Client, Error, ErrorCode, JsonRpcResponse, Lines};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
+use tokio::sync::{Notify, mpsc, watch};
+
+/// How the agent behaves; see the crate doc.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Echo,
+    NoLoad,
+    Elicit,
+    Permission,
+    Hang,
+    IgnoreCancel,
+    Crash,
+    Malformed,
+    BadVersion,
+    Fs,
+    Text,
+    Reasoning,
+    Tool,
+    ToolError,
+    Approval,
+    Auth,
+    Sleep,
+}
+
+impl Mode {
+    fn parse(name: &str) -> Option<Self> {
+        Some(match name {
+            "echo" => Self::Echo,
+            "no-load" => Self::NoLoad,
+            "elicit" => Self::Elicit,
+            "permission" => Self::Permission,
+            "hang" => Self::Hang,
+            "ignore-cancel" => Self::IgnoreCancel,
+            "crash" => Self::Crash,
+            "malformed" => Self::Malformed,
+            "bad-version" => Self::BadVersion,
+            "fs" => Self::Fs,
+            "text" => Self::Text,
+            "reasoning" => Self::Reasoning,
+            "tool" => Self::Tool,
+            "tool-error" => Self::ToolError,
+            "approval" => Self::Approval,
+            "auth" => Self::Auth,
+            "sleep" => Self::Sleep,
+            _ => return None,
+        })
+    }
+
+    /// Whether sessions keep a history file and can be loaded.
+    fn keeps_history(self) -> bool {
+        matches!(self, Self::Echo | Self::NoLoad)
+    }
+}
+
+fn main() -> ExitCode {
+    let mut args = std::env::args().skip(1);
+    let name = args.next().unwrap_or_else(|| "echo".to_owned());
+    let tags: Vec<String> = args.collect();
+    let Some(mode) = Mode::parse(&name) else {
+        eprintln!("acp-test-agent: unknown mode `{name}`");
+        return ExitCode::from(2);
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("acp-test-agent: no runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let code = runtime.block_on(async move {
+        if matches!(mode, Mode::IgnoreCancel | Mode::Sleep) {
+            // A registered listener replaces SIGTERM's default action (terminate) for the
+            // whole process; it is never read, so polite stops are ignored.
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(signal) => std::mem::forget(signal),
+                Err(err) => {
+                    eprintln!("acp-test-agent: cannot ignore SIGTERM: {err}");
+                    return 1;
+                }
+            }
+        }
+        if mode == Mode::Sleep {
+            tokio::time::sleep(Duration::from_secs(300)).await;
+            return 0;
+        }
+        serve(mode, tags).await
+    });
+    // Exit now: the tokio stdin reader is a blocking read that dropping the runtime would
+    // wait for.
+    std::process::exit(code)
+}
+
+/// Serves one ACP connection on stdio until the client closes it.
+async fn serve(mode: Mode, tags: Vec<String>) -> i32 {
+    let out = Output::start();
+    let agent = Arc::new(TestAgent {
+        mode,
+        tags,
+        out: out.clone(),
+        state: Mutex::default(),
+    });
+    let outgoing = futures_util::sink::unfold(out, async |out, line: String| {
+        out.send(line)?;
+        Ok::<_, std::io::Error>(out)
+    });
+    let incoming = futures_util::stream::unfold(
+        tokio::io::BufReader::new(tokio::io::stdin()).lines(),
+        async |mut lines| match lines.next_line().await {
+            Ok(Some(line)) => Some((Ok(line), lines)),
+            Ok(None) => None,
+            Err(err) => Some((Err(err), lines)),
+        },
+    );
+    let served = agent_client_protocol::Agent
+        .v1()
+        .name("acp-test-agent")
+        .on_receive_request(
+            {
+                let agent = agent.clone();
+                async move |request: InitializeRequest, responder, cx| {
+                    agent.initialize(&request, responder, &cx)
+                }
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            {
+                let agent = agent.clone();
+                async move |request: NewSessionRequest, responder, _cx| {
+                    agent.new_session(request, responder)
+                }
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            {
+                let agent = agent.clone();
+                async move |request: LoadSessionRequest, responder, cx| {
+                    agent.load_session(request, responder, &cx)
+                }
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            {
+                let agent = agent.clone();
+                async move |request: PromptRequest, responder, cx: ConnectionTo<Client>| {
+                    // The turn runs outside the dispatch loop: it waits for the client's
+                    // answers (permission, elicitation, files) and for `session/cancel`.
+                    let agent = agent.clone();
+                    let turn_cx = cx.clone();
+                    cx.spawn(async move { agent.prompt(request, responder, turn_cx).await })
+                }
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_notification(
+            {
+                let agent = agent.clone();
+                async move |notification: CancelNotification, _cx| {
+                    agent.cancel(&notification);
+                    Ok(())
+                }
+            },
+            agent_client_protocol::on_receive_notification!(),
+        )
+        .connect_to(Lines::new(Box::pin(outgoing), Box::pin(incoming)))
+        .await;
+    // What the connection queued last (answers sent just before the client closed stdin) is
+    // written before the process exits.
+    let _drained = tokio::time::timeout(Duration::from_secs(2), agent.out.drained()).await;
+    match served {
+        Ok(()) => 0,
+        Err(err) => {
+            eprintln!("acp-test-agent: connection ended: {err:?}");
+            1
+        }
+    }
+}
+
+/// Stdout, owned by one writer task: the connection's lines and the raw lines of `malformed`
+/// go through it in order, and it counts the lines it has flushed.
+#[derive(Debug, Clone)]
+struct Output {
+    lines: mpsc::UnboundedSender<String>,
+    sent: Arc<AtomicU64>,
+    flushed: watch::Receiver<u64>,
+}
+
+impl Output {
+    fn start() -> Self {
+        let (lines, mut queue) = mpsc::unbounded_channel::<String>();
+        let (count, flushed) = watch::channel(0u64);
+        tokio::spawn(async move {
+            let mut stdout = tokio::io::stdout();
+            while let Some(mut line) = queue.recv().await {
+                line.push('\n');
+                if stdout.write_all(line.as_bytes()).await.is_err() || stdout.flush().await.is_err()
+                {
+                    break;
+                }
+                count.send_modify(|n| *n += 1);
+            }
+        });
+        Self {
+            lines,
+            sent: Arc::default(),
+            flushed,
+        }
+    }
+
+    fn send(&self, line: String) -> std::io::Result<()> {
+        self.lines
+            .send(line)
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "stdout is closed"))?;
+        self.sent.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// How many lines have been flushed so far.
+    fn flushed(&self) -> u64 {
+        *self.flushed.borrow()
+    }
+
+    /// Waits until more than `count` lines have been flushed (or stdout is gone).
+    async fn flushed_past(&self, count: u64) {
+        let mut flushed = self.flushed.clone();
+        let _closed = flushed.wait_for(|n| *n > count).await;
+    }
+
+    /// Waits until every line sent so far has been flushed (or stdout is gone).
+    async fn drained(&self) {
+        let sent = self.sent.load(Ordering::SeqCst);
+        let mut flushed = self.flushed.clone();
+        let _closed = flushed.wait_for(|n| *n >= sent).await;
+    }
+}
+
+#[derive(Debug)]
+struct TestAgent {
+    mode: Mode,
+    tags: Vec<String>,
+    out: Output,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Whether the client advertised form elicitation at `initialize`.
+    elicitation_form: bool,
+    sessions: HashMap<String, Session>,
+    created: u64,
+}
+
+#[derive(Debug)]
+struct Session {
+    cwd: PathBuf,
+    history: History,
+    /// Notified by `session/cancel`; a fresh one per turn.
+    cancel: Arc<Notify>,
+}
+
+/// The on-disk history of a session (`<cwd>/.acp-test-agent/<sessionId>.json`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct History {
+    session_id: String,
+    turns: Vec<Turn>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Turn {
+    prompt: String,
+    answer: String,
+}
+
+impl History {
+    fn path(cwd: &Path, session_id: &str) -> PathBuf {
+        cwd.join(".acp-test-agent")
+            .join(format!("{session_id}.json"))
+    }
+
+    fn read(cwd: &Path, session_id: &str) -> Option<Self> {
+        // Only ids this agent could have made name a file (no separators, no `..`).
+        if session_id.is_empty()
+            || !session_id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-')
+        {
+            return None;
+        }
+        let text = std::fs::read_to_string(Self::path(cwd, session_id)).ok()?;
+        let history: Self = serde_json::from_str(&text).ok()?;
+        (history.session_id == session_id).then_some(history)
+    }
+
+    fn write(&self, cwd: &Path) -> std::io::Result<()> {
+        let path = Self::path(cwd, &self.session_id);
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let temporary = path.with_extension("json.tmp");
+        std::fs::write(&temporary, serde_json::to_vec_pretty(self)?)?;
+        std::fs::rename(temporary, path)
+    }
+
+    fn prompt_chars(&self) -> usize {
+        self.turns.iter().map(|t| t.prompt.chars().count()).sum()
+    }
+}
+
+type Outcome = Result<(), Error>;
+
+impl TestAgent {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn initialize(
+        &self,
+        request: &InitializeRequest,
+        responder: Responder<InitializeResponse>,
+        cx: &ConnectionTo<Client>,
+    ) -> Outcome {
+        self.lock().elicitation_form = request
+            .client_capabilities
+            .elicitation
+            .as_ref()
+            .is_some_and(|e| e.form.is_some());
+        let response = InitializeResponse::new(ProtocolVersion::V1)
+            .agent_capabilities(AgentCapabilities::new().load_session(self.mode == Mode::Echo))
+            .agent_info(Implementation::new(
+                "acp-test-agent",
+                env!("CARGO_PKG_VERSION"),
+            ));
+        if self.mode != Mode::BadVersion {
+            return responder.respond(response);
+        }
+        // The crate's v1 agent does not send a response naming another version: write it raw,
+        // and keep the responder (dropping it would answer the request a second time).
+        let mut result = serde_json::to_value(&response).map_err(Error::into_internal_error)?;
+        result["protocolVersion"] = json!(999);
+        let line = json!({ "jsonrpc": "2.0", "id": responder.id(), "result": result });
+        self.out
+            .send(line.to_string())
+            .map_err(Error::into_internal_error)?;
+        cx.spawn(never_answer(responder))
+    }
+
+    fn new_session(
+        &self,
+        request: NewSessionRequest,
+        responder: Responder<NewSessionResponse>,
+    ) -> Outcome {
+        let mut state = self.lock();
+        state.created += 1;
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let id = format!("s-{:x}-{nanos:x}-{}", std::process::id(), state.created);
+        let history = History {
+            session_id: id.clone(),
+            turns: Vec::new(),
+        };
+        if self.mode.keeps_history()
+            && let Err(err) = history.write(&request.cwd)
+        {
+            return responder.respond_with_internal_error(format!("cannot keep history: {err}"));
+        }
+        state.sessions.insert(
+            id.clone(),
+            Session {
+                cwd: request.cwd,
+                history,
+                cancel: Arc::default(),
+            },
+        );
+        drop(state);
+        responder.respond(NewSessionResponse::new(id))
+    }
+
+    fn load_session(
+        &self,
+        request: LoadSessionRequest,
+        responder: Responder<LoadSessionResponse>,
+        cx: &ConnectionTo<Client>,
+    ) -> Outcome {
+        if self.mode != Mode::Echo {
+            return responder.respond_with_error(Error::method_not_found());
+        }
+        let id = request.session_id.0.to_string();
+        let Some(history) = History::read(&request.cwd, &id) else {
+            return responder.respond_with_error(
+                Error::new(ErrorCode::RESOURCE_NOT_FOUND, "session not found")
+                    .data(json!({ "sessionId": id })),
+            );
+        };
+        for turn in &history.turns {
+            update(
+                cx,
+                &id,
+                SessionUpdate::UserMessageChunk(chunk(turn.prompt.clone())),
+            )?;
+            update(cx, &id, message(turn.answer.clone()))?;
+        }
+        self.lock().sessions.insert(
+            id,
+            Session {
+                cwd: request.cwd,
+                history,
+                cancel: Arc::default(),
+            },
+        );
+        responder.respond(LoadSessionResponse::new())
+    }
+
+    fn cancel(&self, notification: &CancelNotification) {
+        if matches!(self.mode, Mode::IgnoreCancel) {
+            return;
+        }
+        if let Some(session) = self.lock().sessions.get(&*notification.session_id.0) {
+            session.cancel.notify_one();
+        }
+    }
+
+    async fn prompt(
+        &self,
+        request: PromptRequest,
+        responder: Responder<PromptResponse>,
+        cx: ConnectionTo<Client>,
+    ) -> Outcome {
+        let id = request.session_id.0.to_string();
+        let cancel = {
+            let mut state = self.lock();
+            let Some(session) = state.sessions.get_mut(&id) else {
+                drop(state);
+                return responder.respond_with_error(
+                    Error::new(ErrorCode::RESOURCE_NOT_FOUND, "session not found")
+                        .data(json!({ "sessionId": id })),
+                );
+            };
+            session.cancel = Arc::default();
+            session.cancel.clone()
+        };
+        let text = request
+            .prompt
+            .iter()
+            .filter_map(|block| match block {
+                ContentBlock::Text(text) => Some(text.text.as_str()),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let turn = TurnCx { cx: &cx, id: &id };
+        match self.mode {
+            Mode::Echo | Mode::NoLoad => self.echo(&turn, text, responder),
+            Mode::IgnoreCancel => {
+                self.spawn_child()?;
+                turn.say("spawned a child")?;
+                never_answer(responder).await
+            }
+            Mode::Crash => {
+                let before = self.out.flushed();
+                turn.say("about to crash")?;
+                self.out.flushed_past(before).await;
+                let mut stderr = std::io::stderr();
+                let _ = writeln!(
+                    stderr,
+                    "fatal: secret-token-123 exploded; Authorization: Bearer sk-test-SECRET123 {}",
+                    self.tags.join(" ")
+                );
+                let _ = stderr.flush();
+                std::process::exit(3);
+            }
+            Mode::Malformed => {
+                let before = self.out.flushed();
+                turn.say("about to babble")?;
+                self.out.flushed_past(before).await;
+                self.out
+                    .send("this is not json".to_owned())
+                    .map_err(Error::into_internal_error)?;
+                never_answer(responder).await
+            }
+            Mode::Auth => {
+                eprintln!("diagnostic: {}", self.tags.join(" "));
+                responder.respond_with_error(Error::auth_required())
+            }
+            // An error of the turn (the client failed a request of ours) answers the prompt;
+            // returning it from the task would end the connection.
+            _ => match self.stop_reason(&turn, &cancel).await {
+                Ok(stop) => responder.respond(PromptResponse::new(stop)),
+                Err(err) => responder.respond_with_error(err),
+            },
+        }
+    }
+
+    /// The turns that end with a stop reason.
+    async fn stop_reason(&self, turn: &TurnCx<'_>, cancel: &Notify) -> Result<StopReason, Error> {
+        Ok(match self.mode {
+            Mode::Elicit => self.elicit(turn).await?,
+            Mode::Permission => permission(turn).await?,
+            Mode::Hang => {
+                turn.say("thinking forever")?;
+                cancel.notified().await;
+                StopReason::Cancelled
+            }
+            Mode::Fs => files(turn).await?,
+            Mode::Reasoning => {
+                turn.send(SessionUpdate::AgentThoughtChunk(chunk("hmm".to_owned())))?;
+                StopReason::EndTurn
+            }
+            Mode::Tool | Mode::ToolError => {
+                let ok = self.mode == Mode::Tool;
+                turn.send(SessionUpdate::ToolCall(
+                    ToolCall::new("t1", "read")
+                        .kind(ToolKind::Read)
+                        .status(ToolCallStatus::Pending)
+                        .raw_input(json!({ "a": 1 })),
+                ))?;
+                turn.send(SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
+                    "t1",
+                    ToolCallUpdateFields::new()
+                        .status(if ok {
+                            ToolCallStatus::Completed
+                        } else {
+                            ToolCallStatus::Failed
+                        })
+                        .raw_output(json!({ "ok": ok })),
+                )))?;
+                StopReason::EndTurn
+            }
+            Mode::Approval => approval(turn).await?,
+            // `text`, and the modes that never get here.
+            _ => {
+                turn.say("hello")?;
+                StopReason::EndTurn
+            }
+        })
+    }
+
+    fn echo(
+        &self,
+        turn: &TurnCx<'_>,
+        text: String,
+        responder: Responder<PromptResponse>,
+    ) -> Outcome {
+        turn.send(SessionUpdate::AgentThoughtChunk(chunk(
+            "thinking".to_owned(),
+        )))?;
+        let (n, used) = {
+            let state = self.lock();
+            let history = state.sessions.get(turn.id).map(|s| &s.history);
+            (
+                history.map_or(0, |h| h.turns.len()) + 1,
+                history.map_or(0, History::prompt_chars) + text.chars().count(),
+            )
+        };
+        let head = format!("turn {n}: ");
+        let answer = format!("{head}{text}");
+        turn.say(&head)?;
+        turn.say(&text)?;
+        turn.send(SessionUpdate::UsageUpdate(UsageUpdate::new(
+            u64::try_from(used).unwrap_or(u64::MAX),
+            100_000,
+        )))?;
+        let kept = {
+            let mut state = self.lock();
+            match state.sessions.get_mut(turn.id) {
+                Some(session) => {
+                    session.history.turns.push(Turn {
+                        prompt: text,
+                        answer,
+                    });
+                    session.history.write(&session.cwd)
+                }
+                None => Ok(()),
+            }
+        };
+        match kept {
+            Ok(()) => responder.respond(PromptResponse::new(StopReason::EndTurn)),
+            Err(err) => {
+                responder.respond_with_internal_error(format!("cannot keep history: {err}"))
+            }
+        }
+    }
+
+    async fn elicit(&self, turn: &TurnCx<'_>) -> Result<StopReason, Error> {
+        if !self.lock().elicitation_form {
+            turn.say("elicitation unsupported")?;
+            return Ok(StopReason::EndTurn);
+        }
+        let schema = ElicitationSchema::new().string("name", true).property(
+            "age",
+            IntegerPropertySchema::new(),
+            false,
+        );
+        let request = CreateElicitationRequest::new(
+            ElicitationFormMode::new(ElicitationSessionScope::new(turn.id.to_owned()), schema),
+            "Who are you?",
+        );
+        let response = turn.cx.send_request(request).block_task().await?;
+        Ok(match response.action {
+            ElicitationAction::Accept(accept) => {
+                let name = match accept.content.as_ref().and_then(|c| c.get("name")) {
+                    Some(ElicitationContentValue::String(name)) => name.clone(),
+                    _ => String::new(),
+                };
+                turn.say(&format!("hello {name}"))?;
+                StopReason::EndTurn
+            }
+            ElicitationAction::Cancel => StopReason::Cancelled,
+            _ => {
+                turn.say("declined")?;
+                StopReason::EndTurn
+            }
+        })
+    }
+
+    /// Spawns `acp-test-agent sleep TAG...`: same process group (the default), no stdio.
+    fn spawn_child(&self) -> Outcome {
+        let exe = std::env::current_exe().map_err(Error::into_internal_error)?;
+        std::process::Command::new(exe)
+            .arg("sleep")
+            .args(&self.tags)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map(drop)
+            .map_err(Error::into_internal_error)
+    }
+}
+
+/// Holds a responder forever: dropping it would answer the request with an error.
+async fn never_answer<T: JsonRpcResponse>(responder: Responder<T>) -> Outcome {
+    std::future::pending::<()>().await;
+    drop(responder);
+    Ok(())
+}
+
+/// One `session/prompt` turn: where its updates go.
+struct TurnCx<'a> {
+    cx: &'a ConnectionTo<Client>,
+    id: &'a str,
+}
+
+impl TurnCx<'_> {
+    fn send(&self, session_update: SessionUpdate) -> Outcome {
+        update(self.cx, self.id, session_update)
+    }
+
+    fn say(&self, text: &str) -> Outcome {
+        self.send(message(text.to_owned()))
+    }
+}
+
+fn update(cx: &ConnectionTo<Client>, id: &str, update: SessionUpdate) -> Outcome {
+    cx.send_notification(SessionNotification::new(id.to_owned(), update))
+}
+
+fn chunk(text: String) -> ContentChunk {
+    ContentChunk::new(ContentBlock::Text(TextContent::new(text)))
+}
+
+fn message(text: String) -> SessionUpdate {
+    SessionUpdate::AgentMessageChunk(chunk(text))
+}
+
+async fn permission(turn: &TurnCx<'_>) -> Result<StopReason, Error> {
+    let call = ToolCall::new("call-1", "write file")
+        .kind(ToolKind::Edit)
+        .status(ToolCallStatus::Pending)
+        .raw_input(json!({ "path": "a.txt" }));
+    turn.send(SessionUpdate::ToolCall(call.clone()))?;
+    let request = RequestPermissionRequest::new(
+        turn.id.to_owned(),
+        call.into(),
+        vec![
+            PermissionOption::new("allow", "Allow", PermissionOptionKind::AllowOnce),
+            PermissionOption::new("reject", "Reject", PermissionOptionKind::RejectOnce),
+        ],
+    );
+    let response = turn.cx.send_request(request).block_task().await?;
+    let allowed = match response.outcome {
+        RequestPermissionOutcome::Selected(selected) => &*selected.option_id.0 == "allow",
+        _ => return Ok(StopReason::Cancelled),
+    };
+    let fields = if allowed {
+        ToolCallUpdateFields::new()
+            .status(ToolCallStatus::Completed)
+            .raw_output(json!({ "ok": true }))
+    } else {
+        ToolCallUpdateFields::new().status(ToolCallStatus::Failed)
+    };
+    turn.send(SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
+        "call-1", fields,
+    )))?;
+    turn.say(if allowed { "done" } else { "rejected" })?;
+    Ok(StopReason::EndTurn)
+}
+
+async fn approval(turn: &TurnCx<'_>) -> Result<StopReason, Error> {
+    let call = ToolCall::new("t1", "write")
+        .kind(ToolKind::Edit)
+        .status(ToolCallStatus::Pending)
+        .raw_input(json!({ "a": 1 }));
+    turn.send(SessionUpdate::ToolCall(call))?;
+    let request = RequestPermissionRequest::new(
+        turn.id.to_owned(),
+        ToolCallUpdate::new(
+            "t1",
+            ToolCallUpdateFields::new()
+                .title("write".to_owned())
+                .raw_input(json!({ "a": 1 })),
+        ),
+        vec![
+            PermissionOption::new("yes", "Allow", PermissionOptionKind::AllowOnce),
+            PermissionOption::new("no", "Reject", PermissionOptionKind::RejectOnce),
+        ],
+    );
+    let response = turn.cx.send_request(request).block_task().await?;
+    if matches!(&response.outcome, RequestPermissionOutcome::Selected(s) if &*s.option_id.0 == "yes")
+    {
+        turn.send(SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
+            "t1",
+            ToolCallUpdateFields::new()
+                .status(ToolCallStatus::Completed)
+                .raw_output(json!({ "done": true })),
+        )))?;
+    }
+    Ok(StopReason::EndTurn)
+}
+
+async fn files(turn: &TurnCx<'_>) -> Result<StopReason, Error> {
+    let cwd = std::env::current_dir().map_err(Error::into_internal_error)?;
+    let served = |ok: bool| if ok { "served" } else { "declined" };
+    let cx = turn.cx;
+    let id = turn.id.to_owned();
+    let inside = cx
+        .send_request(ReadTextFileRequest::new(id.clone(), cwd.join("inside.txt")))
+        .block_task()
+        .await;
+    let outside = cx
+        .send_request(ReadTextFileRequest::new(id.clone(), "/etc/passwd"))
+        .block_task()
+        .await;
+    let terminal = cx
+        .send_request(CreateTerminalRequest::new(id.clone(), "ls"))
+        .block_task()
+        .await;
+    turn.say(&format!(
+        "inside:{};",
+        inside.map_or_else(|_| "error".to_owned(), |r| r.content)
+    ))?;
+    turn.say(&format!("outside:{};", served(outside.is_ok())))?;
+    let write = cx
+        .send_request(WriteTextFileRequest::new(
+            id.clone(),
+            cwd.join("new.txt"),
+            "written",
+        ))
+        .block_task()
+        .await;
+    let escape = cx
+        .send_request(WriteTextFileRequest::new(
+            id,
+            cwd.join("../escape.txt"),
+            "x",
+        ))
+        .block_task()
+        .await;
+    turn.say(&format!("terminal:{};", served(terminal.is_ok())))?;
+    turn.say(&format!("write:{};", served(write.is_ok())))?;
+    turn.say(&format!("escape:{}", served(escape.is_ok())))?;
+    Ok(StopReason::EndTurn)
+}

@@ -1,0 +1,126 @@
+//! Form elicitation as form input, with our own test agent (`acp-test-agent elicit`): it asks
+//! for a required string `name` and an optional integer `age`, and says `hello <name>` when
+//! accepted, `declined` when declined, and stops with `cancelled` when cancelled.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{assert_no_process_left, is, kinds, marker, read_until, workspace};
+use harness_acp::{AcpAdapter, AcpOptions};
+use harness_core::action::{ActionKind, ActionRequest, FieldKind, FormResponse, FormValues};
+use harness_core::event::{CancelReason, Event, EventKind, EventPayload};
+use harness_core::id::Cursor;
+use harness_core::service::{AdapterService, ExecutionHandle, ExecutionRequest, Outcome};
+
+fn elicit_agent(mark: &str) -> AcpOptions {
+    AcpOptions::new(
+        [env!("CARGO_BIN_EXE_acp-test-agent"), "elicit", mark],
+        workspace(mark),
+    )
+    .with_cancel_grace(Duration::from_secs(10))
+}
+
+fn text(events: &[Arc<Event>]) -> String {
+    events
+        .iter()
+        .filter_map(|e| match e.payload() {
+            EventPayload::MessageDelta(d) => Some(d.text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Starts an `elicit` turn and waits for its form; checks the form's fields.
+async fn until_form(adapter: AcpAdapter, mark: &str) -> (ExecutionHandle, ActionRequest) {
+    let execution = AdapterService::new(adapter)
+        .start(ExecutionRequest::new("who am I?").with_options(elicit_agent(mark).to_value()))
+        .await
+        .expect("execution starts");
+    let events = read_until(&execution, Cursor::START, |e| {
+        is(e, EventKind::ActionRequested) || e.kind().is_terminal()
+    })
+    .await;
+    let Some(EventPayload::ActionRequested(request)) = events.last().map(|e| e.payload()) else {
+        panic!("expected a form, got {:?}", kinds(&events));
+    };
+    let ActionKind::FormInput(form) = &request.kind else {
+        panic!("expected a form-input action, got {:?}", request.kind);
+    };
+    let name = form.field("name").expect("a `name` field");
+    assert!(name.required);
+    assert!(matches!(name.kind, FieldKind::Text { .. }), "{name:?}");
+    let age = form.field("age").expect("an `age` field");
+    assert!(!age.required);
+    assert!(
+        matches!(age.kind, FieldKind::Number { integer: true, .. }),
+        "{age:?}"
+    );
+    (execution, (**request).clone())
+}
+
+async fn finish(execution: &ExecutionHandle) -> (Vec<Arc<Event>>, Outcome) {
+    let events = read_until(execution, Cursor::START, |e| e.kind().is_terminal()).await;
+    let outcome = tokio::time::timeout(common::WAIT, execution.outcome())
+        .await
+        .expect("outcome within the bounded wait");
+    (events, outcome)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_submitted_form_accepts_the_elicitation_with_its_values() {
+    let mark = marker("elicit-submit");
+    let (execution, form) = until_form(AcpAdapter::new(), &mark).await;
+    let values = FormValues::new().with("name", "Ada").with("age", 36);
+    execution
+        .respond(FormResponse::submit(form.id.clone(), form.revision, values).into())
+        .await
+        .expect("the answer is accepted");
+    let (events, outcome) = finish(&execution).await;
+    assert!(matches!(outcome, Outcome::Succeeded(_)), "{outcome:?}");
+    let kinds = kinds(&events);
+    for kind in ["run.awaiting_input", "action.resolved"] {
+        assert!(kinds.contains(&kind), "{kinds:?}");
+    }
+    assert_eq!(text(&events), "hello Ada");
+    drop(execution);
+    assert_no_process_left(&mark).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dismissed_form_declines_the_elicitation() {
+    let mark = marker("elicit-dismiss");
+    let (execution, form) = until_form(AcpAdapter::new(), &mark).await;
+    execution
+        .respond(FormResponse::dismiss(form.id.clone(), form.revision).into())
+        .await
+        .expect("the dismissal is accepted");
+    let (events, outcome) = finish(&execution).await;
+    assert!(matches!(outcome, Outcome::Succeeded(_)), "{outcome:?}");
+    assert_eq!(text(&events), "declined");
+    drop(execution);
+    assert_no_process_left(&mark).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_while_the_form_is_open_cancels_the_elicitation() {
+    let mark = marker("elicit-cancel");
+    let adapter = AcpAdapter::new();
+    let stats = adapter.stats();
+    let (execution, _form) = until_form(adapter, &mark).await;
+    let _request = execution.cancel(CancelReason::new("test"));
+    let (events, outcome) = finish(&execution).await;
+    assert!(matches!(outcome, Outcome::Cancelled(_)), "{outcome:?}");
+    assert_eq!(kinds(&events).last(), Some(&"run.cancelled"));
+    // The agent received `cancel` for its elicitation and ended its turn itself: nothing had
+    // to be killed.
+    let stats = stats.snapshot();
+    assert_eq!(
+        (stats.graceful_cancels, stats.forced_cancels),
+        (1, 0),
+        "{stats:?}"
+    );
+    drop(execution);
+    assert_no_process_left(&mark).await;
+}

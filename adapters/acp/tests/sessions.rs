@@ -1,0 +1,233 @@
+//! Conversations as ACP sessions, capabilities from what the agent negotiated, and usage,
+//! with our own test agent (`acp-test-agent`, modes `echo` and `no-load`).
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{assert_no_process_left, kinds, marker, read_until, workspace};
+use harness_acp::{AcpAdapter, AcpOptions};
+use harness_core::adapter::{AgentConfig, DeploymentContext, HarnessAdapter};
+use harness_core::capability::{CapabilityKey, SupportLevel};
+use harness_core::error::{ErrorCategory, ErrorCode};
+use harness_core::event::{Event, EventPayload};
+use harness_core::id::{ConversationId, Cursor};
+use harness_core::service::{AdapterService, ExecutionRequest, Outcome};
+
+fn test_agent(mode: &str, mark: &str) -> AcpOptions {
+    AcpOptions::new(
+        [env!("CARGO_BIN_EXE_acp-test-agent"), mode, mark],
+        workspace(mark),
+    )
+    .with_cancel_grace(Duration::from_millis(500))
+}
+
+fn conversation(name: &str) -> ConversationId {
+    name.parse().expect("a valid conversation id")
+}
+
+fn text(events: &[Arc<Event>]) -> String {
+    events
+        .iter()
+        .filter_map(|e| match e.payload() {
+            EventPayload::MessageDelta(d) => Some(d.text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn native<'a>(events: &'a [Arc<Event>], name: &str) -> Vec<&'a serde_json::Value> {
+    events
+        .iter()
+        .filter_map(|e| match e.payload() {
+            EventPayload::Native(n) if n.name() == name => Some(n.payload()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Runs one execution to its end; returns its events and outcome.
+async fn run(
+    service: &AdapterService<AcpAdapter>,
+    request: ExecutionRequest,
+) -> (Vec<Arc<Event>>, Outcome) {
+    let execution = service.start(request).await.expect("execution starts");
+    let events = read_until(&execution, Cursor::START, |e| e.kind().is_terminal()).await;
+    let outcome = tokio::time::timeout(common::WAIT, execution.outcome())
+        .await
+        .expect("outcome within the bounded wait");
+    (events, outcome)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_later_turn_of_a_conversation_loads_its_session_without_replaying_history() {
+    let mark = marker("conversation");
+    let options = test_agent("echo", &mark);
+    let adapter = AcpAdapter::new();
+    let service = AdapterService::new(adapter.clone());
+    let conv = conversation("conv_sessions");
+    let request = |message: &str| {
+        ExecutionRequest::new(message)
+            .with_options(options.to_value())
+            .with_conversation(conv.clone())
+            .require(CapabilityKey::SessionMultiTurn)
+    };
+
+    let (first, outcome) = run(&service, request("hello")).await;
+    assert!(matches!(outcome, Outcome::Succeeded(_)), "{outcome:?}");
+    assert_eq!(text(&first), "turn 1: hello", "{:?}", kinds(&first));
+    assert!(native(&first, "session_loaded").is_empty());
+    let session = adapter
+        .session_of(&conv)
+        .expect("the conversation is mapped once its turn succeeded");
+
+    // A new execution is a new agent process: it reopens the session with session/load.
+    let (second, outcome) = run(&service, request("again")).await;
+    assert!(matches!(outcome, Outcome::Succeeded(_)), "{outcome:?}");
+    // Exactly this turn's text: the replayed history ("hello", "turn 1: hello") is not
+    // emitted as message deltas.
+    assert_eq!(text(&second), "turn 2: again", "{:?}", kinds(&second));
+    let loaded = native(&second, "session_loaded");
+    assert_eq!(loaded.len(), 1, "{:?}", kinds(&second));
+    assert_eq!(loaded[0]["sessionId"], session.as_str());
+    assert_eq!(loaded[0]["replayedUpdates"], 2, "{}", loaded[0]);
+    assert_eq!(adapter.session_of(&conv).as_deref(), Some(session.as_str()));
+
+    // One probe for both preflights (cached per options), one agent per execution.
+    let stats = adapter.stats().snapshot();
+    assert_eq!((stats.probes, stats.agents_started), (1, 2), "{stats:?}");
+    assert_no_process_left(&mark).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn executions_without_a_conversation_each_open_a_new_session() {
+    let mark = marker("no-conversation");
+    let options = test_agent("echo", &mark);
+    let adapter = AcpAdapter::new();
+    let service = AdapterService::new(adapter.clone());
+    for _ in 0..2 {
+        let (events, outcome) = run(
+            &service,
+            ExecutionRequest::new("hi").with_options(options.to_value()),
+        )
+        .await;
+        assert!(matches!(outcome, Outcome::Succeeded(_)), "{outcome:?}");
+        assert_eq!(text(&events), "turn 1: hi");
+    }
+    assert_no_process_left(&mark).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evaluate_reports_what_the_agent_negotiated() {
+    let adapter = AcpAdapter::new();
+    let deployment = DeploymentContext::default();
+    let mark = marker("evaluate-echo");
+    let echo = AgentConfig {
+        options: test_agent("echo", &mark).to_value(),
+        ..AgentConfig::default()
+    };
+    let report = adapter
+        .evaluate(&echo, &deployment)
+        .await
+        .expect("the probe answers");
+    assert_eq!(
+        report.level(CapabilityKey::SessionMultiTurn),
+        SupportLevel::Native
+    );
+    let no_load_mark = marker("evaluate-no-load");
+    let no_load = AgentConfig {
+        options: test_agent("no-load", &no_load_mark).to_value(),
+        ..AgentConfig::default()
+    };
+    let report = adapter
+        .evaluate(&no_load, &deployment)
+        .await
+        .expect("the probe answers");
+    assert_eq!(
+        report.level(CapabilityKey::SessionMultiTurn),
+        SupportLevel::Unsupported
+    );
+    assert_eq!(
+        report.level(CapabilityKey::InterruptFormInput),
+        SupportLevel::Native
+    );
+    // Cached per options: evaluating again starts no agent.
+    adapter.evaluate(&echo, &deployment).await.expect("cached");
+    assert_eq!(adapter.stats().snapshot().probes, 2);
+    assert_no_process_left(&mark).await;
+    assert_no_process_left(&no_load_mark).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_on_an_agent_without_load_session_is_refused_at_preflight() {
+    let mark = marker("no-load");
+    let options = test_agent("no-load", &mark);
+    let adapter = AcpAdapter::new();
+    let service = AdapterService::new(adapter.clone());
+    let err = service
+        .start(
+            ExecutionRequest::new("hello")
+                .with_options(options.to_value())
+                .with_conversation(conversation("conv_no_load"))
+                .require(CapabilityKey::StreamText),
+        )
+        .await
+        .expect_err("refused at preflight");
+    assert_eq!(err.category(), ErrorCategory::Configuration, "{err:?}");
+    assert_eq!(err.code(), &ErrorCode::CAPABILITY_UNSUPPORTED, "{err:?}");
+    assert!(err.message().contains("session.multi_turn"), "{err:?}");
+    assert!(err.message().contains("loadSession"), "{err:?}");
+    // Only the probe ran: no execution started an agent.
+    let stats = adapter.stats().snapshot();
+    assert_eq!((stats.probes, stats.agents_started), (1, 0), "{stats:?}");
+    assert_no_process_left(&mark).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_later_turn_without_preflight_on_an_agent_without_load_session_fails_unsupported() {
+    let mark = marker("no-load-runtime");
+    let options = test_agent("no-load", &mark);
+    let service = AdapterService::new(AcpAdapter::new());
+    let conv = conversation("conv_no_load_runtime");
+    let request = |message: &str| {
+        ExecutionRequest::new(message)
+            .with_options(options.to_value())
+            .with_conversation(conv.clone())
+    };
+    // No capability is required, so no preflight: the first turn opens a session...
+    let (events, outcome) = run(&service, request("hello")).await;
+    assert!(matches!(outcome, Outcome::Succeeded(_)), "{outcome:?}");
+    assert_eq!(text(&events), "turn 1: hello");
+    // ... and the second cannot reopen it.
+    let (_, outcome) = run(&service, request("again")).await;
+    let Outcome::Failed(err) = outcome else {
+        panic!("expected a failure, got {outcome:?}");
+    };
+    assert_eq!(err.code(), &ErrorCode::CAPABILITY_UNSUPPORTED, "{err:?}");
+    assert!(err.message().contains("session.multi_turn"), "{err:?}");
+    assert_no_process_left(&mark).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_update_is_a_native_event_not_portable_usage() {
+    let mark = marker("usage");
+    let service = AdapterService::new(AcpAdapter::new());
+    let (events, outcome) = run(
+        &service,
+        ExecutionRequest::new("hello").with_options(test_agent("echo", &mark).to_value()),
+    )
+    .await;
+    assert!(matches!(outcome, Outcome::Succeeded(_)), "{outcome:?}");
+    let usage = native(&events, "usage_update");
+    assert_eq!(usage.len(), 1, "{:?}", kinds(&events));
+    assert_eq!(usage[0]["used"], 5, "{}", usage[0]);
+    assert_eq!(usage[0]["size"], 100_000, "{}", usage[0]);
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e.payload(), EventPayload::Usage(_))),
+        "context-window occupancy is not reported as token usage"
+    );
+    assert_no_process_left(&mark).await;
+}
