@@ -3,7 +3,8 @@
 //!
 //! `cargo bench --bench service` runs the full sizes (100,000 deltas, 10,000 executions);
 //! `HARNESS_BENCH_QUICK=1 cargo bench --bench service` shrinks them (10,000 deltas, 1,000
-//! executions) for a smoke run. The report is printed; nothing is asserted on timings.
+//! executions) for a smoke run. `HARNESS_BENCH_ONLY=throughput` (or `memory`) runs one part
+//! only, e.g. under a profiler. The report is printed; nothing is asserted on timings.
 //!
 //! Memory is counted by an instrumented system allocator (`stats_alloc`): bytes allocated
 //! minus bytes freed, so it is exact and independent of the allocator's caching. The resident
@@ -443,11 +444,28 @@ fn main() {
             ""
         }
     );
-    let ratio = throughput(&runtime, sizes);
-    let idle = memory(&runtime, sizes);
+    let only = std::env::var("HARNESS_BENCH_ONLY").unwrap_or_default();
+    let ratio = if only == "memory" {
+        f64::NAN
+    } else {
+        throughput(&runtime, sizes)
+    };
+    let idle = if only == "throughput" {
+        f64::NAN
+    } else {
+        memory(&runtime, sizes)
+    };
     println!(
         "summary: throughput ratio {ratio:.3} ({}), idle execution {idle:.0} bytes ({})",
-        verdict(ratio >= THROUGHPUT_TARGET),
-        verdict(idle < IDLE_TARGET_BYTES)
+        if ratio.is_nan() {
+            "skipped"
+        } else {
+            verdict(ratio >= THROUGHPUT_TARGET)
+        },
+        if idle.is_nan() {
+            "skipped"
+        } else {
+            verdict(idle < IDLE_TARGET_BYTES)
+        }
     );
 }

@@ -133,10 +133,26 @@ impl Events {
         self.chunks.last()?.last()
     }
 
-    /// The events from `from` on, at most `max` of them, chunk by chunk.
-    fn range(&self, from: usize, max: usize) -> impl Iterator<Item = &Arc<Event>> {
+    /// The events from `from` on, at most `max` of them, as one slice per chunk touched.
+    fn slices(&self, from: usize, max: usize) -> impl Iterator<Item = &[Arc<Event>]> {
         let end = self.len.min(from.saturating_add(max));
-        (from..end).filter_map(move |i| self.get(i))
+        let mut next = from;
+        std::iter::from_fn(move || {
+            if next >= end {
+                return None;
+            }
+            let chunk = self.chunks.get(next / CHUNK)?;
+            let start = next % CHUNK;
+            let stop = chunk.len().min(start + (end - next));
+            let slice = chunk.get(start..stop).filter(|s| !s.is_empty())?;
+            next += slice.len();
+            Some(slice)
+        })
+    }
+
+    /// The events from `from` on, at most `max` of them, in order.
+    fn range(&self, from: usize, max: usize) -> impl Iterator<Item = &Arc<Event>> {
+        self.slices(from, max).flatten()
     }
 }
 
@@ -530,8 +546,9 @@ impl Stream for EventStream {
             return Poll::Ready(Some(event));
         }
         let mut state = this.shared.lock();
-        this.buffer
-            .extend(state.events.range(this.next, READ_BATCH).cloned());
+        for slice in state.events.slices(this.next, READ_BATCH) {
+            this.buffer.extend(slice.iter().cloned());
+        }
         if let Some(first) = this.buffer.pop_front() {
             this.next += 1 + this.buffer.len();
             return Poll::Ready(Some(first));
@@ -597,5 +614,99 @@ impl fmt::Debug for TerminalEvent {
         f.debug_struct("TerminalEvent")
             .field("execution_id", &self.shared.execution_id)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures_util::{FutureExt, StreamExt};
+
+    use super::*;
+    use crate::event::{RunSucceeded, TextDelta};
+
+    fn delta(i: usize) -> Content {
+        Content::MessageDelta(TextDelta::new(i.to_string()))
+    }
+
+    fn seqs(events: &[Arc<Event>]) -> Vec<u64> {
+        events.iter().map(|e| e.seq().get()).collect()
+    }
+
+    #[test]
+    fn slices_cover_exactly_the_range_across_chunk_boundaries() {
+        let mut events = Events::default();
+        let id = ExecutionId::generate();
+        let total = 2 * CHUNK + 5;
+        for i in 0..total {
+            let seq = Sequence::new(i as u64 + 1).unwrap();
+            let payload = EventPayload::MessageDelta(TextDelta::new(""));
+            events.push(Arc::new(Event::new(
+                id.clone(),
+                seq,
+                Timestamp::now(),
+                payload,
+            )));
+        }
+        for (from, max) in [
+            (0, usize::MAX),
+            (0, CHUNK),
+            (CHUNK - 3, 7),
+            (CHUNK - 1, CHUNK + 2),
+            (2 * CHUNK, 64),
+            (total - 1, 64),
+            (total, 64),
+            (total + 10, 64),
+            (5, 0),
+        ] {
+            let slices: Vec<&[Arc<Event>]> = events.slices(from, max).collect();
+            assert!(
+                slices.iter().all(|s| !s.is_empty()),
+                "empty slice at {from}"
+            );
+            assert!(slices.len() <= 3);
+            let got: Vec<u64> = slices
+                .iter()
+                .flat_map(|s| s.iter().map(|e| e.seq().get()))
+                .collect();
+            let end = total.min(from.saturating_add(max));
+            let want: Vec<u64> = (from.min(end)..end).map(|i| i as u64 + 1).collect();
+            assert_eq!(got, want, "from {from}, max {max}");
+            assert_eq!(events.range(from, max).count(), want.len());
+        }
+    }
+
+    #[test]
+    fn a_stream_reads_across_chunk_boundaries_in_batches() {
+        let log = EventLog::new(ExecutionId::generate());
+        let reader = log.reader();
+        // Mid-chunk batches: a batch of the reader straddles every chunk boundary.
+        let mut stream = reader.subscribe(Cursor::after_seq(CHUNK as u64 - 10));
+        let total = 3 * CHUNK + 17;
+        let mut appended = 0;
+        while appended < total {
+            let n = (total - appended).min(100);
+            assert_eq!(
+                log.append_content((appended..appended + n).map(delta)),
+                Ok(n)
+            );
+            appended += n;
+        }
+        log.append(EventPayload::RunSucceeded(RunSucceeded::default()))
+            .unwrap();
+        let mut read = Vec::new();
+        while let Some(Some(event)) = stream.next().now_or_never() {
+            read.push(event);
+            // The cursor counts what was yielded, not what was buffered.
+            assert_eq!(
+                stream.cursor(),
+                Cursor::after_seq(read.last().unwrap().seq().get())
+            );
+        }
+        let want: Vec<u64> = (CHUNK as u64 - 9..=total as u64 + 1).collect();
+        assert_eq!(seqs(&read), want);
+        // The stream hands out the stored events themselves.
+        let stored = reader.snapshot(Cursor::after_seq(CHUNK as u64 - 10));
+        assert!(read.iter().zip(&stored).all(|(a, b)| Arc::ptr_eq(a, b)));
+        assert_eq!(stream.next().now_or_never(), Some(None));
     }
 }

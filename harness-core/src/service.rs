@@ -76,10 +76,10 @@ use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use futures_util::{FutureExt, StreamExt};
+use futures_util::FutureExt;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -644,6 +644,22 @@ async fn catch<T>(fut: impl Future<Output = T>) -> Result<T, HarnessError> {
         .map_err(|p| panic_error("a future", &*p))
 }
 
+/// One item of a run segment: `None` when the stream ended, `Err` for a panic in its
+/// `poll_next` (after which the segment is never polled again).
+type SegmentItem = Option<Result<EventResult, Box<dyn Any + Send>>>;
+
+/// Polls a run segment once, turning a panic in the adapter's stream into an `Err` item.
+fn poll_segment(
+    segment: &mut BoxStream<'_, EventResult>,
+    cx: &mut Context<'_>,
+) -> Poll<SegmentItem> {
+    match std::panic::catch_unwind(AssertUnwindSafe(|| segment.as_mut().poll_next(cx))) {
+        Ok(Poll::Ready(item)) => Poll::Ready(item.map(Ok)),
+        Ok(Poll::Pending) => Poll::Pending,
+        Err(panic) => Poll::Ready(Some(Err(panic))),
+    }
+}
+
 /// Opens a run segment, turning a panic in the synchronous part of `stream`/`resume` into a
 /// segment that fails with `ADAPTER_PANICKED`.
 fn open_segment<'a>(
@@ -1172,7 +1188,7 @@ impl<A: HarnessAdapter> Driver<A> {
         running: &mut Execution<state::Running>,
         segment: BoxStream<'_, EventResult>,
     ) -> SegmentEnd {
-        let mut segment = pin!(AssertUnwindSafe(segment).catch_unwind());
+        let mut segment = segment;
         let cancel = self.shared.cancel.clone();
         let deadline = self.deadline;
         // The terminal item seen, waiting for the end of the stream; bounded by the grace
@@ -1202,22 +1218,39 @@ impl<A: HarnessAdapter> Driver<A> {
                     self.on_command(command);
                     continue;
                 }
-                item = segment.next() => item,
+                item = std::future::poll_fn(|cx| poll_segment(&mut segment, cx)) => item,
             };
             // Take what is already ready without another `select!`: the cancel and command
             // futures cost more than appending an event.
-            let mut item = Some(first);
+            let mut item = first;
             let mut budget = BATCH;
-            while let Some(next) = item.take() {
-                if let Some(end) = self.handle(running, next, &mut ending) {
-                    // Content before the end keeps its place; a failure to append it wins.
-                    return self.flush_content(running).unwrap_or(end);
+            let mut ready = Context::from_waker(Waker::noop());
+            loop {
+                match item {
+                    // The hot path: plain content with nothing to intercept it, staged as is.
+                    Some(Ok(Ok(AdapterEvent::Content(content))))
+                        if self.chain.is_none() && ending.is_none() =>
+                    {
+                        self.content.push(content);
+                        self.emitted = true;
+                    }
+                    other => {
+                        if let Some(end) = self.handle(running, other, &mut ending) {
+                            // Content before the end keeps its place; a failure to append it
+                            // wins.
+                            return self.flush_content(running).unwrap_or(end);
+                        }
+                    }
                 }
                 budget -= 1;
                 if budget == 0 {
                     break;
                 }
-                item = segment.next().now_or_never();
+                // Pending here is seen again by the `select!` above, with the task's waker.
+                match poll_segment(&mut segment, &mut ready) {
+                    Poll::Ready(next) => item = next,
+                    Poll::Pending => break,
+                }
             }
             if let Some(end) = self.flush_content(running) {
                 return end;
@@ -1229,7 +1262,7 @@ impl<A: HarnessAdapter> Driver<A> {
     fn handle(
         &mut self,
         running: &mut Execution<state::Running>,
-        item: Option<Result<EventResult, Box<dyn Any + Send>>>,
+        item: SegmentItem,
         ending: &mut Option<SegmentEnd>,
     ) -> Option<SegmentEnd> {
         let event = match item {
@@ -1479,3 +1512,128 @@ macro_rules! awaiting {
 
 awaiting!(AwaitingInput, into_form, Form);
 awaiting!(AwaitingApproval, into_approval, Approval);
+
+#[cfg(test)]
+mod tests {
+    use futures_util::StreamExt;
+
+    use super::*;
+    use crate::adapter::{RunContext, Simple, SimpleAdapter};
+    use crate::event::{Content, EventPayload, TextDelta};
+    use crate::manifest::{ExecutionMode, HarnessDescriptor};
+
+    /// How the test stream behaves after its deltas.
+    #[derive(Clone, Copy)]
+    enum Then {
+        Complete,
+        Panic,
+    }
+
+    /// Streams `count` deltas (going pending before every `pending_every`-th one, if set),
+    /// then completes or panics.
+    struct Deltas {
+        descriptor: HarnessDescriptor,
+        count: usize,
+        pending_every: Option<usize>,
+        then: Then,
+    }
+
+    impl Deltas {
+        fn new(count: usize, pending_every: Option<usize>, then: Then) -> Simple<Self> {
+            let descriptor = HarnessDescriptor::builder("deltas".parse().unwrap(), "0.1.0")
+                .contract_version(ContractVersion::V1)
+                .execution_mode(ExecutionMode::in_process())
+                .build()
+                .unwrap();
+            Simple::new(Self {
+                descriptor,
+                count,
+                pending_every,
+                then,
+            })
+        }
+    }
+
+    impl SimpleAdapter for Deltas {
+        fn descriptor(&self) -> &HarnessDescriptor {
+            &self.descriptor
+        }
+
+        fn stream(&self, _run: RunContext) -> BoxStream<'static, EventResult> {
+            let (count, every, then) = (self.count, self.pending_every, self.then);
+            Box::pin(
+                futures_util::stream::iter(0..=count).then(move |i| async move {
+                    if every.is_some_and(|every| i % every == every - 1) {
+                        tokio::task::yield_now().await;
+                    }
+                    if i < count {
+                        let text = TextDelta::new(i.to_string());
+                        return Ok(AdapterEvent::Content(Content::MessageDelta(text)));
+                    }
+                    match then {
+                        Then::Complete => Ok(AdapterEvent::Completed(RunSucceeded::default())),
+                        Then::Panic => panic!("boom after the deltas"),
+                    }
+                }),
+            )
+        }
+    }
+
+    async fn texts(handle: &ExecutionHandle) -> Vec<String> {
+        handle
+            .events(Cursor::START)
+            .filter_map(|e| async move {
+                match e.payload() {
+                    EventPayload::MessageDelta(d) => Some(d.text.clone()),
+                    _ => None,
+                }
+            })
+            .collect()
+            .await
+    }
+
+    fn numbers(count: usize) -> Vec<String> {
+        (0..count).map(|i| i.to_string()).collect()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_delta_arrives_in_order_whether_the_stream_is_ready_or_pending() {
+        // Several batches, always ready; then pending inside and at the edge of batches.
+        for pending_every in [None, Some(1), Some(7), Some(BATCH), Some(BATCH + 1)] {
+            let count = 3 * BATCH + 5;
+            let handle = AdapterService::new(Deltas::new(count, pending_every, Then::Complete))
+                .start(ExecutionRequest::new("go"))
+                .await
+                .unwrap();
+            assert!(matches!(handle.outcome().await, Outcome::Succeeded(_)));
+            assert_eq!(texts(&handle).await, numbers(count), "{pending_every:?}");
+            let seqs: Vec<u64> = handle
+                .log()
+                .snapshot(Cursor::START)
+                .iter()
+                .map(|e| e.seq().get())
+                .collect();
+            assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
+        }
+    }
+
+    #[tokio::test]
+    async fn a_panic_mid_batch_keeps_the_content_before_it() {
+        // The panic comes in the same batch as the deltas before it (all ready at once), and
+        // in a later poll (pending before it).
+        for pending_every in [None, Some(BATCH / 2)] {
+            let count = BATCH / 2 + 3;
+            let handle = AdapterService::new(Deltas::new(count, pending_every, Then::Panic))
+                .start(ExecutionRequest::new("go"))
+                .await
+                .unwrap();
+            let Outcome::Failed(err) = handle.outcome().await else {
+                panic!("expected a failure");
+            };
+            assert_eq!(err.code(), &ErrorCode::ADAPTER_PANICKED);
+            assert_eq!(texts(&handle).await, numbers(count), "{pending_every:?}");
+            let last = handle.log().last().unwrap();
+            assert!(matches!(last.payload(), EventPayload::RunFailed(_)));
+        }
+    }
+}
