@@ -15,7 +15,10 @@
 //!   request `ACTION_RESPONSE_INVALID`, and the pending action stays open after a bad answer;
 //! - **cancellation is a request**: [`ExecutionHandle::cancel`] returns at once; the driver
 //!   calls the runtime's cancel hook and cleanup at most once however many callers race, and
-//!   `run.cancelled` (the one terminal event) confirms it;
+//!   `run.cancelled` (the one terminal event) confirms it. A failure the driver sees after a
+//!   cancel was accepted (an `initialize` or a stream aborted by the execution's token) is
+//!   taken as the answer to that cancel: the run ends `run.cancelled`. A segment that
+//!   completed or paused before the driver saw the cancel ends as it ended;
 //! - **errors and panics are classified and sanitized at the boundary**: an adapter's error
 //!   ends the run as `run.failed` with the error's public projection; a panic in any adapter
 //!   future or stream becomes an `internal` error with code `ADAPTER_PANICKED` (the panic text
@@ -890,7 +893,7 @@ impl<A: HarnessAdapter> Driver<A> {
         };
         let runtime = match created {
             Ok(runtime) => Runtime::new(runtime),
-            Err(err) => return Err((SegmentEnd::Failed(err), None)),
+            Err(err) => return Err((self.cancel_wins(SegmentEnd::Failed(err)), None)),
         };
         let initialized = {
             let mut initializing = pin!(catch(async { runtime.inner.initialize().await }));
@@ -906,7 +909,20 @@ impl<A: HarnessAdapter> Driver<A> {
         match initialized {
             Err(stop) => Err((SegmentEnd::Stopped(stop), Some(runtime))),
             Ok(Ok(_)) => Ok(runtime),
-            Ok(Err(err)) => Err((SegmentEnd::Failed(err), Some(runtime))),
+            Ok(Err(err)) => Err((self.cancel_wins(SegmentEnd::Failed(err)), Some(runtime))),
+        }
+    }
+
+    /// A failure observed after a cancel was accepted is the runtime's answer to that cancel
+    /// (an `initialize` or a stream aborted by the execution's token), so the run ends
+    /// `run.cancelled`, as the caller was told it would, not `run.failed`. Only failures are
+    /// taken over: a segment that completed or paused did its work, and ends as it ended.
+    fn cancel_wins(&self, end: SegmentEnd) -> SegmentEnd {
+        match end {
+            SegmentEnd::Failed(_) if self.shared.cancel.is_cancelled() => {
+                SegmentEnd::Stopped(Stop::Cancelled)
+            }
+            end => end,
         }
     }
 
@@ -1184,6 +1200,15 @@ impl<A: HarnessAdapter> Driver<A> {
     /// Consumes one run segment, appending its content, until its terminal item and the end
     /// of the stream (or a stop).
     async fn consume(
+        &mut self,
+        running: &mut Execution<state::Running>,
+        segment: BoxStream<'_, EventResult>,
+    ) -> SegmentEnd {
+        let end = self.consume_segment(running, segment).await;
+        self.cancel_wins(end)
+    }
+
+    async fn consume_segment(
         &mut self,
         running: &mut Execution<state::Running>,
         segment: BoxStream<'_, EventResult>,
