@@ -5,19 +5,16 @@ use std::cmp::Reverse;
 use std::collections::HashSet;
 use std::fmt;
 
-use aho_corasick::{AhoCorasick, AhoCorasickKind, Input, MatchKind};
+use aho_corasick::automaton::StateID;
 use harness_core::error::HarnessError;
 use regex::Regex;
 use serde_json::{Map, Value};
 
+use super::literals::{Hit, Literals};
 use super::rules::{
     BUILTINS, Charset, DEFAULT_FIELDS, FIELD_RULE, MIN_SECRET_LEN, PatternRule, RedactionError,
     SECRET_RULE, normalize_field,
 };
-
-/// Up to this many bytes of literals, the Aho-Corasick automaton is a DFA (about 4 MiB for
-/// 8 KiB of random literals); beyond, a contiguous NFA (a few times slower, far smaller).
-const DFA_LITERAL_BYTES: usize = 8 * 1024;
 
 /// Rule id of exact secrets in candidates; pattern rule `i` is `i + 1`.
 const SECRET_ID: u32 = 0;
@@ -38,12 +35,10 @@ pub(crate) struct Scan {
     pub(crate) candidates: Vec<Candidate>,
     /// Rule evaluations `(position, rule)` whose window is not complete yet.
     open: Vec<(usize, u32)>,
-    /// Literal occurrences ending at or before this were handled.
+    /// The text before this was fed to the literal automaton ...
     scanned: usize,
-    /// Where the text scanned so far ended inside a secret or a trigger prefix (see
-    /// [`Literals::cut_off`]): a new occurrence cannot start before.
-    secret_tail: usize,
-    trigger_tail: usize,
+    /// ... which ended in this state (`None`: its start).
+    state: Option<StateID>,
     /// Candidate starts of rules without prefixes before this were handled.
     anywhere: usize,
 }
@@ -63,8 +58,6 @@ impl Scan {
             *t -= by;
         }
         self.scanned -= by;
-        self.secret_tail = self.secret_tail.saturating_sub(by);
-        self.trigger_tail = self.trigger_tail.saturating_sub(by);
         self.anywhere = self.anywhere.saturating_sub(by);
     }
 
@@ -73,8 +66,7 @@ impl Scan {
         self.candidates.clear();
         self.open.clear();
         self.scanned = 0;
-        self.secret_tail = 0;
-        self.trigger_tail = 0;
+        self.state = None;
         self.anywhere = 0;
     }
 }
@@ -85,128 +77,6 @@ pub(crate) struct Interval {
     start: usize,
     end: usize,
     rule: u32,
-}
-
-/// Literals searched with Aho-Corasick, plus an index by first byte to find a literal that
-/// is cut by the end of the text (what a stream must hold back).
-struct Literals {
-    ac: AhoCorasick,
-    max_len: usize,
-    by_first: Vec<Vec<Box<[u8]>>>,
-    /// The (folded) first two bytes of the literals, as a 64 Ki-bit set: a quick "no".
-    starts: Vec<u64>,
-    /// Whether some literal longer than one byte starts with this (folded) byte.
-    longer: Vec<bool>,
-    fold: bool,
-}
-
-impl Literals {
-    fn new(literals: &[Vec<u8>], fold: bool) -> Result<Self, RedactionError> {
-        // A DFA is the fastest automaton; its memory grows with the literals' total length,
-        // so only below a bound (the default choice stops at 100 literals).
-        let total: usize = literals.iter().map(Vec::len).sum();
-        let kind = (total <= DFA_LITERAL_BYTES).then_some(AhoCorasickKind::DFA);
-        let ac = AhoCorasick::builder()
-            .match_kind(MatchKind::Standard)
-            .ascii_case_insensitive(fold)
-            .kind(kind)
-            .build(literals)
-            .map_err(|e| RedactionError::Build {
-                message: e.to_string(),
-            })?;
-        let mut by_first: Vec<Vec<Box<[u8]>>> = vec![Vec::new(); 256];
-        for lit in literals {
-            let lit: Box<[u8]> = if fold {
-                lit.to_ascii_lowercase().into()
-            } else {
-                lit.clone().into()
-            };
-            if let Some(&first) = lit.first() {
-                by_first[usize::from(first)].push(lit);
-            }
-        }
-        let mut starts = vec![0u64; 1024];
-        let mut longer = vec![false; 256];
-        for group in &mut by_first {
-            group.sort_unstable();
-            group.dedup();
-            for lit in group.iter() {
-                if let [a, b, ..] = **lit {
-                    let bit = usize::from(a) << 8 | usize::from(b);
-                    starts[bit / 64] |= 1 << (bit % 64);
-                    longer[usize::from(a)] = true;
-                }
-            }
-        }
-        Ok(Self {
-            ac,
-            max_len: literals.iter().map(Vec::len).max().unwrap_or(0),
-            by_first,
-            starts,
-            longer,
-            fold,
-        })
-    }
-
-    /// Calls `hit(start, end, pattern)` for every occurrence starting at or after `from`.
-    /// Fails closed: should the search ever refuse, `from..` is one hit of pattern `None`.
-    fn each(&self, hay: &str, from: usize, mut hit: impl FnMut(usize, usize, Option<usize>)) {
-        let input = Input::new(hay).span(from..hay.len());
-        match self.ac.try_find_overlapping_iter(input) {
-            Ok(iter) => {
-                for m in iter {
-                    hit(m.start(), m.end(), Some(m.pattern().as_usize()));
-                }
-            }
-            Err(_) => hit(from, hay.len(), None),
-        }
-    }
-
-    /// The first position at or after `from` where the text ends inside a literal (a
-    /// proper prefix of one starts there), or the text's length.
-    ///
-    /// A position that was not such a start for a shorter text is not one for a longer
-    /// text either, so a caller that already checked the text up to some length passes the
-    /// result of that check as `from`.
-    fn cut_off(&self, bytes: &[u8], from: usize) -> usize {
-        let n = bytes.len();
-        let lo = from.max((n + 1).saturating_sub(self.max_len));
-        let fold = |b: u8| if self.fold { b.to_ascii_lowercase() } else { b };
-        for t in lo..n {
-            let key = fold(bytes[t]);
-            let tail = &bytes[t..];
-            if !self.longer[usize::from(key)] {
-                continue;
-            }
-            if tail.len() == 1 {
-                return t;
-            }
-            let bit = usize::from(key) << 8 | usize::from(fold(tail[1]));
-            if self.starts[bit / 64] & (1 << (bit % 64)) == 0 {
-                continue;
-            }
-            let group = &self.by_first[usize::from(key)];
-            // The literals starting with `tail` follow the first one not below it.
-            let at = group.partition_point(|lit| self.compare(lit, tail).is_lt());
-            for lit in group.iter().skip(at).take(2) {
-                if lit.len() > tail.len() && self.compare(&lit[..tail.len()], tail).is_eq() {
-                    return t;
-                }
-            }
-        }
-        n
-    }
-
-    /// Orders a (folded) literal against text, folding the text's ASCII case if `fold`.
-    fn compare(&self, lit: &[u8], text: &[u8]) -> std::cmp::Ordering {
-        if self.fold {
-            lit.iter()
-                .copied()
-                .cmp(text.iter().map(u8::to_ascii_lowercase))
-        } else {
-            lit.cmp(text)
-        }
-    }
 }
 
 /// A compiled pattern rule.
@@ -222,6 +92,87 @@ struct Compiled {
 struct Anywhere {
     regex: Regex,
     rules: Vec<u32>,
+    /// For up to 64 such rules, what [`Redactor::open_from`] computes for each, in one
+    /// backward pass over the text's end (`None` beyond 64 rules).
+    open: Option<OpenFrom>,
+}
+
+/// Where the rules without prefixes may still match differently once more text arrives:
+/// the earliest start of their trailing runs of token characters, each run at most the
+/// rule's `max_len` minus one bytes (a rule without token characters: exactly that).
+struct OpenFrom {
+    /// By byte: the rules (bit `k` for `rules[k]`) of which it is a token character.
+    member: Box<[u64; 256]>,
+    /// The rules with token characters.
+    tokens: u64,
+    /// By rule: its `max_len`.
+    max_len: Vec<usize>,
+    /// The smallest `max_len` of the rules with token characters.
+    min_max_len: usize,
+    /// The largest `max_len` of the rules without token characters.
+    untokened_max_len: Option<usize>,
+}
+
+impl OpenFrom {
+    fn new(rules: &[&Compiled]) -> Option<Self> {
+        if rules.len() > 64 {
+            return None;
+        }
+        let mut member = Box::new([0u64; 256]);
+        let mut tokens = 0u64;
+        let mut min_max_len = usize::MAX;
+        let mut untokened_max_len = None;
+        for (k, rule) in rules.iter().enumerate() {
+            match &rule.token_chars {
+                Some(set) => {
+                    tokens |= 1 << k;
+                    min_max_len = min_max_len.min(rule.max_len);
+                    for (b, m) in (0..=255u8).zip(member.iter_mut()) {
+                        if set.contains(b) {
+                            *m |= 1 << k;
+                        }
+                    }
+                }
+                None => {
+                    untokened_max_len = Some(untokened_max_len.unwrap_or(0).max(rule.max_len));
+                }
+            }
+        }
+        Some(Self {
+            member,
+            tokens,
+            max_len: rules.iter().map(|r| r.max_len).collect(),
+            min_max_len,
+            untokened_max_len,
+        })
+    }
+
+    /// The minimum over the rules of [`Redactor::open_from`].
+    fn min(&self, bytes: &[u8]) -> usize {
+        let n = bytes.len();
+        let mut p = n;
+        let mut alive = self.tokens;
+        while alive != 0 && p > 0 {
+            // A rule's run stops `max_len - 1` bytes before the end.
+            let d = n - p + 1;
+            if d >= self.min_max_len {
+                for (k, &len) in self.max_len.iter().enumerate() {
+                    if len <= d {
+                        alive &= !(1 << k);
+                    }
+                }
+            }
+            alive &= self.member[usize::from(bytes[p - 1])];
+            if alive == 0 {
+                break;
+            }
+            p -= 1;
+        }
+        match self.untokened_max_len {
+            Some(len) => p.min((n + 1).saturating_sub(len)),
+            None => p,
+        }
+    }
 }
 
 /// Redacts secrets from text, JSON values, errors and adapter events.
@@ -250,8 +201,8 @@ struct Anywhere {
 /// # Ok::<(), harness_layers::redaction::RedactionError>(())
 /// ```
 pub struct Redactor {
-    secrets: Option<Literals>,
-    triggers: Option<Literals>,
+    /// Exact secrets and trigger prefixes, found in one pass.
+    literals: Option<Literals>,
     /// For each trigger literal, the rules it starts.
     rules_of: Vec<Vec<u32>>,
     rules: Vec<Compiled>,
@@ -270,7 +221,7 @@ impl fmt::Debug for Redactor {
         f.debug_struct("Redactor")
             .field(
                 "secrets",
-                &self.secrets.as_ref().map_or(0, |s| s.ac.patterns_len()),
+                &self.literals.as_ref().map_or(0, Literals::secrets_len),
             )
             .field("rules", &self.names)
             .field("fields", &self.fields.len())
@@ -398,11 +349,6 @@ impl RedactorBuilder {
                 secrets.push(secret.into_bytes());
             }
         }
-        let secrets = if secrets.is_empty() {
-            None
-        } else {
-            Some(Literals::new(&secrets, false)?)
-        };
 
         let mut compiled = Vec::with_capacity(rules.len());
         let mut names = Vec::with_capacity(rules.len());
@@ -410,7 +356,7 @@ impl RedactorBuilder {
         let mut rules_of: Vec<Vec<u32>> = Vec::new();
         let mut anywhere_rules = Vec::new();
         let mut anywhere_src = Vec::new();
-        let mut hold_back = secrets.as_ref().map_or(0, |s| s.max_len);
+        let mut hold_back = secrets.iter().map(Vec::len).max().unwrap_or(0);
         for (i, rule) in rules.iter().enumerate() {
             let id = u32::try_from(i + 1).map_err(|_| RedactionError::Build {
                 message: "too many rules".to_owned(),
@@ -445,20 +391,23 @@ impl RedactorBuilder {
             });
             names.push(rule.name.clone());
         }
-        let triggers = if trigger_lits.is_empty() {
-            None
-        } else {
-            Some(Literals::new(&trigger_lits, true)?)
-        };
+        let literals = Literals::new(secrets, &trigger_lits)?;
         let anywhere = if anywhere_rules.is_empty() {
             None
         } else {
             let regex = Regex::new(&anywhere_src.join("|")).map_err(|e| RedactionError::Build {
                 message: format!("the combined regex of rules without prefixes: {e}"),
             })?;
+            let open = OpenFrom::new(
+                &anywhere_rules
+                    .iter()
+                    .map(|&id| &compiled[id as usize - 1])
+                    .collect::<Vec<_>>(),
+            );
             Some(Anywhere {
                 regex,
                 rules: anywhere_rules,
+                open,
             })
         };
 
@@ -472,8 +421,7 @@ impl RedactorBuilder {
         let mut markers = vec![marker(SECRET_RULE)];
         markers.extend(names.iter().map(|n| marker(n)));
         Ok(Redactor {
-            secrets,
-            triggers,
+            literals,
             rules_of,
             rules: compiled,
             names,
@@ -543,7 +491,7 @@ impl Redactor {
     /// starts first, then the longest, then the earlier rule). Borrowed when nothing
     /// matched.
     ///
-    /// Cost: one Aho-Corasick pass for the secrets and one for the rules' trigger prefixes
+    /// Cost: one Aho-Corasick pass for the secrets and the rules' trigger prefixes
     /// (linear in the text), plus, at each trigger hit, one regex search bounded by the
     /// rule's window (`max_len`, or shorter with token characters); rules without prefixes
     /// add one pass of their combined regex and a bounded search where it matches.
@@ -668,31 +616,10 @@ impl Redactor {
     pub(crate) fn scan(&self, hay: &str, from: usize, last: bool, scan: &mut Scan) -> usize {
         let n = hay.len();
         let bytes = hay.as_bytes();
-        let seen = scan.scanned.max(from);
         let mut horizon = n;
         if from >= n {
             scan.scanned = n;
             return n;
-        }
-        if let Some(secrets) = &self.secrets {
-            // An occurrence ending after `seen` that started before it began where the text
-            // then ended inside a secret.
-            let lo = from.max(scan.secret_tail.min(seen));
-            let out = &mut scan.candidates;
-            secrets.each(hay, lo, |start, end, _| {
-                if end > seen {
-                    out.push(Candidate {
-                        at: start,
-                        start,
-                        end,
-                        rule: SECRET_ID,
-                    });
-                }
-            });
-            scan.secret_tail = secrets.cut_off(bytes, from.max(scan.secret_tail.min(seen)));
-            if !last {
-                horizon = horizon.min(scan.secret_tail);
-            }
         }
         // Windows that were still open.
         let mut open = std::mem::take(&mut scan.open);
@@ -703,38 +630,44 @@ impl Redactor {
             }
             !settled
         });
-        if let Some(triggers) = &self.triggers {
-            let lo = from.max(scan.trigger_tail.min(seen));
+        if let Some(literals) = &self.literals {
+            // Each byte is fed once: the walk resumes where the last one ended.
             let out = &mut scan.candidates;
-            triggers.each(hay, lo, |start, end, pattern| {
-                if end <= seen {
-                    return;
-                }
-                let Some(pattern) = pattern else {
-                    out.push(Candidate {
+            let sid = scan.state.unwrap_or_else(|| literals.start());
+            let sid = literals.walk(
+                bytes,
+                scan.scanned.max(from),
+                sid,
+                |start, end, hit| match hit {
+                    Hit::Secret => out.push(Candidate {
                         at: start,
                         start,
                         end,
                         rule: SECRET_ID,
-                    });
-                    return;
-                };
-                for &rule in &self.rules_of[pattern] {
-                    if !self.eval(rule, hay, start, last, out) {
-                        horizon = horizon.min(start);
-                        open.push((start, rule));
+                    }),
+                    Hit::Trigger(trigger) => {
+                        for &rule in &self.rules_of[trigger] {
+                            if !self.eval(rule, hay, start, last, out) {
+                                horizon = horizon.min(start);
+                                open.push((start, rule));
+                            }
+                        }
                     }
-                }
-            });
-            scan.trigger_tail = triggers.cut_off(bytes, from.max(scan.trigger_tail.min(seen)));
+                },
+            );
+            scan.state = Some(sid);
             if !last {
-                horizon = horizon.min(scan.trigger_tail);
+                // An occurrence not complete yet starts in the last `hold` bytes.
+                let hold = usize::try_from(literals.hold(sid)).unwrap_or(usize::MAX);
+                horizon = horizon.min(n.saturating_sub(hold));
             }
         }
         scan.open = open;
         if let Some(anywhere) = &self.anywhere {
             let settled_before = if last {
                 n
+            } else if let Some(open) = &anywhere.open {
+                open.min(bytes)
             } else {
                 anywhere
                     .rules
@@ -745,6 +678,11 @@ impl Redactor {
             }
             .max(from);
             let mut pos = scan.anywhere.max(from);
+            // Usually nothing matches: a search that stops at the first match's end (and
+            // does not look for its start) says so for less.
+            if pos < settled_before && !anywhere.regex.is_match_at(hay, pos) {
+                pos = settled_before;
+            }
             while pos < settled_before {
                 let Some(m) = anywhere.regex.find_at(hay, pos) else {
                     break;
@@ -878,7 +816,7 @@ impl Redactor {
 
     /// Whether the redactor has any text rule (secrets or patterns).
     pub(crate) fn has_text_rules(&self) -> bool {
-        self.secrets.is_some() || !self.rules.is_empty()
+        self.literals.as_ref().is_some_and(|l| l.secrets_len() > 0) || !self.rules.is_empty()
     }
 }
 
@@ -1003,12 +941,46 @@ mod tests {
         assert_eq!(iv.len(), 1);
     }
 
-    #[test]
-    fn cut_off_finds_a_literal_cut_by_the_end() {
-        let lits = Literals::new(&[b"secret-value".to_vec()], false).unwrap();
-        assert_eq!(lits.cut_off(b"my secret-va", 0), 3);
-        assert_eq!(lits.cut_off(b"my secret-value", 0), 15);
-        let folded = Literals::new(&[b"bearer".to_vec()], true).unwrap();
-        assert_eq!(folded.cut_off(b"x BEAR", 0), 2);
+    proptest::proptest! {
+        /// The one-pass bound of the rules without prefixes is the minimum of each rule's.
+        #[test]
+        fn open_from_in_one_pass_is_each_rules_minimum(
+            text in "[a-f0-9A-Z .:/@-]{0,80}",
+            untokened in proptest::bool::ANY,
+        ) {
+            let mut builder = Redactor::builder()
+                .without_builtin_patterns()
+                .rule(
+                    PatternRule::new("hex", r"(?-u:\b)[0-9a-f]{12}")
+                        .unwrap()
+                        .max_len(16)
+                        .token_chars("0-9a-f")
+                        .unwrap(),
+                )
+                .rule(
+                    PatternRule::new("dsn", r"(?:mongodb|postgres)://[^ ]+@")
+                        .unwrap()
+                        .max_len(40)
+                        .token_chars("A-Za-z0-9.:/@-")
+                        .unwrap(),
+                );
+            if untokened {
+                builder = builder.rule(
+                    PatternRule::new("ssn", r"[0-9]{3}-[0-9]{2}-[0-9]{4}")
+                        .unwrap()
+                        .max_len(24),
+                );
+            }
+            let redactor = builder.build().unwrap();
+            let anywhere = redactor.anywhere.as_ref().unwrap();
+            let bytes = text.as_bytes();
+            let each = anywhere
+                .rules
+                .iter()
+                .map(|&r| redactor.open_from(r, bytes))
+                .min()
+                .unwrap();
+            proptest::prop_assert_eq!(anywhere.open.as_ref().unwrap().min(bytes), each);
+        }
     }
 }

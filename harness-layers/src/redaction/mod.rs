@@ -42,8 +42,8 @@
 //! A [`Redactor`] is built once ([`Redactor::builder`]) and shared (`Arc`) by every
 //! execution. It knows three kinds of rules:
 //!
-//! - **exact secrets** (registered credentials, [`RedactorBuilder::secret`]), found with one
-//!   Aho-Corasick automaton; every occurrence, overlapping ones included;
+//! - **exact secrets** (registered credentials, [`RedactorBuilder::secret`]): every
+//!   occurrence, overlapping ones included, compared exactly (case included);
 //! - **pattern rules** ([`PatternRule`]): the built-in ones (bearer tokens, `sk-`,
 //!   `sk-ant-`, GitHub, Slack, AWS and Google API keys, private key blocks, JWTs; see
 //!   [`builtin_rule_names`]) and any added with [`RedactorBuilder::pattern`];
@@ -57,8 +57,9 @@
 //! # How patterns are matched, and why they declare bounds
 //!
 //! A pattern rule is evaluated at *candidate starts*: where one of its literal
-//! [prefixes](PatternRule::prefixes) occurs (one case-insensitive Aho-Corasick pass finds
-//! the prefixes of all rules at once), or, for rules without prefixes, where one combined
+//! [prefixes](PatternRule::prefixes) occurs (one case-insensitive Aho-Corasick automaton
+//! holds the prefixes of all rules and the exact secrets, so one pass finds them all; a
+//! secret's hit is then compared exactly), or, for rules without prefixes, where one combined
 //! alternation of those rules matches. At a candidate start `t` the rule's own regex runs on
 //! a *window*: the text up to `t + max_len`, or up to and including the first character
 //! that is not one of the rule's [token characters](PatternRule::token_chars), whichever
@@ -66,8 +67,10 @@
 //! dismissed without running the regex). A match starting at `t` in that window is a
 //! candidate redaction. So
 //!
-//! - `redact_str` costs two linear automaton passes (the secrets, the prefixes) plus one
-//!   window-bounded regex search per prefix hit: O(n + hits × window). With 100 rules that
+//! - `redact_str` costs one linear automaton pass (the secrets and the prefixes) plus one
+//!   window-bounded regex search per prefix hit: O(n + hits × window). The pass skips, three
+//!   bytes at a time through a hash filter, text where no three bytes begin any secret or
+//!   prefix (most prose). With 100 rules that
 //!   all have prefixes, no regex scans text that no rule could match. Rules without
 //!   prefixes add one pass of their combined regex, plus a window-bounded search at each
 //!   position where it matches (O(n × window) in the worst case: a long run of text that
@@ -99,13 +102,16 @@
 //! Text arrives in deltas, and a secret may be split across two or more of them. Each
 //! execution gets a [`StreamRedactor`] (an [`Interceptor`](harness_core::policy::Interceptor)
 //! run by the service's driver *before* anything is numbered or stored), which keeps one
-//! buffer per text stream (message, reasoning). On each delta it scans the new text
-//! (occurrences and candidates already settled are kept, only still-open windows are
-//! evaluated again) and emits everything before the *horizon*, holding back only:
+//! buffer per text stream (message, reasoning). On each delta it scans the new text only:
+//! the literal automaton resumes in the state where the last delta left it, so each byte is
+//! fed once, and that state tells how much of the end could still begin a secret or a
+//! prefix; occurrences and candidates already settled are kept, only still-open windows
+//! are evaluated again. The emitted text reuses the delta's own buffer. It emits everything
+//! before the *horizon*, holding back only:
 //!
-//! - a tail that is a proper prefix of an exact secret or of a rule prefix (at most the
-//!   longest secret or prefix, minus one byte; a word ending in `e` waits for the next
-//!   byte, which could make it `eyJ`);
+//! - a tail that is a proper prefix of an exact secret or of a rule prefix, ignoring ASCII
+//!   case for both (at most the longest secret or prefix, minus one byte; a word ending in
+//!   `e` waits for the next byte, which could make it `eyJ`);
 //! - from a prefix hit whose window is not complete yet: until a non-token character
 //!   follows, or the rule's `max_len` bytes have arrived (so at most 8 KiB, after
 //!   `-----BEGIN`, `eyJ` or `bearer`; 256 bytes after `sk-`, ...);
@@ -116,8 +122,13 @@
 //! then ends: what follows starts a new text, without the old one as context), so
 //! nothing is lost or reordered within a stream, and the concatenation of what a stream
 //! emits is exactly [`Redactor::redact_str`] of the concatenation of its deltas (a property
-//! the tests check on random texts and split points). [`Redactor::max_hold_back`] reports
-//! the bound.
+//! the tests check on random texts and split points, after every delta: what has been
+//! emitted is always a prefix of it, so no part of a secret is emitted even when the next
+//! delta would complete it). [`Redactor::max_hold_back`] reports the bound: the longest
+//! possible match (secret, prefix or `max_len`); a stream holds back less than twice that
+//! (a redaction straddling the horizon is held from its start), except a run of overlapping
+//! matches, held whole until it ends. Nothing is held back for throughput's sake: a delta
+//! whose text is settled is emitted at once, whatever its size.
 //!
 //! Tool arguments and results, native payloads, approval arguments, artifact names, URIs
 //! and metadata, completion summaries, and errors (message, diagnostic and provider code)
@@ -150,6 +161,7 @@
 mod engine;
 mod future;
 mod layer;
+mod literals;
 mod rules;
 mod stream;
 

@@ -15,11 +15,14 @@ use harness_core::policy::{Interceptor, InterceptorFactory};
 use super::engine::{Interval, Redactor, Scan, Tally, plan, take_tally};
 use crate::metrics::names;
 
+/// Emitted text kept as context is dropped once it reaches this many bytes.
+const DRAIN_AT: usize = 4096;
+
 /// The text of one stream (message or reasoning) not yet emitted.
 #[derive(Default)]
 struct Pending {
-    /// `buf[..ctx]` was emitted already and is kept as context (one character, for `\b`);
-    /// `buf[ctx..]` is held back.
+    /// `buf[..ctx]` was emitted already and is kept as context (at least one character,
+    /// for `\b`; less than [`DRAIN_AT`] bytes more); `buf[ctx..]` is held back.
     buf: String,
     ctx: usize,
     /// The offset of `buf[0]` in the whole stream.
@@ -41,46 +44,50 @@ impl Pending {
         self.arrivals.front().map_or(u64::MAX, |a| a.1)
     }
 
-    /// Appends `text` (arrived at `clock`); returns what is settled, redacted.
+    /// Appends `text` (arrived at `clock`); returns what is settled, redacted, in `text`'s
+    /// allocation.
     fn push(
         &mut self,
         redactor: &Redactor,
-        text: &str,
+        mut text: String,
         clock: u64,
         scratch: &mut Scratch,
-    ) -> Emitted {
+    ) -> Option<String> {
         let was_empty = self.is_empty();
         self.arrivals.push_back((self.base + self.buf.len(), clock));
-        self.buf.push_str(text);
+        self.buf.push_str(&text);
         let horizon = redactor.scan(&self.buf, self.ctx, false, &mut self.scan);
         let cut = plan(&mut self.scan.candidates, horizon, &mut scratch.intervals);
-        let mut out = Emitted::Nothing;
-        if cut > self.ctx {
-            out = if was_empty && cut == self.buf.len() && scratch.intervals.is_empty() {
-                Emitted::Unchanged
-            } else {
-                let mut text = String::with_capacity(cut - self.ctx);
-                redactor.render(&self.buf, self.ctx, cut, &scratch.intervals, &mut text);
-                Emitted::Text(text)
-            };
-            // Keep the last emitted character as context.
-            let mut keep = cut - 1;
-            while !self.buf.is_char_boundary(keep) {
-                keep -= 1;
-            }
-            self.buf.drain(..keep);
-            self.scan.advance(cut, keep);
-            self.ctx = cut - keep;
-            self.base += keep;
-            let emitted = self.base + self.ctx;
-            while self.arrivals.get(1).is_some_and(|next| next.0 <= emitted) {
-                self.arrivals.pop_front();
-            }
-            if self.is_empty() {
-                self.arrivals.clear();
-            }
+        if cut <= self.ctx {
+            return None;
         }
-        out
+        // Unless it is exactly the delta (nothing was held before it, nothing is held after
+        // it, and it needs no redaction), the output reuses the delta's buffer.
+        if !(was_empty && cut == self.buf.len() && scratch.intervals.is_empty()) {
+            text.clear();
+            redactor.render(&self.buf, self.ctx, cut, &scratch.intervals, &mut text);
+        }
+        // Keep at least the last emitted character as context; drop what precedes it
+        // once it is long, not on every delta (the held text then moves less often).
+        let mut keep = cut - 1;
+        while !self.buf.is_char_boundary(keep) {
+            keep -= 1;
+        }
+        if keep < DRAIN_AT {
+            keep = 0;
+        }
+        self.buf.drain(..keep);
+        self.scan.advance(cut, keep);
+        self.ctx = cut - keep;
+        self.base += keep;
+        let emitted = self.base + self.ctx;
+        while self.arrivals.get(1).is_some_and(|next| next.0 <= emitted) {
+            self.arrivals.pop_front();
+        }
+        if self.is_empty() {
+            self.arrivals.clear();
+        }
+        Some(text)
     }
 
     /// Redacts and returns everything held back; the stream starts afresh.
@@ -98,17 +105,6 @@ impl Pending {
         self.arrivals.clear();
         out
     }
-}
-
-/// What one delta lets a stream emit.
-enum Emitted {
-    /// Nothing (all held back).
-    Nothing,
-    /// Exactly the delta: nothing was held before it, nothing is held after it, and it
-    /// needs no redaction.
-    Unchanged,
-    /// This text.
-    Text(String),
 }
 
 #[derive(Default)]
@@ -229,11 +225,8 @@ impl StreamRedactor {
             Stream::Message => message,
             Stream::Reasoning => reasoning,
         };
-        let emitted = pending.push(redactor, &delta.text, *clock, scratch);
-        match emitted {
-            Emitted::Nothing => {}
-            Emitted::Unchanged => out.push(wrap(stream, delta.text)),
-            Emitted::Text(text) => out.push(wrap(stream, text)),
+        if let Some(text) = pending.push(redactor, delta.text, *clock, scratch) {
+            out.push(wrap(stream, text));
         }
     }
 
@@ -509,5 +502,167 @@ impl Redactor {
                 tracing::warn!(error = %e, "a redacted artifact could not be rebuilt; dropping it");
             })
             .ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::redaction::PatternRule;
+    use proptest::prelude::*;
+
+    const SECRETS: &[&str] = &[
+        "cred00-Q7zX9wV2LmPa",
+        "cred01-Q7zX9wV2LmPb",
+        "CRED02-lower-and-UPPER",
+        "hunter2-db-password",
+        "zq9x-zq9x-zq9x",
+    ];
+
+    /// Exact secrets (two sharing a long prefix, one repeating itself), the built-in
+    /// rules, rules with prefixes, and with `anywhere`, rules without prefixes (one without
+    /// token characters, which holds back its `max_len` whatever the text).
+    fn redactor(anywhere: bool) -> Arc<Redactor> {
+        let rule = |name: &str, pattern: &str, max_len: usize, tokens: Option<&str>| {
+            let rule = PatternRule::new(name, pattern).unwrap().max_len(max_len);
+            match tokens {
+                Some(t) => rule.token_chars(t).unwrap(),
+                None => rule,
+            }
+        };
+        let mut builder = Redactor::builder()
+            .secrets(SECRETS.iter().copied())
+            .rule(rule(
+                "acme",
+                r"acme_live_[A-Za-z0-9]{8,16}",
+                32,
+                Some("a-z0-9_A-Z"),
+            ))
+            .rule(rule(
+                "tok",
+                r"tok:[A-Z0-9]{6}(?-u:\b)",
+                16,
+                Some("a-zA-Z0-9:"),
+            ));
+        if anywhere {
+            builder = builder
+                .rule(rule(
+                    "ssn",
+                    r"(?-u:\b)[0-9]{3}-[0-9]{2}-[0-9]{4}(?-u:\b)",
+                    16,
+                    Some("0-9-"),
+                ))
+                .rule(rule("hex", r"(?-u:\b)[0-9a-f]{16}(?-u:\b)", 24, None));
+        }
+        Arc::new(builder.build().unwrap())
+    }
+
+    fn piece() -> impl Strategy<Value = String> {
+        prop_oneof![
+            3 => "[a-zA-Z0-9 .,:_-]{0,10}",
+            1 => "[ -~]{0,6}",
+            1 => Just("日本 🦀 ".to_owned()),
+            2 => prop::sample::select(SECRETS).prop_map(str::to_owned),
+            2 => prop::sample::select(&[
+                "cred0", "cred00-Q7zX", "CRED", "hunter2", "zq9x-", "acme_live_", "acme_live_Ab12Cd34",
+                "tok:", "tok:AB12CD", "123-45-", "123-45-6789", "0123456789abcdef", "Bearer ",
+                "Bearer abcdefghijklmnop0123", "sk-", "sk-proj-abcdefghijklmnopqrstu", "eyJ", "e",
+            ][..]).prop_map(str::to_owned),
+        ]
+    }
+
+    /// Streams `deltas`; the text emitted after each, then after the segment's end.
+    fn stream(redactor: &Arc<Redactor>, deltas: &[&str]) -> Vec<String> {
+        let mut stream = StreamRedactor::new(Arc::clone(redactor));
+        let mut out = Vec::new();
+        let mut emitted = Vec::new();
+        let mut take = |out: &mut Vec<AdapterEvent>| {
+            let mut text = String::new();
+            for e in out.drain(..) {
+                match e {
+                    AdapterEvent::Content(Content::MessageDelta(d)) => text.push_str(&d.text),
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+            emitted.push(text);
+        };
+        for delta in deltas {
+            let event = AdapterEvent::Content(Content::MessageDelta(TextDelta::new(*delta)));
+            stream.on_event(event, &mut out);
+            take(&mut out);
+        }
+        stream.on_segment_end(&mut out);
+        take(&mut out);
+        emitted
+    }
+
+    /// What streaming `deltas` emits is, after every delta, a prefix of `redact_str` of the
+    /// whole text, and all of it at the end: so no part of a secret is ever emitted, even
+    /// one that the following deltas would complete.
+    fn check(redactor: &Arc<Redactor>, text: &str, deltas: &[&str]) -> Result<(), TestCaseError> {
+        let whole = redactor.redact_str(text).into_owned();
+        let mut so_far = String::new();
+        for (i, piece) in stream(redactor, deltas).iter().enumerate() {
+            so_far.push_str(piece);
+            prop_assert!(
+                whole.starts_with(&so_far),
+                "after delta {i} of {deltas:?}: emitted {so_far:?}, not a prefix of {whole:?}"
+            );
+        }
+        prop_assert_eq!(so_far, whole);
+        Ok(())
+    }
+
+    /// Cuts `text` at char boundaries into deltas of 1 to `max` bytes, as `sizes` say.
+    fn split<'a>(text: &'a str, sizes: &[usize], max: usize) -> Vec<&'a str> {
+        let mut deltas = Vec::new();
+        let mut pos = 0;
+        let mut k = 0;
+        while pos < text.len() {
+            let mut end = (pos + 1 + sizes.get(k).copied().unwrap_or(max) % max).min(text.len());
+            while !text.is_char_boundary(end) {
+                end += 1;
+            }
+            deltas.push(&text[pos..end]);
+            pos = end;
+            k += 1;
+        }
+        deltas
+    }
+
+    #[test]
+    fn a_secret_split_at_every_offset_is_never_emitted() {
+        let redactor = redactor(false);
+        for secret in SECRETS {
+            for (before, after) in [("", ""), ("see ", " ok"), ("x", "y"), ("cred0", ".")] {
+                let text = format!("{before}{secret}{after}");
+                for a in 0..=text.len() {
+                    for b in a..=text.len() {
+                        let deltas = [&text[..a], &text[a..b], &text[b..]];
+                        check(&redactor, &text, &deltas).unwrap();
+                    }
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(
+            std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(256)
+        ))]
+
+        /// Token-sized deltas (1 to 8 or 1 to 64 bytes) at random points.
+        #[test]
+        fn token_sized_deltas_emit_a_growing_prefix_of_redact_str(
+            pieces in prop::collection::vec(piece(), 0..24),
+            sizes in prop::collection::vec(0usize..64, 0..96),
+            small in any::<bool>(),
+            anywhere in any::<bool>(),
+        ) {
+            let redactor = redactor(anywhere);
+            let text = pieces.concat();
+            let deltas = split(&text, &sizes, if small { 8 } else { 64 });
+            check(&redactor, &text, &deltas)?;
+        }
     }
 }
