@@ -14,7 +14,7 @@ use harness_core::service::{CancelRequest, ExecutionRequest, Outcome};
 use serde_json::Value;
 
 use crate::{Behaviour, Fixture, FixtureOutcome, Group, Knobs, SUITE_VERSION};
-use crate::{observe, probe, sequences};
+use crate::{observe, probe, sequences, sessions};
 
 macro_rules! fixture {
     ($id:literal, $group:ident, [$($cap:ident),*], $rule:literal) => {
@@ -131,6 +131,12 @@ pub static FIXTURES: &[Fixture] = &[
         Sessions,
         [RuntimeRestart],
         "restart releases and the next segment still runs"
+    ),
+    fixture!(
+        "session.multi_turn",
+        Sessions,
+        [SessionMultiTurn],
+        "a later turn of a conversation sees what an earlier turn kept; another conversation does not"
     ),
     fixture!(
         "session.cross_replica_resume",
@@ -347,16 +353,22 @@ impl Gate {
     }
 }
 
+/// The configuration of the knobs' plain request: the one the gate evaluates and
+/// `init.capability_report` checks.
+fn plain_config<Kn: Knobs>(knobs: &Kn) -> harness_core::adapter::AgentConfig {
+    let plain = knobs.plain_request();
+    harness_core::adapter::AgentConfig {
+        options: plain.options,
+        conversation: plain.conversation_id,
+        ..harness_core::adapter::AgentConfig::default()
+    }
+}
+
 /// Evaluates `adapter` for the knobs' plain request (the configuration the suite runs),
 /// falling back to its descriptor when `evaluate` fails.
 pub(crate) async fn gate<Kn: Knobs>(knobs: &Kn, adapter: &Kn::Adapter) -> Gate {
-    use harness_core::adapter::{AgentConfig, DeploymentContext};
-    let plain = knobs.plain_request();
-    let config = AgentConfig {
-        options: plain.options,
-        conversation: plain.conversation_id,
-        ..AgentConfig::default()
-    };
+    use harness_core::adapter::DeploymentContext;
+    let config = plain_config(knobs);
     let deployment = DeploymentContext::default();
     let evaluated = probe::hook("evaluate", knobs.bounds().grace, || {
         adapter.evaluate(&config, &deployment)
@@ -390,7 +402,7 @@ pub(crate) async fn run<Kn: Knobs>(knobs: &Kn, fixture: &Fixture) -> FixtureOutc
         .collect();
     if !unusable.is_empty() {
         let request = knobs.plain_request();
-        return match probe::check_refused(adapter, request, &unusable).await {
+        return match probe::check_refused(adapter, request, &unusable, knobs.bounds().grace).await {
             Ok(()) => FixtureOutcome::RefusedAtPreflight {
                 capabilities: unusable,
             },
@@ -531,6 +543,20 @@ async fn body<Kn: Knobs>(knobs: &Kn, id: &str) -> Result<Verdict, Skip> {
             approval(knobs, r, &[DecisionKind::Approve, DecisionKind::Reject]).await
         }
         "session.restart" => restart(knobs).await,
+        "session.multi_turn" => {
+            let marker = sessions::marker();
+            let turns = sessions::Turns {
+                remember: req(
+                    knobs,
+                    Behaviour::Remember {
+                        marker: marker.clone(),
+                    },
+                )?,
+                recall: req(knobs, Behaviour::Recall)?,
+                recall_other: req(knobs, Behaviour::Recall)?,
+            };
+            sessions::multi_turn(knobs, &marker, turns).await
+        }
         "action.form_input" => form_input(knobs, req(knobs, Behaviour::FormInput)?).await,
         "action.duplicate_resume" => {
             let r = req(
@@ -614,11 +640,17 @@ async fn body<Kn: Knobs>(knobs: &Kn, id: &str) -> Result<Verdict, Skip> {
         "faults.malformed_events" => malformed(knobs, req(knobs, Behaviour::MalformedOrder)?).await,
         "faults.timeout" => timeout(knobs, req(knobs, Behaviour::Hang)?).await,
         "observability.no_leaked_credential" => no_leaked_credential(knobs).await,
-        "observability.metrics" => observe::isolated(|obs| observe::metrics(knobs, obs)),
-        "observability.tracing" => observe::isolated(|obs| observe::tracing_spans(knobs, obs)),
+        "observability.metrics" => {
+            observe::isolated(knobs.bounds().grace, |obs| observe::metrics(knobs, obs))
+        }
+        "observability.tracing" => observe::isolated(knobs.bounds().grace, |obs| {
+            observe::tracing_spans(knobs, obs)
+        }),
         "observability.trace_propagation" => {
             req(knobs, Behaviour::EchoTraceContext)?;
-            observe::isolated(|obs| observe::trace_propagation(knobs, obs))
+            observe::isolated(knobs.bounds().grace, |obs| {
+                observe::trace_propagation(knobs, obs)
+            })
         }
         "observability.redaction" => {
             req(
@@ -627,9 +659,15 @@ async fn body<Kn: Knobs>(knobs: &Kn, id: &str) -> Result<Verdict, Skip> {
                     secret: CANARY.to_owned(),
                 },
             )?;
-            observe::isolated(|obs| observe::redaction(knobs, CANARY, obs))
+            observe::isolated(knobs.bounds().grace, |obs| {
+                observe::redaction(knobs, CANARY, obs)
+            })
         }
-        "observability.leaks.tasks" => leaks_tasks(knobs).await,
+        // On a runtime of its own: the caller's runtime may run (and end) work of its own
+        // meanwhile, which would blur the count either way.
+        "observability.leaks.tasks" => {
+            observe::isolated(knobs.bounds().grace, |_| leaks_tasks(knobs))
+        }
         "observability.leaks.fds_children" => {
             if !knobs.process_isolated() {
                 return Err(Skip::NotMeasurable(
@@ -658,7 +696,16 @@ async fn init_idempotent<Kn: Knobs>(knobs: &Kn) -> Verdict {
     let first = probe::hook("initialize", b.grace, || d.runtime.initialize()).await?;
     let second = probe::hook("second initialize", b.grace, || d.runtime.initialize()).await?;
     let verdict = match (&first, &second) {
-        (Ok(a), Ok(b)) if a == b => Ok(format!("initialize twice: Ok, same result ({a:?})")),
+        // The evidence names no provider session id: ids differ from run to run, and the
+        // evidence id must not.
+        (Ok(a), Ok(b)) if a == b => Ok(format!(
+            "initialize twice: Ok, same result ({})",
+            if a.provider_session_id.is_some() {
+                "the same provider session"
+            } else {
+                "no provider session"
+            }
+        )),
         (Ok(a), Ok(b)) => Err(format!(
             "initialize is not idempotent: first {a:?}, then {b:?}"
         )),
@@ -727,10 +774,7 @@ async fn streams<Kn: Knobs>(
         ));
     }
     if !matches!(obs.outcome, Outcome::Succeeded(_)) {
-        return Err(format!(
-            "the run did not succeed: {:?}",
-            obs.outcome.state()
-        ));
+        return Err(format!("the run did not succeed: {}", obs.ended()));
     }
     Ok(format!("{n} {kind}, run.succeeded"))
 }
@@ -786,10 +830,7 @@ async fn approval<Kn: Knobs>(
 ) -> Verdict {
     let b = knobs.bounds();
     let service = probe::service(knobs.adapter(), b);
-    let handle = service
-        .start(request)
-        .await
-        .map_err(|e| e.message().to_owned())?;
+    let handle = probe::start(&service, request).await?;
     let action = probe::wait_action(&handle, b).await?;
     let ActionKind::ToolApproval(approval) = &action.kind else {
         return Err("the action is not a tool approval".to_owned());
@@ -877,10 +918,7 @@ async fn approval<Kn: Knobs>(
         }
     }
     if !matches!(obs.outcome, Outcome::Succeeded(_)) {
-        return Err(format!(
-            "the run did not succeed: {:?}",
-            obs.outcome.state()
-        ));
+        return Err(format!("the run did not succeed: {}", obs.ended()));
     }
     Ok(format!(
         "{} call(s) decided {:?} and completed accordingly",
@@ -915,10 +953,7 @@ async fn restart<Kn: Knobs>(knobs: &Kn) -> Verdict {
 async fn form_input<Kn: Knobs>(knobs: &Kn, request: ExecutionRequest) -> Verdict {
     let b = knobs.bounds();
     let service = probe::service(knobs.adapter(), b);
-    let handle = service
-        .start(request)
-        .await
-        .map_err(|e| e.message().to_owned())?;
+    let handle = probe::start(&service, request).await?;
     let action = probe::wait_action(&handle, b).await?;
     if !matches!(action.kind, ActionKind::FormInput(_)) {
         return Err("the action is not a form".to_owned());
@@ -937,8 +972,8 @@ async fn form_input<Kn: Knobs>(knobs: &Kn, request: ExecutionRequest) -> Verdict
     }
     if !matches!(obs.outcome, Outcome::Succeeded(_)) {
         return Err(format!(
-            "the run did not succeed after the form: {:?}",
-            obs.outcome.state()
+            "the run did not succeed after the form: {}",
+            obs.ended()
         ));
     }
     Ok("form opened, run.awaiting_input, answered, run.succeeded".to_owned())
@@ -1023,10 +1058,7 @@ async fn duplicate_resume<Kn: Knobs>(knobs: &Kn, request: ExecutionRequest) -> V
 async fn conflicting_resume<Kn: Knobs>(knobs: &Kn, request: ExecutionRequest) -> Verdict {
     let b = knobs.bounds();
     let service = probe::service(knobs.adapter(), b);
-    let handle = service
-        .start(request)
-        .await
-        .map_err(|e| e.message().to_owned())?;
+    let handle = probe::start(&service, request).await?;
     let action = probe::wait_action(&handle, b).await?;
     let ActionKind::ToolApproval(approval) = &action.kind else {
         return Err("the action is not a tool approval".to_owned());
@@ -1111,10 +1143,7 @@ async fn cancel_after<Kn: Knobs>(knobs: &Kn) -> Verdict {
     let _ = probe::hook("cleanup", b.grace, || d.runtime.cleanup()).await;
     // Through the service: a cancel after the end changes nothing.
     let service = probe::service(knobs.adapter(), b);
-    let handle = service
-        .start(knobs.plain_request())
-        .await
-        .map_err(|e| e.message().to_owned())?;
+    let handle = probe::start(&service, knobs.plain_request()).await?;
     let before = probe::finish(&handle, b).await?;
     let request = handle.cancel(CancelReason::new("conformance"));
     if !matches!(request, CancelRequest::AlreadyEnded(_)) {
@@ -1162,10 +1191,7 @@ async fn cancel_streaming<Kn: Knobs>(knobs: &Kn, request: ExecutionRequest) -> V
     }
     // Through the service: run.cancelled confirms it.
     let service = probe::service(knobs.adapter(), b);
-    let handle = service
-        .start(request)
-        .await
-        .map_err(|e| e.message().to_owned())?;
+    let handle = probe::start(&service, request).await?;
     for _ in 0..16 {
         tokio::task::yield_now().await;
     }
@@ -1173,10 +1199,7 @@ async fn cancel_streaming<Kn: Knobs>(knobs: &Kn, request: ExecutionRequest) -> V
     let obs = probe::finish(&handle, b).await?;
     obs.check_log()?;
     if !matches!(obs.outcome, Outcome::Cancelled(_)) {
-        return Err(format!(
-            "the cancelled execution ended {:?}",
-            obs.outcome.state()
-        ));
+        return Err(format!("the cancelled execution ended {}", obs.ended()));
     }
     Ok("runtime stream ended after cancel; service run ended run.cancelled".to_owned())
 }
@@ -1184,19 +1207,13 @@ async fn cancel_streaming<Kn: Knobs>(knobs: &Kn, request: ExecutionRequest) -> V
 async fn cancel_awaiting<Kn: Knobs>(knobs: &Kn, request: ExecutionRequest) -> Verdict {
     let b = knobs.bounds();
     let service = probe::service(knobs.adapter(), b);
-    let handle = service
-        .start(request)
-        .await
-        .map_err(|e| e.message().to_owned())?;
+    let handle = probe::start(&service, request).await?;
     probe::wait_action(&handle, b).await?;
     handle.cancel(CancelReason::new("conformance"));
     let obs = probe::finish(&handle, b).await?;
     obs.check_log()?;
     if !matches!(obs.outcome, Outcome::Cancelled(_)) {
-        return Err(format!(
-            "cancel while awaiting ended {:?}",
-            obs.outcome.state()
-        ));
+        return Err(format!("cancel while awaiting ended {}", obs.ended()));
     }
     Ok("cancelled while awaiting approval: run.cancelled".to_owned())
 }
@@ -1211,7 +1228,7 @@ async fn faults_error<Kn: Knobs>(
     let obs = probe::run_to_end(&probe::service(knobs.adapter(), b), request, b).await?;
     obs.check_log()?;
     let Outcome::Failed(err) = &obs.outcome else {
-        return Err(format!("the failing run ended {:?}", obs.outcome.state()));
+        return Err(format!("the failing run ended {}", obs.ended()));
     };
     if err.category() != category {
         return Err(format!(
@@ -1235,7 +1252,7 @@ async fn panic_sanitized<Kn: Knobs>(knobs: &Kn, request: ExecutionRequest) -> Ve
     let obs = probe::run_to_end(&probe::service(knobs.adapter(), b), request, b).await?;
     obs.check_log()?;
     let Outcome::Failed(err) = &obs.outcome else {
-        return Err(format!("the panicking run ended {:?}", obs.outcome.state()));
+        return Err(format!("the panicking run ended {}", obs.ended()));
     };
     if err.code() != &ErrorCode::ADAPTER_PANICKED {
         return Err(format!(
@@ -1253,7 +1270,7 @@ async fn malformed<Kn: Knobs>(knobs: &Kn, request: ExecutionRequest) -> Verdict 
     let b = knobs.bounds();
     let obs = probe::run_to_end(&probe::service(knobs.adapter(), b), request, b).await?;
     let Outcome::Failed(err) = &obs.outcome else {
-        return Err(format!("a malformed run ended {:?}", obs.outcome.state()));
+        return Err(format!("a malformed run ended {}", obs.ended()));
     };
     if err.category() != ErrorCategory::Protocol {
         return Err(format!(
@@ -1307,10 +1324,7 @@ async fn workload<Kn: Knobs>(knobs: &Kn) -> Result<usize, String> {
         n += 1;
     }
     if let Some(request) = knobs.request_for(&Behaviour::Hang) {
-        let handle = service
-            .start(request)
-            .await
-            .map_err(|e| e.message().to_owned())?;
+        let handle = probe::start(&service, request).await?;
         tokio::task::yield_now().await;
         handle.cancel(CancelReason::new("conformance"));
         probe::finish(&handle, b).await?;
@@ -1355,14 +1369,27 @@ fn fd_count() -> Option<usize> {
 }
 
 fn children() -> Option<BTreeSet<String>> {
-    let tasks = std::fs::read_dir("/proc/self/task").ok()?;
+    children_in(std::path::Path::new("/proc/self"))
+}
+
+/// The child pids of every thread of the process whose `/proc` directory is `proc`, or
+/// `None` when one thread's list cannot be read (a kernel without `CONFIG_PROC_CHILDREN`, a
+/// sandbox): an unreadable list is no evidence that there is no child.
+fn children_in(proc: &std::path::Path) -> Option<BTreeSet<String>> {
+    let tasks = std::fs::read_dir(proc.join("task")).ok()?;
     let mut set = BTreeSet::new();
-    for task in tasks.flatten() {
-        if let Ok(text) = std::fs::read_to_string(task.path().join("children")) {
-            set.extend(text.split_whitespace().map(str::to_owned));
+    let mut read = 0;
+    for task in tasks {
+        let path = task.ok()?.path().join("children");
+        match std::fs::read_to_string(&path) {
+            Ok(text) => set.extend(text.split_whitespace().map(str::to_owned)),
+            // The thread ended between the listing and the read: it has no children left.
+            Err(_) if !path.parent().is_some_and(std::path::Path::exists) => continue,
+            Err(_) => return None,
         }
+        read += 1;
     }
-    Some(set)
+    (read > 0).then_some(set)
 }
 
 async fn leaks_fds<Kn: Knobs>(knobs: &Kn, fds: usize, kids: &BTreeSet<String>) -> Verdict {
@@ -1411,16 +1438,13 @@ async fn terminal_ordering<Kn: Knobs>(knobs: &Kn) -> Verdict {
         seen.push(expected);
     }
     if let Some(request) = knobs.request_for(&Behaviour::Hang) {
-        let handle = service
-            .start(request)
-            .await
-            .map_err(|e| e.message().to_owned())?;
+        let handle = probe::start(&service, request).await?;
         tokio::task::yield_now().await;
         handle.cancel(CancelReason::new("conformance"));
         let obs = probe::finish(&handle, b).await?;
         obs.check_log()?;
         if !matches!(obs.outcome, Outcome::Cancelled(_)) {
-            return Err(format!("a cancelled run ended {:?}", obs.outcome.state()));
+            return Err(format!("a cancelled run ended {}", obs.ended()));
         }
         seen.push("run.cancelled");
     }
@@ -1438,10 +1462,7 @@ async fn sequence_contiguous<Kn: Knobs>(knobs: &Kn) -> Verdict {
         calls: 1,
         editable: false,
     }) {
-        let handle = service
-            .start(request)
-            .await
-            .map_err(|e| e.message().to_owned())?;
+        let handle = probe::start(&service, request).await?;
         let action = probe::wait_action(&handle, b).await?;
         if let ActionKind::ToolApproval(a) = &action.kind {
             let decisions = a
@@ -1472,6 +1493,7 @@ async fn timeout<Kn: Knobs>(knobs: &Kn, request: ExecutionRequest) -> Verdict {
     let handle = service
         .oneshot(request)
         .await
+        .map(probe::Started::new)
         .map_err(|e| e.message().to_owned())?;
     let obs = probe::finish(&handle, b).await?;
     obs.check_log()?;
@@ -1489,14 +1511,12 @@ async fn timeout<Kn: Knobs>(knobs: &Kn, request: ExecutionRequest) -> Verdict {
 /// The evaluated report narrows the descriptor for a configuration; it never widens it
 /// (preflight decides on the descriptor, so a wider report would be support nobody checked).
 async fn capability_report<Kn: Knobs>(knobs: &Kn) -> Verdict {
-    use harness_core::adapter::{AgentConfig, DeploymentContext};
+    use harness_core::adapter::DeploymentContext;
     let b = knobs.bounds();
     let adapter = knobs.adapter();
     let declared = adapter.descriptor().capabilities();
-    let config = AgentConfig {
-        options: knobs.plain_request().options,
-        ..AgentConfig::default()
-    };
+    // The configuration the gate decided on, conversation included.
+    let config = plain_config(knobs);
     let deployment = DeploymentContext::default();
     let report = probe::hook("evaluate", b.grace, || {
         adapter.evaluate(&config, &deployment)
@@ -1525,4 +1545,32 @@ async fn capability_report<Kn: Knobs>(knobs: &Kn) -> Verdict {
         ));
     }
     Ok("evaluate answered and stays within the descriptor".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::children_in;
+
+    #[test]
+    fn children_are_not_measurable_when_a_thread_s_list_is_unreadable() {
+        let root = std::env::temp_dir().join(format!(
+            "harness-conformance-children-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join("task/1")).unwrap();
+        std::fs::create_dir_all(root.join("task/2")).unwrap();
+        std::fs::write(root.join("task/1/children"), "12 34 ").unwrap();
+        // Thread 2's list is missing (no CONFIG_PROC_CHILDREN): its children are unknown.
+        let without = children_in(&root);
+        std::fs::write(root.join("task/2/children"), "").unwrap();
+        let with = children_in(&root);
+        let _ = std::fs::remove_dir_all(&root);
+        assert_eq!(without, None);
+        assert_eq!(
+            with,
+            Some(["12".to_owned(), "34".to_owned()].into_iter().collect())
+        );
+        assert!(children_in(std::path::Path::new("/proc/self")).is_some());
+    }
 }

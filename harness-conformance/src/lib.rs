@@ -28,7 +28,8 @@
 //! ```
 //!
 //! Every fixture of [`FIXTURES`] has a stable id, a [`Group`] of the contract's conformance
-//! list, and the capabilities it exercises.
+//! list, and the capabilities it exercises. Every execution a fixture starts is cancelled
+//! when the fixture ends, passed or failed, and every wait is bounded by [`Bounds`].
 //!
 //! # The capability gate
 //!
@@ -55,13 +56,28 @@
 //!   need a behaviour the knobs cannot produce are reported
 //!   [`FixtureOutcome::NotExercised`] with the reason.
 //!
+//! # Group 5: sessions
+//!
+//! - `session.restart`: restart releases the runtime's clients and the next segment still runs;
+//! - `session.multi_turn`: a later turn of a conversation sees what an earlier turn kept;
+//!   another conversation does not. Through *one* adapter (one service), the suite runs
+//!   [`Behaviour::Remember`] with a unique marker on a fresh conversation, then
+//!   [`Behaviour::Recall`] on the same conversation, then [`Behaviour::Recall`] on a second
+//!   one (the suite sets each request's conversation id). All three must succeed; the first
+//!   recall's message text must contain the marker, and the second conversation's log must
+//!   not hold it anywhere. The knobs' two recall requests must be alike and must not carry the
+//!   marker: only the adapter's memory may tell the conversations apart. An adapter that
+//!   declares `session.multi_turn` unusable (an ephemeral one) gets the preflight check;
+//! - `session.cross_replica_resume`, `session.clear` and `session.expired_state` are not yet
+//!   certifiable: declaring their capability usable fails them.
+//!
 //! # Group 12: observability
 //!
 //! The harness's layers do the observing; what an adapter owes them is to keep its work where
-//! they can see it. Each of these fixtures runs on a thread of its own with a current-thread
-//! Tokio runtime, a thread-local `metrics_util` `DebuggingRecorder` and a thread-local
-//! `tracing` subscriber, so nothing is installed process-wide and no other test's telemetry
-//! is seen:
+//! they can see it. Each of these fixtures but the last runs on a thread of its own with a
+//! current-thread Tokio runtime, a thread-local `metrics_util` `DebuggingRecorder` and a
+//! thread-local `tracing` subscriber, so nothing is installed process-wide and no other
+//! test's telemetry is seen:
 //!
 //! - `observability.metrics`: through the metrics layer, every execution (succeeded, failed
 //!   and cancelled ones, as the knobs allow) is counted started and finished with the outcome
@@ -71,16 +87,28 @@
 //! - `observability.tracing`: each execution has one `harness.execution` span naming the
 //!   adapter, the execution and its outcome, closed after the end; every runtime hook call and
 //!   every poll of its streams happens inside it, and so does every tracing event emitted on
-//!   the execution's runtime (work moved to an uninstrumented task is caught);
+//!   the execution's runtime (work moved to an uninstrumented task is caught; what other
+//!   threads log, a blocking pool's or the adapter's own, is not seen);
 //! - `observability.trace_propagation`: the caller's W3C trace context reaches the runtime's
 //!   turn as the child of the execution span, and the runtime propagates that context
 //!   ([`Behaviour::EchoTraceContext`]);
 //! - `observability.redaction`: with the redaction layer on, a secret planted in the client
 //!   context and one the adapter produces ([`Behaviour::EmitSecret`]) reach no event, public
-//!   error or span field (an adapter recording its prompt on a span of its own is caught).
+//!   error or span field (an adapter recording its prompt on a span of its own is caught);
+//! - `observability.leaks.tasks`: no Tokio task outlives its executions, counted on the
+//!   fixture's own runtime (the caller's may start and end work of its own meanwhile);
+//! - `observability.leaks.fds_children`: no file descriptor or child process outlives its
+//!   executions; these are counted for the whole process, so the fixture runs only when
+//!   [`Knobs::process_isolated`] says the suite is alone in it (and `/proc` can tell), and is
+//!   otherwise reported [`FixtureOutcome::NotExercised`].
+//!
+//! Those fixtures' runtimes are shut down when they end, waiting at most [`Bounds::grace`]
+//! for work the adapter left behind (blocking tasks included).
 //!
 //! The [`Report`] names the adapter and its implementation version, the contract version, the
 //! suite version and every fixture's outcome, with an evidence id derived from its content.
+//! What a passing fixture records names nothing that changes from run to run (execution,
+//! action or provider session ids, markers), so the same outcomes give the same evidence id.
 
 use std::fmt;
 use std::time::Duration;
@@ -95,6 +123,7 @@ mod observe;
 mod probe;
 mod report;
 mod sequences;
+mod sessions;
 
 pub use report::{FixtureResult, GATE_EVALUATED, Report};
 
@@ -160,6 +189,15 @@ pub enum Behaviour {
         /// The secret (a canary the suite looks for).
         secret: String,
     },
+    /// One turn of a conversation (the suite sets the conversation id on the request) that
+    /// the adapter must remember: succeed, keeping `marker` in the conversation's history.
+    Remember {
+        /// A unique string a later turn of the same conversation must recall.
+        marker: String,
+    },
+    /// A later turn of a conversation: stream, as message text, what an earlier turn of the
+    /// same conversation asked to remember (nothing if none), then succeed.
+    Recall,
 }
 
 impl fmt::Display for Behaviour {
@@ -183,6 +221,8 @@ impl fmt::Display for Behaviour {
             Self::ApprovalThenHang => f.write_str("ApprovalThenHang"),
             Self::SequentialApprovals => f.write_str("SequentialApprovals"),
             Self::EmitSecret { .. } => f.write_str("EmitSecret"),
+            Self::Remember { .. } => f.write_str("Remember"),
+            Self::Recall => f.write_str("Recall"),
         }
     }
 }
@@ -212,7 +252,8 @@ pub trait Knobs: Send + Sync {
     /// The adapter type.
     type Adapter: harness_core::adapter::HarnessAdapter;
 
-    /// A fresh adapter (each fixture gets its own).
+    /// A fresh adapter (each fixture gets its own; `session.multi_turn` runs all its turns
+    /// through one).
     fn adapter(&self) -> Self::Adapter;
 
     /// A request that makes the adapter produce `behaviour`, or `None` when it cannot on
@@ -234,7 +275,8 @@ pub trait Knobs: Send + Sync {
 
     /// Whether the suite runs alone in its process, so that open file descriptors and child
     /// processes can be attributed to it (the leak fixture is otherwise reported
-    /// not exercised). Tokio tasks are measured per runtime and need no isolation.
+    /// not exercised). Tokio tasks are counted on a runtime of the fixture's own and need no
+    /// isolation.
     fn process_isolated(&self) -> bool {
         false
     }
@@ -252,7 +294,7 @@ pub enum Group {
     Tools,
     /// 4. MCP partial failure and caller credential isolation.
     Mcp,
-    /// 5. Session restart, cross-replica resume, clear and expired state.
+    /// 5. Session restart, multi-turn history, cross-replica resume, clear and expired state.
     Sessions,
     /// 6. Form input and duplicate or conflicting resume.
     Actions,

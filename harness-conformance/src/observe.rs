@@ -70,8 +70,9 @@ impl Observers {
 }
 
 /// Runs the future `make` returns on a thread of its own (see the module docs); a panic in
-/// it becomes the fixture's failure.
-pub(crate) fn isolated<F, Fut>(make: F) -> Verdict
+/// it becomes the fixture's failure. The runtime is then shut down, waiting at most `grace`
+/// for what is left on it (dropping it would wait for its blocking tasks without bound).
+pub(crate) fn isolated<F, Fut>(grace: std::time::Duration, make: F) -> Verdict
 where
     F: FnOnce(Observers) -> Fut + Send,
     Fut: Future<Output = Verdict>,
@@ -94,7 +95,7 @@ where
                             .build()
                             .map_err(|e| format!("no Tokio runtime for the fixture: {e}"))?;
                         let verdict = runtime.block_on(probe::caught(make(observers)));
-                        drop(runtime);
+                        runtime.shutdown_timeout(grace);
                         verdict.map_err(|p| format!("the fixture panicked: {p}"))?
                     })
                 })

@@ -303,6 +303,15 @@ impl Observed {
         Ok(())
     }
 
+    /// How the execution ended, for a failure reason: its state, and a failure's code and
+    /// message.
+    pub(crate) fn ended(&self) -> String {
+        match &self.outcome {
+            Outcome::Failed(e) => format!("Failed ({}: {})", e.code().as_str(), e.message()),
+            other => format!("{:?}", other.state()),
+        }
+    }
+
     /// Whether any event, or the public projection of the failure, contains `needle`.
     pub(crate) fn leaks(&self, needle: &str) -> Option<String> {
         for e in &self.events {
@@ -338,16 +347,55 @@ pub(crate) fn protocol_rule(err: &HarnessError) -> String {
     }
 }
 
+/// An execution a fixture started: cancelled when dropped, so a fixture that returns early
+/// (on a failure, past a bound) leaves nothing running. A running execution whose handles
+/// are all dropped keeps running; cancelling an ended one changes nothing.
+#[derive(Debug)]
+pub(crate) struct Started(ExecutionHandle);
+
+impl Started {
+    pub(crate) fn new(handle: ExecutionHandle) -> Self {
+        Self(handle)
+    }
+}
+
+impl std::ops::Deref for Started {
+    type Target = ExecutionHandle;
+
+    fn deref(&self) -> &ExecutionHandle {
+        &self.0
+    }
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        self.0.cancel(harness_core::event::CancelReason::new(
+            "conformance: fixture over",
+        ));
+    }
+}
+
+/// Starts `request` through the service.
+pub(crate) async fn start<A: HarnessAdapter>(
+    service: &AdapterService<A>,
+    request: ExecutionRequest,
+) -> Result<Started, String> {
+    service
+        .start(request)
+        .await
+        .map(Started)
+        .map_err(|e| e.message().to_owned())
+}
+
 /// Starts `request` through the service and waits (bounded) for it to end.
 pub(crate) async fn run_to_end<A: HarnessAdapter>(
     service: &AdapterService<A>,
     request: ExecutionRequest,
     bounds: Bounds,
 ) -> Result<Observed, String> {
-    let handle = service
-        .start(request)
+    let handle = start(service, request)
         .await
-        .map_err(|e| format!("the service refused the request: {}", e.message()))?;
+        .map_err(|e| format!("the service refused the request: {e}"))?;
     finish(&handle, bounds).await
 }
 
@@ -369,7 +417,9 @@ pub(crate) async fn finish(handle: &ExecutionHandle, bounds: Bounds) -> Result<O
     }
 }
 
-/// Waits (bounded) for the execution to open an action; returns it.
+/// Waits (bounded) for the execution to open an action; returns it. When none comes, the
+/// execution is cancelled: a running execution whose handles are dropped keeps running,
+/// and the suite leaves nothing behind.
 pub(crate) async fn wait_action(
     handle: &ExecutionHandle,
     bounds: Bounds,
@@ -390,16 +440,24 @@ pub(crate) async fn wait_action(
         }
         Err("the event stream ended without an action".to_owned())
     };
-    tokio::time::timeout(bounds.run, wait)
+    let waited = tokio::time::timeout(bounds.run, wait)
         .await
-        .map_err(|_| format!("no action was opened within {:?}", bounds.run))?
+        .map_err(|_| format!("no action was opened within {:?}", bounds.run))
+        .and_then(|r| r);
+    if waited.is_err() {
+        handle.cancel(harness_core::event::CancelReason::new("conformance bound"));
+    }
+    waited
 }
 
-/// Checks that preflight refuses a request requiring `unusable`, before any runtime exists.
+/// Checks that preflight refuses a request requiring `unusable`, before any runtime exists,
+/// within `grace` (the service asks `evaluate` again when the descriptor lets the request
+/// through).
 pub(crate) async fn check_refused<A: HarnessAdapter>(
     adapter: A,
     request: ExecutionRequest,
     unusable: &[CapabilityKey],
+    grace: Duration,
 ) -> Result<(), String> {
     let (adapter, created) = Counting::new(adapter);
     let layer = PreflightLayer::for_adapter(&adapter)
@@ -409,7 +467,13 @@ pub(crate) async fn check_refused<A: HarnessAdapter>(
         request = request.require(Requirement::new(*key));
     }
     let service = layer.layer(AdapterService::new(adapter));
-    match service.oneshot(request).await {
+    let Ok(answer) = tokio::time::timeout(grace, service.oneshot(request)).await else {
+        return Err(format!(
+            "preflight did not answer within {grace:?} a request requiring {}",
+            names(unusable)
+        ));
+    };
+    match answer {
         Ok(handle) => {
             handle.cancel(harness_core::event::CancelReason::new("conformance"));
             Err(format!(

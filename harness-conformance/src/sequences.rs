@@ -33,10 +33,7 @@ async fn settle_in() {
 async fn ended_cancelled_once(obs: &Observed, spy: &Spy, b: Bounds, when: &str) -> Verdict {
     obs.check_log()?;
     if !matches!(obs.outcome, Outcome::Cancelled(_)) {
-        return Err(format!(
-            "cancelled {when}, the run ended {:?}",
-            obs.outcome.state()
-        ));
+        return Err(format!("cancelled {when}, the run ended {}", obs.ended()));
     }
     let cancelled = obs.count(|p| matches!(p, EventPayload::RunCancelled(_)));
     if cancelled != 1 {
@@ -97,10 +94,7 @@ pub(crate) async fn cancel_during_initialize<Kn: Knobs>(
 
     let spy = Spy::default();
     let service = probe::service(spy.wrap(knobs.adapter()), b);
-    let handle = service
-        .start(request)
-        .await
-        .map_err(|e| e.message().to_owned())?;
+    let handle = probe::start(&service, request).await?;
     if !until(b.run, || spy.count("initialize") >= 1).await {
         handle.cancel(CancelReason::new("conformance"));
         return Err(format!(
@@ -138,7 +132,8 @@ fn approve_all(action: &ActionRequest) -> Result<(ApprovalResponse, Vec<String>)
     Ok((response, calls))
 }
 
-/// Waits (bounded) for an action whose id is not in `seen`; returns it.
+/// Waits (bounded) for an action whose id is not in `seen`; returns it. When none comes, the
+/// execution is cancelled (see [`probe::wait_action`]).
 async fn next_action(
     handle: &ExecutionHandle,
     b: Bounds,
@@ -176,9 +171,14 @@ async fn next_action(
         }
         Err("the event stream ended without an action".to_owned())
     };
-    tokio::time::timeout(b.run, wait)
+    let waited = tokio::time::timeout(b.run, wait)
         .await
-        .map_err(|_| format!("no new action was opened within {:?}", b.run))?
+        .map_err(|_| format!("no new action was opened within {:?}", b.run))
+        .and_then(|r| r);
+    if waited.is_err() {
+        handle.cancel(CancelReason::new("conformance bound"));
+    }
+    waited
 }
 
 /// `cancel.during_resume`: at the runtime boundary, a resumed segment that works until
@@ -247,10 +247,7 @@ pub(crate) async fn cancel_during_resume<Kn: Knobs>(
 
     let spy = Spy::default();
     let service = probe::service(spy.wrap(knobs.adapter()), b);
-    let handle = service
-        .start(request)
-        .await
-        .map_err(|e| e.message().to_owned())?;
+    let handle = probe::start(&service, request).await?;
     let action = probe::wait_action(&handle, b).await?;
     let (response, _) = approve_all(&action)?;
     handle
@@ -289,10 +286,7 @@ pub(crate) async fn sequential_interrupts<Kn: Knobs>(
 ) -> Verdict {
     let b = knobs.bounds();
     let service = probe::service(knobs.adapter(), b);
-    let handle = service
-        .start(request)
-        .await
-        .map_err(|e| e.message().to_owned())?;
+    let handle = probe::start(&service, request).await?;
     let first = probe::wait_action(&handle, b).await?;
     let (answer, mut calls) = approve_all(&first)?;
     handle
@@ -317,8 +311,8 @@ pub(crate) async fn sequential_interrupts<Kn: Knobs>(
     obs.check_log()?;
     if !matches!(obs.outcome, Outcome::Succeeded(_)) {
         return Err(format!(
-            "the run did not succeed after both answers: {:?}",
-            obs.outcome.state()
+            "the run did not succeed after both answers: {}",
+            obs.ended()
         ));
     }
     for id in [&first.id, &second.id] {
@@ -429,10 +423,7 @@ fn valid_values(form: &FormRequest) -> Result<FormValues, String> {
 pub(crate) async fn form_submit<Kn: Knobs>(knobs: &Kn, request: ExecutionRequest) -> Verdict {
     let b = knobs.bounds();
     let service = probe::service(knobs.adapter(), b);
-    let handle = service
-        .start(request)
-        .await
-        .map_err(|e| e.message().to_owned())?;
+    let handle = probe::start(&service, request).await?;
     let verdict = async {
         let action = probe::wait_action(&handle, b).await?;
         let ActionKind::FormInput(form) = &action.kind else {
@@ -507,8 +498,8 @@ pub(crate) async fn form_submit<Kn: Knobs>(knobs: &Kn, request: ExecutionRequest
         }
         if !matches!(obs.outcome, Outcome::Succeeded(_)) {
             return Err(format!(
-                "the run did not succeed after the submission: {:?}",
-                obs.outcome.state()
+                "the run did not succeed after the submission: {}",
+                obs.ended()
             ));
         }
         Ok(format!(

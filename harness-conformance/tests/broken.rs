@@ -5,9 +5,9 @@
 //! `SimpleAdapter` bridge, so faults can live in `resume`, `cancel` and `cleanup`); the
 //! request's message selects the behaviour.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures_util::{StreamExt, stream};
@@ -23,7 +23,7 @@ use harness_core::error::{ErrorCategory, HarnessError};
 use harness_core::event::{
     CancelReason, Content, RunSucceeded, TextDelta, ToolCall, ToolCallCompleted, ToolCallOutcome,
 };
-use harness_core::id::ActionId;
+use harness_core::id::{ActionId, ConversationId};
 use harness_core::manifest::{ContractVersion, ExecutionMode, HarnessDescriptor};
 use harness_core::service::ExecutionRequest;
 use serde_json::{Value, json};
@@ -71,7 +71,45 @@ enum Fault {
     NarrowsReasoning,
     /// `evaluate` fails for every configuration.
     EvaluateFails,
+    /// `session.multi_turn` declared native; a turn asked to remember keeps nothing.
+    Forgets,
+    /// `session.multi_turn` declared native; what a turn keeps is kept for every
+    /// conversation (one history for the whole adapter).
+    SharesHistory,
+    /// Asked for an approval, works until cancelled and never asks.
+    NeverAsks,
+    /// `evaluate` reports `skills` native for a configuration that continues a conversation
+    /// (the descriptor never declared it).
+    WidensForConversations,
+    /// Every run starts blocking work that never ends by itself (until [`RELEASE`]).
+    BlocksForever,
+    /// As [`Fault::NarrowsReasoning`], but only the first `evaluate` of an adapter answers:
+    /// every later one never does.
+    EvaluateHangsAfterFirst,
 }
+
+/// Ends the blocking work of [`Fault::BlocksForever`] runs (for good: the test releases it
+/// once, at its end).
+static RELEASE: (Mutex<bool>, std::sync::Condvar) = (Mutex::new(false), std::sync::Condvar::new());
+
+fn blocked_until_released() {
+    let (released, changed) = &RELEASE;
+    let mut released = released.lock().unwrap_or_else(PoisonError::into_inner);
+    while !*released {
+        released = changed
+            .wait(released)
+            .unwrap_or_else(PoisonError::into_inner);
+    }
+}
+
+fn release() {
+    let (released, changed) = &RELEASE;
+    *released.lock().unwrap_or_else(PoisonError::into_inner) = true;
+    changed.notify_all();
+}
+
+/// What a [`Broken`] adapter remembers, by conversation, across its executions.
+type Memory = Arc<Mutex<HashMap<Option<ConversationId>, Vec<String>>>>;
 
 /// The trace context a [`Fault::StaleTraceContext`] runtime sends its provider.
 const STALE: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
@@ -80,6 +118,8 @@ const STALE: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
 struct Broken {
     fault: Fault,
     descriptor: HarnessDescriptor,
+    memory: Memory,
+    evaluations: Arc<AtomicUsize>,
 }
 
 impl Broken {
@@ -94,6 +134,7 @@ impl Broken {
             K::InterruptMultiTool,
             K::RuntimeCancel,
             K::RuntimeRestart,
+            K::SessionMultiTurn,
             K::ObservabilityMetrics,
             K::ObservabilityTracing,
             K::ObservabilityTracePropagation,
@@ -104,6 +145,8 @@ impl Broken {
         Self {
             fault,
             descriptor: builder.build().unwrap(),
+            memory: Memory::default(),
+            evaluations: Arc::default(),
         }
     }
 }
@@ -115,7 +158,7 @@ impl HarnessAdapter for Broken {
 
     fn evaluate<'a>(
         &'a self,
-        _config: &'a AgentConfig,
+        config: &'a AgentConfig,
         _deployment: &'a DeploymentContext,
     ) -> BoxFuture<'a, Result<CapabilityReport, HarnessError>> {
         let mut report = self.descriptor.capabilities().clone();
@@ -123,7 +166,15 @@ impl HarnessAdapter for Broken {
             Fault::WidensReport => {
                 report.declare(K::Skills, Capability::native());
             }
-            Fault::NarrowsReasoning => {
+            Fault::WidensForConversations if config.conversation.is_some() => {
+                report.declare(K::Skills, Capability::native());
+            }
+            Fault::EvaluateHangsAfterFirst
+                if self.evaluations.fetch_add(1, Ordering::SeqCst) > 0 =>
+            {
+                return Box::pin(std::future::pending());
+            }
+            Fault::NarrowsReasoning | Fault::EvaluateHangsAfterFirst => {
                 report.declare(
                     K::StreamReasoning,
                     Capability::unsupported("the configured agent does not reason"),
@@ -153,6 +204,7 @@ impl HarnessAdapter for Broken {
             context,
             state: Mutex::new(State::default()),
             cleanups: AtomicUsize::new(0),
+            memory: Arc::clone(&self.memory),
         };
         Box::pin(async move { Ok(Box::new(runtime) as Box<dyn HarnessRuntime>) })
     }
@@ -185,6 +237,7 @@ struct BrokenRuntime {
     token: CancellationToken,
     state: Mutex<State>,
     cleanups: AtomicUsize,
+    memory: Memory,
 }
 
 fn text(t: &str) -> EventResult {
@@ -248,6 +301,8 @@ impl HarnessRuntime for BrokenRuntime {
     fn initialize(&self) -> BoxFuture<'_, Result<RuntimeInit, HarnessError>> {
         let (slow, token) = (self.slow_init, self.token.clone());
         let ignores = self.fault == Fault::InitIgnoresCancel;
+        // A provider session per runtime, named afresh each time (as real providers do).
+        let session = format!("sess-{}", self.context.execution_id);
         Box::pin(async move {
             if slow {
                 let start = tokio::time::sleep(Duration::from_secs(60));
@@ -262,13 +317,41 @@ impl HarnessRuntime for BrokenRuntime {
                     }
                 }
             }
-            Ok(RuntimeInit::default())
+            Ok(RuntimeInit {
+                provider_session_id: Some(session),
+            })
         })
     }
 
     fn stream(&self, turn: TurnInput) -> BoxStream<'_, EventResult> {
         let message = turn.message.as_str();
-        if message == "hang" {
+        if let Some(marker) = message.strip_prefix("remember:") {
+            let key = match self.fault {
+                Fault::SharesHistory => None,
+                _ => turn.conversation_id.clone(),
+            };
+            if self.fault != Fault::Forgets {
+                let mut memory = self.memory.lock().unwrap_or_else(PoisonError::into_inner);
+                memory.entry(key).or_default().push(marker.to_owned());
+            }
+            return self.finish(vec![text("kept"), done()]);
+        }
+        if message == "recall" {
+            let key = match self.fault {
+                Fault::SharesHistory => None,
+                _ => turn.conversation_id.clone(),
+            };
+            let kept = self
+                .memory
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(&key)
+                .map(|kept| kept.join(" "))
+                .unwrap_or_default();
+            return self.finish(vec![text(&format!("recalled: [{kept}]")), done()]);
+        }
+        if message == "hang" || (self.fault == Fault::NeverAsks && message.starts_with("approval:"))
+        {
             let token = self.token.clone();
             return Box::pin(stream::once(async move {
                 token.cancelled().await;
@@ -354,12 +437,18 @@ impl HarnessRuntime for BrokenRuntime {
         if self.fault == Fault::LeaksTask {
             tokio::spawn(std::future::pending::<()>());
         }
+        if self.fault == Fault::BlocksForever {
+            drop(tokio::task::spawn_blocking(blocked_until_released));
+        }
         if self.fault == Fault::LogsOutsideSpan {
             tokio::spawn(async { tracing::info!("provider heartbeat") });
         }
         let mut items = Vec::new();
         if message == "reasoning"
-            && !matches!(self.fault, Fault::ClaimsReasoning | Fault::NarrowsReasoning)
+            && !matches!(
+                self.fault,
+                Fault::ClaimsReasoning | Fault::NarrowsReasoning | Fault::EvaluateHangsAfterFirst
+            )
         {
             items.push(Ok(AdapterEvent::Content(Content::ReasoningDelta(
                 TextDelta::new("thinking"),
@@ -506,6 +595,8 @@ impl Knobs for BrokenKnobs {
             Behaviour::ApprovalThenHang => "approval:1:hang".to_owned(),
             Behaviour::SequentialApprovals => "approval:1:again".to_owned(),
             Behaviour::EmitSecret { secret } => format!("secret:{secret}"),
+            Behaviour::Remember { marker } => format!("remember:{marker}"),
+            Behaviour::Recall => "recall".to_owned(),
             _ => return None,
         };
         Some(ExecutionRequest::new(message))
@@ -550,6 +641,72 @@ async fn the_control_adapter_passes() {
         report.result("stream.usage").unwrap().outcome,
         FixtureOutcome::RefusedAtPreflight { .. }
     ));
+    // Its memory keeps each conversation's turns apart: the multi-turn fixture ran and passed.
+    assert!(matches!(
+        report.result("session.multi_turn").unwrap().outcome,
+        FixtureOutcome::Passed { .. }
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_that_forgets_is_caught() {
+    fails(
+        Fault::Forgets,
+        "session.multi_turn",
+        "conversation forgotten: the later turn of the first conversation did not stream the \
+         marker its earlier turn kept (a later turn of a conversation sees what an earlier turn \
+         kept; another conversation does not)",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_history_shared_across_conversations_is_caught() {
+    fails(
+        Fault::SharesHistory,
+        "session.multi_turn",
+        "conversation leaked: the second conversation's turn saw the marker the first kept, at \
+         event",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recall_knobs_that_know_the_marker_are_refused() {
+    // Knobs that remember the marker themselves, and bake it into their first recall, would
+    // pass for any adapter: the fixture refuses them.
+    #[derive(Debug, Default)]
+    struct Cheating(Mutex<Option<String>>);
+    impl Knobs for Cheating {
+        type Adapter = Broken;
+        fn adapter(&self) -> Broken {
+            Broken::new(Fault::Forgets)
+        }
+        fn request_for(&self, behaviour: &Behaviour) -> Option<ExecutionRequest> {
+            let mut kept = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            match behaviour {
+                Behaviour::Remember { marker } => *kept = Some(marker.clone()),
+                Behaviour::Recall => {
+                    if let Some(marker) = kept.take() {
+                        return Some(ExecutionRequest::new(format!("text {marker}")));
+                    }
+                }
+                _ => {}
+            }
+            BrokenKnobs(Fault::Forgets).request_for(behaviour)
+        }
+    }
+    let result = run_fixture(&Cheating::default(), "session.multi_turn")
+        .await
+        .unwrap();
+    assert!(
+        result
+            .outcome
+            .detail()
+            .contains("request carries the marker itself"),
+        "{result:?}"
+    );
+    assert!(result.outcome.is_failure());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -675,6 +832,154 @@ async fn a_leaked_task_is_caught() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leaked_task_is_caught_while_the_callers_own_tasks_end() {
+    // The caller's runtime has work of its own that ends while the fixture runs: it must
+    // neither hide the adapter's leaked tasks nor be counted as the adapter's.
+    let unrelated: Vec<_> = (0..16)
+        .map(|_| tokio::spawn(tokio::time::sleep(Duration::from_millis(100))))
+        .collect();
+    let result = run_fixture(&BrokenKnobs(Fault::LeaksTask), "observability.leaks.tasks")
+        .await
+        .unwrap();
+    for task in unrelated {
+        task.await.unwrap();
+    }
+    assert!(
+        result.outcome.is_failure()
+            && result
+                .outcome
+                .detail()
+                .contains("Tokio task(s) still alive"),
+        "{result:?}"
+    );
+    let busy = tokio::spawn(async {
+        for _ in 0..50 {
+            tokio::spawn(tokio::time::sleep(Duration::from_secs(30)));
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    });
+    let control = run_fixture(&BrokenKnobs(Fault::None), "observability.leaks.tasks")
+        .await
+        .unwrap();
+    busy.abort();
+    assert!(
+        matches!(control.outcome, FixtureOutcome::Passed { .. }),
+        "{control:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixture_that_gives_up_waiting_cancels_what_it_started() {
+    // An approval that never comes: the fixture fails on its bound, and must not leave the
+    // execution (its driver task, its runtime and whatever that holds) running forever.
+    #[derive(Debug)]
+    struct Quick;
+    impl Knobs for Quick {
+        type Adapter = Broken;
+        fn adapter(&self) -> Broken {
+            Broken::new(Fault::NeverAsks)
+        }
+        fn request_for(&self, behaviour: &Behaviour) -> Option<ExecutionRequest> {
+            BrokenKnobs(Fault::NeverAsks).request_for(behaviour)
+        }
+        fn bounds(&self) -> Bounds {
+            Bounds {
+                run: Duration::from_millis(300),
+                grace: Duration::from_millis(500),
+            }
+        }
+    }
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let baseline = metrics.num_alive_tasks();
+    for id in [
+        "tool.approval.approve",
+        "action.conflicting_resume",
+        "action.sequential_interrupts",
+    ] {
+        let result = run_fixture(&Quick, id).await.unwrap();
+        assert!(
+            result
+                .outcome
+                .detail()
+                .contains("no action was opened within")
+                || result
+                    .outcome
+                    .detail()
+                    .contains("no new action was opened within"),
+            "{result:?}"
+        );
+    }
+    // Bounded: the cancelled executions end within their grace.
+    for _ in 0..200 {
+        if metrics.num_alive_tasks() <= baseline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        metrics.num_alive_tasks() <= baseline,
+        "{} execution task(s) still running after their fixtures gave up",
+        metrics.num_alive_tasks() - baseline
+    );
+}
+
+#[test]
+fn an_observability_fixture_returns_though_the_adapter_leaves_blocking_work() {
+    // The observability fixtures run on a runtime of their own, shut down when they end: work
+    // the adapter left on its blocking pool must not hold the suite (the wait is bounded).
+    let (tx, rx) = std::sync::mpsc::channel();
+    let fixture = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let result = runtime.block_on(run_fixture(
+            &BrokenKnobs(Fault::BlocksForever),
+            "observability.metrics",
+        ));
+        let _ = tx.send(result);
+    });
+    let got = rx.recv_timeout(Duration::from_secs(30));
+    release();
+    fixture.join().unwrap();
+    let result = got.expect("the fixture did not return within 30s of blocking work left behind");
+    assert!(matches!(
+        result.unwrap().outcome,
+        FixtureOutcome::Passed { .. }
+    ));
+}
+
+#[test]
+fn the_preflight_check_is_bounded_when_evaluate_hangs() {
+    // The gate's `evaluate` answered (reasoning narrowed away); the preflight check's request
+    // reaches the service, whose `evaluate` never answers: the check must give up, bounded.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let result = runtime.block_on(run_fixture(
+            &BrokenKnobs(Fault::EvaluateHangsAfterFirst),
+            "stream.reasoning",
+        ));
+        let _ = tx.send(result);
+    });
+    let result = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the preflight check did not return within 30s")
+        .unwrap();
+    assert!(
+        result.outcome.is_failure()
+            && result
+                .outcome
+                .detail()
+                .contains("preflight did not answer within"),
+        "{result:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn work_outside_the_execution_span_is_caught() {
     fails(
         Fault::LogsOutsideSpan,
@@ -760,6 +1065,37 @@ async fn a_capability_the_configuration_lacks_is_refused_at_preflight_not_failed
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_wider_for_the_configuration_the_suite_runs_is_caught() {
+    // The knobs' plain request continues a conversation: that configuration is the one the
+    // gate evaluates, and the one whose report must stay within the descriptor.
+    #[derive(Debug)]
+    struct InConversation;
+    impl Knobs for InConversation {
+        type Adapter = Broken;
+        fn adapter(&self) -> Broken {
+            Broken::new(Fault::WidensForConversations)
+        }
+        fn request_for(&self, behaviour: &Behaviour) -> Option<ExecutionRequest> {
+            BrokenKnobs(Fault::WidensForConversations).request_for(behaviour)
+        }
+        fn plain_request(&self) -> ExecutionRequest {
+            ExecutionRequest::new("text").with_conversation(ConversationId::generate())
+        }
+    }
+    let result = run_fixture(&InConversation, "init.capability_report")
+        .await
+        .unwrap();
+    assert!(
+        result.outcome.is_failure()
+            && result
+                .outcome
+                .detail()
+                .contains("evaluate widens the descriptor for skills"),
+        "{result:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_evaluate_falls_back_to_the_descriptor_and_says_so() {
     let report = fails(
         Fault::EvaluateFails,
@@ -798,6 +1134,23 @@ async fn a_failing_report_says_so_in_json() {
     // Another outcome, another evidence id.
     let control = certify(&BrokenKnobs(Fault::None)).await;
     assert_ne!(control.evidence_id, report.evidence_id);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_evidence_id_is_the_same_for_the_same_outcomes() {
+    // The adapter's provider sessions are named afresh for every runtime: what the suite
+    // observed is the same, and so must the evidence id be (adapters cite it).
+    let first = certify(&BrokenKnobs(Fault::None)).await;
+    let second = certify(&BrokenKnobs(Fault::None)).await;
+    let differ: Vec<(&str, String, String)> = first
+        .results
+        .iter()
+        .zip(&second.results)
+        .filter(|(a, b)| a != b)
+        .map(|(a, b)| (a.id.as_str(), a.outcome.detail(), b.outcome.detail()))
+        .collect();
+    assert!(differ.is_empty(), "run-specific details: {differ:#?}");
+    assert_eq!(first.evidence_id, second.evidence_id);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,7 +2,8 @@
 //!
 //! Run with `--nocapture` to see the report; its JSON is written to the target dir.
 
-use harness_conformance::{Behaviour, Knobs, certify};
+use harness_conformance::{Behaviour, FixtureOutcome, Knobs, certify};
+use harness_core::capability::CapabilityKey;
 use harness_core::service::ExecutionRequest;
 use harness_scripted::{Script, ScriptedAdapter, ScriptedOptions};
 use serde_json::{Value, json};
@@ -145,6 +146,14 @@ async fn the_scripted_adapter_passes_the_conformance_suite() {
         .map(|r| r.id.as_str())
         .collect();
     assert!(not_exercised.is_empty(), "not exercised: {not_exercised:?}");
+    // The runtime keeps no conversation across executions: `session.multi_turn` is declared
+    // unsupported, so its fixture checks that preflight refuses a request requiring it.
+    assert_eq!(
+        report.result("session.multi_turn").map(|r| &r.outcome),
+        Some(&FixtureOutcome::RefusedAtPreflight {
+            capabilities: vec![CapabilityKey::SessionMultiTurn]
+        })
+    );
     // Same content, same evidence id.
     assert_eq!(
         certify(&ScriptedKnobs).await.evidence_id,

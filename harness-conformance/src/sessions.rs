@@ -1,0 +1,142 @@
+//! Group 5 fixtures over several executions of one adapter: conversation memory.
+
+use harness_core::event::EventPayload;
+use harness_core::id::ConversationId;
+use harness_core::service::{ExecutionRequest, Outcome};
+
+use crate::probe::{self, Observed};
+use crate::{Behaviour, Knobs};
+
+type Verdict = Result<String, String>;
+
+/// The rule of `session.multi_turn`, named in each of its failures.
+pub(crate) const MULTI_TURN_RULE: &str =
+    "a later turn of a conversation sees what an earlier turn kept; another conversation does not";
+
+/// A marker no adapter can know in advance: unique per fixture run.
+pub(crate) fn marker() -> String {
+    format!("conformance-marker-{}", ConversationId::generate())
+}
+
+/// The three turns of `session.multi_turn`, as the knobs make them (no conversation yet).
+pub(crate) struct Turns {
+    /// [`Behaviour::Remember`] with the marker.
+    pub(crate) remember: ExecutionRequest,
+    /// [`Behaviour::Recall`], for the same conversation.
+    pub(crate) recall: ExecutionRequest,
+    /// [`Behaviour::Recall`] again, for another conversation.
+    pub(crate) recall_other: ExecutionRequest,
+}
+
+/// The text an execution streamed as `message.delta`.
+fn message_text(obs: &Observed) -> String {
+    obs.events
+        .iter()
+        .filter_map(|e| match e.payload() {
+            EventPayload::MessageDelta(d) => Some(d.text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// What the knobs' request would send, without the conversation the suite sets.
+fn wire(request: &ExecutionRequest) -> String {
+    serde_json::to_string(request).unwrap_or_default()
+}
+
+/// Runs one turn of `conversation` to its end; it must keep the log rules and succeed.
+async fn turn<A: harness_core::adapter::HarnessAdapter>(
+    service: &harness_core::service::AdapterService<A>,
+    request: ExecutionRequest,
+    conversation: &ConversationId,
+    which: &str,
+    bounds: crate::Bounds,
+) -> Result<Observed, String> {
+    let obs = probe::run_to_end(
+        service,
+        request.with_conversation(conversation.clone()),
+        bounds,
+    )
+    .await
+    .map_err(|e| format!("{which}: {e}"))?;
+    obs.check_log().map_err(|e| format!("{which}: {e}"))?;
+    if !matches!(obs.outcome, Outcome::Succeeded(_)) {
+        return Err(format!(
+            "{which} ended {}, not succeeded ({MULTI_TURN_RULE})",
+            obs.ended()
+        ));
+    }
+    Ok(obs)
+}
+
+/// `session.multi_turn`: through one adapter (one service), [`Behaviour::Remember`] then
+/// [`Behaviour::Recall`] on a fresh conversation, then [`Behaviour::Recall`] on a second
+/// one. Both turns of the first succeed and its recall streams the marker; the second
+/// conversation's recall succeeds without it anywhere in its log.
+///
+/// The knobs make both recalls alike and without the marker (they cannot know the
+/// conversation, which the suite sets afterwards): only the adapter's memory can tell them
+/// apart.
+pub(crate) async fn multi_turn<Kn: Knobs>(knobs: &Kn, marker: &str, turns: Turns) -> Verdict {
+    let b = knobs.bounds();
+    let (recall, other) = (wire(&turns.recall), wire(&turns.recall_other));
+    if recall.contains(marker) {
+        return Err(format!(
+            "the knobs' {} request carries the marker itself: only the adapter's memory may \
+             produce it",
+            Behaviour::Recall
+        ));
+    }
+    if recall != other {
+        return Err(format!(
+            "the knobs made two different {} requests: a recall may depend only on the \
+             conversation the suite sets",
+            Behaviour::Recall
+        ));
+    }
+    let first = ConversationId::generate();
+    let second = ConversationId::generate();
+    // One adapter serves all three turns: its memory is what is certified.
+    let service = probe::service(knobs.adapter(), b);
+    turn(
+        &service,
+        turns.remember,
+        &first,
+        "the remembering turn of the first conversation",
+        b,
+    )
+    .await?;
+    let recalled = turn(
+        &service,
+        turns.recall,
+        &first,
+        "the recalling turn of the first conversation",
+        b,
+    )
+    .await?;
+    if !message_text(&recalled).contains(marker) {
+        return Err(format!(
+            "conversation forgotten: the later turn of the first conversation did not stream \
+             the marker its earlier turn kept ({MULTI_TURN_RULE})"
+        ));
+    }
+    let elsewhere = turn(
+        &service,
+        turns.recall_other,
+        &second,
+        "the recalling turn of the second conversation",
+        b,
+    )
+    .await?;
+    if let Some(at) = elsewhere.leaks(marker) {
+        return Err(format!(
+            "conversation leaked: the second conversation's turn saw the marker the first \
+             kept, at {at} ({MULTI_TURN_RULE})"
+        ));
+    }
+    Ok(
+        "one adapter, three turns: the first conversation's later turn recalled the marker its \
+         earlier turn kept; the second conversation's turn did not see it"
+            .to_owned(),
+    )
+}
