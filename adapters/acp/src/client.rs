@@ -6,6 +6,13 @@
 //! - `session/update` notifications, `session/request_permission` and `elicitation/create`
 //!   requests go to the runtime's inbound queue, in the order the connection dispatched them
 //!   (the crate's dispatch loop is sequential, and the handlers only enqueue).
+//! - That queue is bounded by *backpressure* at the source: the line stream admits each such
+//!   message against the [`Backlog`] (at most [`INBOUND_LIMIT`] messages and
+//!   [`INBOUND_BYTES`] bytes not yet consumed by the runtime) before the crate sees it, and
+//!   stops reading the agent's stdout while the backlog is full, so the agent blocks on its
+//!   own writes. The crate's own transport queue is unbounded, so the bound must be applied
+//!   before it. See [`Backlog`] for the paths where waiting could deadlock and what is done
+//!   there instead.
 //! - `fs/read_text_file` / `fs/write_text_file` are served here, inside the workspace, or
 //!   declined; every other request (`terminal/*`, ...) is answered `-32601` by the crate.
 //! - The `session/prompt` response is enqueued from an ordered response callback
@@ -17,38 +24,55 @@
 //! line stream is wrapped by a *wire guard* that checks each line before the crate sees it:
 //! a line that is not a JSON-RPC 2.0 object, a response to a request that was not sent (the
 //! outgoing sink records the ids of requests as they are written), a malformed response to
-//! one of our requests, or a malformed `session/update` / `session/request_permission` ends
+//! one of our requests, or a malformed `session/update` / `session/request_permission` /
+//! `elicitation/create` ends
 //! the stream with an error and records the fault, which then names every failure.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use agent_client_protocol as acp;
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
-    ClientCapabilities, CreateElicitationRequest, CreateElicitationResponse,
+    ClientCapabilities, CreateElicitationRequest, CreateElicitationResponse, ElicitationAction,
     ElicitationCapabilities, ElicitationFormCapabilities, FileSystemCapabilities, Implementation,
     InitializeRequest, InitializeResponse, LoadSessionRequest, LoadSessionResponse,
     NewSessionResponse, PromptRequest, PromptResponse, ReadTextFileRequest, ReadTextFileResponse,
-    RequestPermissionRequest, RequestPermissionResponse, SessionId, SessionNotification,
-    WriteTextFileRequest, WriteTextFileResponse,
+    RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse, SessionId,
+    SessionNotification, WriteTextFileRequest, WriteTextFileResponse,
 };
-use futures_util::future;
+use futures_util::{FutureExt as _, future};
 use harness_core::error::{ErrorCategory, HarnessError};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+use tracing::Instrument as _;
 
 use crate::options::{AcpOptions, FileAccess};
+use crate::runtime::Stats;
 
 /// How much of the agent's stderr is kept, for diagnostics.
 pub(crate) const STDERR_LIMIT: usize = 8 * 1024;
 /// The longest line accepted from the agent.
 const MAX_LINE: usize = 16 * 1024 * 1024;
+
+/// At most this many messages the runtime consumes (`session/update` notifications,
+/// `session/request_permission` and `elicitation/create` requests) are held between the
+/// agent's stdout and the runtime: while that many are waiting, the adapter stops reading the
+/// agent's output (backpressure).
+pub const INBOUND_LIMIT: usize = 1024;
+/// At most this many bytes of such messages are held (a single larger message, up to the
+/// 16 MiB line limit, is admitted alone).
+pub const INBOUND_BYTES: usize = 8 * 1024 * 1024;
+/// What each message weighs at least: [`INBOUND_BYTES`] / [`INBOUND_LIMIT`], so the byte
+/// budget also bounds the number of messages.
+const MIN_WEIGHT: usize = INBOUND_BYTES / INBOUND_LIMIT;
 
 /// The crate's connection to the agent, as the client sees it.
 type AgentConnection = acp::v1::ConnectionTo<acp::Agent>;
@@ -60,17 +84,22 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// What the agent sent that the runtime handles.
 #[derive(Debug)]
 pub(crate) enum Inbound {
-    /// A `session/update` notification (not a replayed one: see [`AgentProcess::load`]).
-    Update(Box<SessionNotification>),
+    /// A `session/update` notification (not a replayed one: see [`AgentProcess::load`]),
+    /// with its share of the [`Backlog`], released when the runtime consumed it.
+    Update(Box<SessionNotification>, Option<Ticket>),
     /// A `session/request_permission` request, answered through its responder.
     Permission {
         request: Box<RequestPermissionRequest>,
         responder: acp::v1::Responder<RequestPermissionResponse>,
+        /// Released when the runtime takes the request.
+        _ticket: Option<Ticket>,
     },
     /// An `elicitation/create` request, answered through its responder.
     Elicitation {
         request: Box<CreateElicitationRequest>,
         responder: acp::v1::Responder<CreateElicitationResponse>,
+        /// Released when the runtime takes the request.
+        _ticket: Option<Ticket>,
     },
     /// The prompt request was answered (or failed).
     PromptDone(Result<PromptResponse, HarnessError>),
@@ -111,8 +140,11 @@ impl Wire {
         }
     }
 
-    /// Checks one incoming line; `Err` is a protocol fault that ends the connection.
-    fn incoming(&self, line: &str) -> Result<(), HarnessError> {
+    /// Checks one incoming line; `Err` is a protocol fault that ends the connection. `Ok(true)`
+    /// for a message the runtime consumes (a `session/update` notification, a
+    /// `session/request_permission` or `elicitation/create` request), which the [`Backlog`]
+    /// admits: each is checked against its schema here, so every one reaches its handler.
+    fn incoming(&self, line: &str) -> Result<bool, HarnessError> {
         let message: Value = serde_json::from_str(line).map_err(|e| {
             protocol("the ACP agent sent output that is not JSON-RPC").with_diagnostic(format!(
                 "{e}; line starts {:?}",
@@ -132,19 +164,23 @@ impl Wire {
         let params = || object.get("params").cloned().unwrap_or(Value::Null);
         match (object.get("method"), object.get("id")) {
             (Some(Value::String(method)), id) => {
-                let malformed = match (method.as_str(), id) {
+                let checked = match (method.as_str(), id) {
                     ("session/update", None) => {
-                        serde_json::from_value::<SessionNotification>(params()).err()
+                        Some(serde_json::from_value::<SessionNotification>(params()).map(drop))
                     }
                     ("session/request_permission", Some(_)) => {
-                        serde_json::from_value::<RequestPermissionRequest>(params()).err()
+                        Some(serde_json::from_value::<RequestPermissionRequest>(params()).map(drop))
+                    }
+                    ("elicitation/create", Some(_)) => {
+                        Some(serde_json::from_value::<CreateElicitationRequest>(params()).map(drop))
                     }
                     _ => None,
                 };
-                match malformed {
-                    Some(e) => Err(protocol("the ACP agent sent a malformed message")
+                match checked {
+                    Some(Err(e)) => Err(protocol("the ACP agent sent a malformed message")
                         .with_diagnostic(format!("{method}: {e}"))),
-                    None => Ok(()),
+                    Some(Ok(())) => Ok(true),
+                    None => Ok(false),
                 }
             }
             (Some(_), _) => Err(protocol(
@@ -156,8 +192,10 @@ impl Wire {
                         .with_diagnostic(format!("response id {id}")));
                 };
                 match (object.get("result"), object.get("error")) {
-                    (Some(result), None) => self.check_result(&method, result),
-                    (None, Some(error)) if error.get("code").is_some_and(Value::is_i64) => Ok(()),
+                    (Some(result), None) => self.check_result(&method, result).map(|()| false),
+                    (None, Some(error)) if error.get("code").is_some_and(Value::is_i64) => {
+                        Ok(false)
+                    }
                     _ => Err(protocol("the ACP agent sent a malformed JSON-RPC response")
                         .with_diagnostic(format!("response to {method}"))),
                 }
@@ -206,6 +244,145 @@ impl Wire {
     }
 }
 
+/// The bound on what the agent sent that the runtime has not consumed yet.
+///
+/// The line stream admits every message the runtime consumes before the crate sees it: it
+/// takes a [`Ticket`] (the message's weight, at least [`MIN_WEIGHT`], from a budget of
+/// [`INBOUND_BYTES`]) and queues it here; the handler the crate dispatches that message to
+/// takes the ticket (in the same order: the dispatch loop is sequential) and either drops it
+/// (a replayed update, a request answered at once) or hands it to the runtime with the
+/// message, which drops it once consumed. While the budget is spent, the stream stops reading
+/// the agent's stdout.
+///
+/// Waiting could deadlock where the runtime waits for something that must pass through the
+/// same stdout while it is not consuming; each such path is handled:
+///
+/// - the handshake (`initialize`, `session/new`, `session/load`): nothing consumes yet, so a
+///   backlog that is full once everything read was dispatched (see [`stuck`](Self::stuck))
+///   ends the start as `protocol`, naming the limit;
+/// - a cancelled turn (the driver may not poll the run, yet the cancel waits for the prompt's
+///   answer): while [`refusing`](Self::refusing), the stream never waits; a message that
+///   finds the budget spent passes without a ticket, and its handler answers a request
+///   `cancelled` (as for any request after a cancel) or drops an update (counted in
+///   `updates_dropped`);
+/// - a run paused on an interrupt: the answer is written (the outgoing side never waits for
+///   the incoming one) and the resumed segment consumes again, so waiting is safe;
+/// - responses to our requests, `fs/*` requests and the `session/load` replay take no budget
+///   for long (replayed updates are dropped by the handler at once);
+/// - cleanup aborts the connection task, waiting or not.
+#[derive(Debug)]
+pub(crate) struct Backlog {
+    budget: Arc<Semaphore>,
+    /// Tickets of the lines admitted, in order, until their handler takes them (`None`: a
+    /// line let through without budget while refusing).
+    tickets: Mutex<VecDeque<Option<Ticket>>>,
+    /// Messages admitted and not yet consumed.
+    messages: Arc<AtomicUsize>,
+    /// `true` while the stream waits for budget.
+    stalled: AtomicBool,
+    /// Bumped on every change [`stuck`](Self::stuck) depends on.
+    changes: watch::Sender<u64>,
+    /// Set once the turn is cancelled: permission and elicitation requests are then answered
+    /// `cancelled` at once (ACP: the client answers them so after `session/cancel`), and the
+    /// stream never waits for budget.
+    refusing: watch::Sender<bool>,
+    stats: Arc<Stats>,
+}
+
+/// One admitted message's share of the [`Backlog`], released when dropped.
+#[derive(Debug)]
+pub(crate) struct Ticket {
+    _permit: OwnedSemaphorePermit,
+    messages: Arc<AtomicUsize>,
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.messages.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Backlog {
+    fn new(stats: Arc<Stats>) -> Self {
+        Self {
+            budget: Arc::new(Semaphore::new(INBOUND_BYTES)),
+            tickets: Mutex::default(),
+            messages: Arc::default(),
+            stalled: AtomicBool::new(false),
+            changes: watch::Sender::new(0),
+            refusing: watch::Sender::new(false),
+            stats,
+        }
+    }
+
+    fn changed(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Admits one message of `len` bytes the runtime will consume: waits for budget unless
+    /// refusing.
+    async fn admit(&self, len: usize) {
+        let weight = u32::try_from(len.clamp(MIN_WEIGHT, INBOUND_BYTES)).unwrap_or(u32::MAX);
+        let permit = match Arc::clone(&self.budget).try_acquire_many_owned(weight) {
+            Ok(permit) => Some(permit),
+            Err(_) if *self.refusing.borrow() => None,
+            Err(_) => {
+                self.stats.inbound_stalls.fetch_add(1, Ordering::SeqCst);
+                self.stalled.store(true, Ordering::SeqCst);
+                self.changed();
+                let mut refusing = self.refusing.subscribe();
+                let acquire = std::pin::pin!(Arc::clone(&self.budget).acquire_many_owned(weight));
+                let cancelled = std::pin::pin!(async move {
+                    let _ = refusing.wait_for(|r| *r).await.is_ok();
+                });
+                let permit = match future::select(acquire, cancelled).await {
+                    future::Either::Left((permit, _)) => permit.ok(),
+                    future::Either::Right(((), acquire)) => {
+                        acquire.now_or_never().and_then(Result::ok)
+                    }
+                };
+                self.stalled.store(false, Ordering::SeqCst);
+                self.changed();
+                permit
+            }
+        };
+        let ticket = permit.map(|permit| {
+            let n = self.messages.fetch_add(1, Ordering::SeqCst) + 1;
+            self.stats
+                .inbound_peak
+                .fetch_max(u64::try_from(n).unwrap_or(u64::MAX), Ordering::SeqCst);
+            Ticket {
+                _permit: permit,
+                messages: Arc::clone(&self.messages),
+            }
+        });
+        lock(&self.tickets).push_back(ticket);
+    }
+
+    /// The ticket of the message being dispatched (the oldest one admitted).
+    fn take(&self) -> Option<Ticket> {
+        let ticket = lock(&self.tickets).pop_front().flatten();
+        self.changed();
+        ticket
+    }
+
+    /// Whether the stream waits for budget that only the runtime can free: every message
+    /// admitted so far was dispatched (so everything read before them was too).
+    fn is_stuck(&self) -> bool {
+        self.stalled.load(Ordering::SeqCst) && lock(&self.tickets).is_empty()
+    }
+
+    /// Resolves once [`is_stuck`](Self::is_stuck).
+    async fn stuck(&self) {
+        let mut changes = self.changes.subscribe();
+        let _ = changes.wait_for(|_| self.is_stuck()).await.is_ok();
+    }
+
+    fn refusing(&self) -> bool {
+        *self.refusing.borrow()
+    }
+}
+
 /// Replay accounting for `session/load`: while set, updates for that session are counted,
 /// not enqueued.
 #[derive(Debug, Default)]
@@ -221,9 +398,70 @@ pub(crate) struct AgentProcess {
     wire: Arc<Wire>,
     replay: Arc<Mutex<Replay>>,
     stderr: Arc<Mutex<VecDeque<u8>>>,
+    /// `Some` until the agent is reaped: while it is, its pid (the group id) cannot be reused.
     child: tokio::sync::Mutex<Option<Child>>,
     pgid: Option<u32>,
     stop: Mutex<Option<oneshot::Sender<()>>>,
+    backlog: Arc<Backlog>,
+    /// The tasks spawned for the agent (the connection first, then the stderr reader):
+    /// stopped by [`shutdown`](Self::shutdown) (and on drop) even if the agent left a process
+    /// outside its group holding its stdout or stderr open.
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// Where the connection reports its end: [`shutdown`](Self::shutdown) reports it when it
+    /// had to stop the connection.
+    inbound: mpsc::UnboundedSender<Inbound>,
+}
+
+impl Drop for AgentProcess {
+    /// An agent dropped without [`shutdown`](Self::shutdown) (a dropped `initialize` or
+    /// probe, a timed-out `evaluate`) takes its whole process group with it, not only the
+    /// leader `kill_on_drop` would reach.
+    fn drop(&mut self) {
+        if let Ok(mut child) = self.child.try_lock()
+            && let Some(child) = child.take()
+        {
+            signal_group(self.pgid, "-KILL");
+            reap_in_background(child);
+        }
+        for task in lock(&self.tasks).drain(..) {
+            task.abort();
+        }
+    }
+}
+
+/// Reaps a killed agent on a task of its own (it ends once the agent is reaped, right after
+/// the kill), so no zombie is left until Tokio's best-effort orphan reaping gets to it.
+fn reap_in_background(mut child: Child) {
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(async move {
+            let _ = child.start_kill();
+            let _ = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
+        });
+    }
+}
+
+/// Kills the process group (and reaps the agent) when dropped, unless disarmed: covers
+/// `spawn` being dropped before the [`AgentProcess`] (whose `Drop` then takes over) exists.
+struct KillGroup {
+    pgid: Option<u32>,
+    child: Option<Child>,
+}
+
+impl KillGroup {
+    /// The agent, no longer killed on drop.
+    fn disarm(mut self) -> Option<Child> {
+        self.pgid = None;
+        self.child.take()
+    }
+}
+
+impl Drop for KillGroup {
+    fn drop(&mut self) {
+        signal_group(self.pgid, "-KILL");
+        if let Some(child) = self.child.take() {
+            reap_in_background(child);
+        }
+    }
 }
 
 impl AgentProcess {
@@ -232,6 +470,7 @@ impl AgentProcess {
     pub(crate) async fn spawn(
         options: &AcpOptions,
         inbound: mpsc::UnboundedSender<Inbound>,
+        stats: Arc<Stats>,
     ) -> Result<Arc<Self>, HarnessError> {
         let (program, args) = options
             .command
@@ -260,43 +499,61 @@ impl AgentProcess {
             .with_diagnostic(format!("spawning {program:?}: {e}"))
         })?;
         let pgid = child.id();
-        let (Some(stdin), Some(stdout), Some(stderr)) =
-            (child.stdin.take(), child.stdout.take(), child.stderr.take())
-        else {
+        let stdio = (child.stdin.take(), child.stdout.take(), child.stderr.take());
+        let guard = KillGroup {
+            pgid,
+            child: Some(child),
+        };
+        let (Some(stdin), Some(stdout), Some(stderr)) = stdio else {
+            if let Some(child) = guard.disarm() {
+                Self::reap_on_failure(child, pgid).await;
+            }
             return Err(HarnessError::new(
                 ErrorCategory::Internal,
                 "the ACP agent's stdio was not piped",
             ));
         };
-        let stderr_buf = keep_stderr(stderr);
+        let (stderr_buf, stderr_task) = keep_stderr(stderr);
+        // Aborted on every path out of here that does not hand it to the agent.
+        let stderr_task = AbortOnDrop(Some(stderr_task));
 
         let wire = Arc::new(Wire::default());
         let replay = Arc::new(Mutex::new(Replay::default()));
+        let backlog = Arc::new(Backlog::new(stats));
         let transport = acp::Lines::new(
             line_sink(stdin, Arc::clone(&wire)),
-            line_stream(stdout, Arc::clone(&wire)),
+            line_stream(stdout, Arc::clone(&wire), Arc::clone(&backlog)),
         );
         let handlers = Handlers {
             inbound: inbound.clone(),
             replay: Arc::clone(&replay),
             workspace: options.cwd.clone(),
             files: options.files,
+            backlog: Arc::clone(&backlog),
         };
         let (cx_tx, cx_rx) = oneshot::channel();
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let ended = Arc::clone(&wire);
-        tokio::spawn(async move {
+        let inbound_end = inbound.clone();
+        // The connection's work (and the crate's own tracing) stays in the caller's span: the
+        // execution's, when a runtime starts the agent.
+        let connection = async move {
             let result = handlers.connect(transport, cx_tx, stop_rx).await;
             let end = ended.fault().unwrap_or_else(|| match result {
                 Ok(()) => exited(),
                 Err(e) => exited().with_diagnostic(e.to_string()),
             });
             let _ = inbound.send(Inbound::Closed(end));
-        });
+        };
+        let connection_task = AbortOnDrop(Some(tokio::spawn(
+            connection.instrument(tracing::Span::current()),
+        )));
 
         let Ok(cx) = cx_rx.await else {
             let err = wire.fault().unwrap_or_else(exited);
-            Self::reap_on_failure(child, pgid).await;
+            if let Some(child) = guard.disarm() {
+                Self::reap_on_failure(child, pgid).await;
+            }
             return Err(err);
         };
         let agent = Self {
@@ -304,11 +561,58 @@ impl AgentProcess {
             wire,
             replay,
             stderr: stderr_buf,
-            child: tokio::sync::Mutex::new(Some(child)),
+            child: tokio::sync::Mutex::new(guard.disarm()),
             pgid,
             stop: Mutex::new(Some(stop_tx)),
+            backlog,
+            inbound: inbound_end,
+            tasks: Mutex::new(
+                [connection_task, stderr_task]
+                    .into_iter()
+                    .filter_map(AbortOnDrop::into_inner)
+                    .collect(),
+            ),
         };
         Ok(Arc::new(agent))
+    }
+
+    /// Whether permission and elicitation requests are answered `cancelled` at once (set by
+    /// [`refuse_requests`](Self::refuse_requests)).
+    pub(crate) fn refusing(&self) -> bool {
+        self.backlog.refusing()
+    }
+
+    /// From now on (`true`: the turn was cancelled) or again (`false`: a new turn), answers
+    /// permission and elicitation requests `cancelled` at once instead of enqueuing them (and
+    /// lets the agent's output through without waiting for the runtime: see [`Backlog`]).
+    pub(crate) fn refuse_requests(&self, refuse: bool) {
+        self.backlog.refusing.send_replace(refuse);
+    }
+
+    /// Waits for `answer` (a handshake request's response) unless the backlog is stuck
+    /// first: nothing consumes it during the handshake, so the response can never be read.
+    async fn answered<T>(
+        &self,
+        method: &str,
+        answer: impl Future<Output = Result<T, HarnessError>>,
+    ) -> Result<T, HarnessError> {
+        let answer = std::pin::pin!(answer);
+        let stuck = std::pin::pin!(self.backlog.stuck());
+        match future::select(answer, stuck).await {
+            future::Either::Left((result, _)) => result,
+            // Dispatched just before the backlog was found stuck: still the answer.
+            future::Either::Right(((), answer)) => answer.now_or_never().unwrap_or_else(|| {
+                Err(HarnessError::new(
+                    ErrorCategory::Protocol,
+                    format!(
+                        "the ACP agent sent more than {INBOUND_LIMIT} messages (or {} MiB) \
+                         before answering {method}; the adapter holds at most that many \
+                         unconsumed",
+                        INBOUND_BYTES / (1024 * 1024)
+                    ),
+                ))
+            }),
+        }
     }
 
     async fn reap_on_failure(mut child: Child, pgid: Option<u32>) {
@@ -347,7 +651,11 @@ impl AgentProcess {
                 "harness-acp",
                 env!("CARGO_PKG_VERSION"),
             ));
-        let result = self.cx.send_request(request).block_task().await;
+        let result = self
+            .answered("initialize", async {
+                Ok(self.cx.send_request(request).block_task().await)
+            })
+            .await?;
         // The crate refuses a response of another version; the guard kept what was sent.
         let version = lock(&self.wire.agent_version).clone();
         match result {
@@ -371,11 +679,15 @@ impl AgentProcess {
         &self,
         request: R,
     ) -> Result<R::Response, HarnessError> {
-        self.cx
-            .send_request(request)
-            .block_task()
-            .await
-            .map_err(|e| self.wire.error(&e))
+        let method = request.method().to_owned();
+        self.answered(&method, async {
+            self.cx
+                .send_request(request)
+                .block_task()
+                .await
+                .map_err(|e| self.wire.error(&e))
+        })
+        .await
     }
 
     /// `session/load`: the session's replayed history (the updates for it that arrive before
@@ -401,13 +713,18 @@ impl AgentProcess {
                 future::ready(Ok(()))
             });
         let result = match sent {
-            Ok(()) => rx
+            Ok(()) => {
+                self.answered("session/load", async {
+                    Ok(rx
+                        .await
+                        .unwrap_or_else(|_| Err(acp::Error::internal_error())))
+                })
                 .await
-                .unwrap_or_else(|_| Err(acp::Error::internal_error())),
-            Err(e) => Err(e),
+            }
+            Err(e) => Ok(Err(e)),
         };
         *lock(&self.replay) = Replay::default();
-        result.map_err(|e| self.wire.error(&e))
+        result?.map_err(|e| self.wire.error(&e))
     }
 
     /// Sends `session/prompt`; `done` runs with its result, in order after every update the
@@ -466,6 +783,41 @@ impl AgentProcess {
         signal_group(self.pgid, "-KILL");
         let _ = child.start_kill();
         let _ = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
+        // The connection and the stderr reader end once every holder of the agent's stdout
+        // and stderr is gone; a process the agent moved out of its group may hold them open
+        // for ever. Let them finish what the group wrote (bounded), then stop them.
+        let tasks: Vec<_> = lock(&self.tasks).drain(..).collect();
+        let deadline = tokio::time::Instant::now() + TASK_DRAIN;
+        for (i, mut task) in tasks.into_iter().enumerate() {
+            let finished = tokio::time::timeout_at(deadline, &mut task).await.is_ok();
+            task.abort();
+            if i == 0 && !finished {
+                // The connection could not report its end itself.
+                let end = self.wire.fault().unwrap_or_else(exited);
+                let _ = self.inbound.send(Inbound::Closed(end));
+            }
+        }
+    }
+}
+
+/// How long [`AgentProcess::shutdown`] lets the agent's tasks finish on their own once the
+/// process group is gone.
+const TASK_DRAIN: Duration = Duration::from_millis(200);
+
+/// Aborts a task when dropped, unless taken out with [`into_inner`](Self::into_inner).
+struct AbortOnDrop(Option<JoinHandle<()>>);
+
+impl AbortOnDrop {
+    fn into_inner(mut self) -> Option<JoinHandle<()>> {
+        self.0.take()
+    }
+}
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(task) = self.0.take() {
+            task.abort();
+        }
     }
 }
 
@@ -476,6 +828,7 @@ struct Handlers {
     replay: Arc<Mutex<Replay>>,
     workspace: PathBuf,
     files: FileAccess,
+    backlog: Arc<Backlog>,
 }
 
 impl Handlers {
@@ -488,8 +841,8 @@ impl Handlers {
         stop: oneshot::Receiver<()>,
     ) -> Result<(), acp::Error> {
         let updates = self.clone();
-        let permissions = self.inbound.clone();
-        let elicitations = self.inbound.clone();
+        let permissions = self.clone();
+        let elicitations = self.clone();
         let reads = self.clone();
         let writes = self;
         acp::Client
@@ -497,6 +850,7 @@ impl Handlers {
             .name("harness-acp")
             .on_receive_notification(
                 async move |notification: SessionNotification, _cx| {
+                    let ticket = updates.backlog.take();
                     {
                         let mut replay = lock(&updates.replay);
                         if replay.session.as_ref() == Some(&notification.session_id) {
@@ -504,28 +858,54 @@ impl Handlers {
                             return Ok(());
                         }
                     }
+                    if ticket.is_none() && updates.backlog.refusing() {
+                        // After a cancel, with the backlog full: dropped rather than held.
+                        updates
+                            .backlog
+                            .stats
+                            .updates_dropped
+                            .fetch_add(1, Ordering::SeqCst);
+                        return Ok(());
+                    }
                     let _ = updates
                         .inbound
-                        .send(Inbound::Update(Box::new(notification)));
+                        .send(Inbound::Update(Box::new(notification), ticket));
                     Ok(())
                 },
                 acp::on_receive_notification!(),
             )
             .on_receive_request(
-                async move |request: RequestPermissionRequest, responder, _cx| {
-                    let _ = permissions.send(Inbound::Permission {
+                async move |request: RequestPermissionRequest,
+                            responder: acp::v1::Responder<RequestPermissionResponse>,
+                            _cx| {
+                    let ticket = permissions.backlog.take();
+                    if permissions.backlog.refusing() {
+                        return responder.respond(RequestPermissionResponse::new(
+                            RequestPermissionOutcome::Cancelled,
+                        ));
+                    }
+                    let _ = permissions.inbound.send(Inbound::Permission {
                         request: Box::new(request),
                         responder,
+                        _ticket: ticket,
                     });
                     Ok(())
                 },
                 acp::on_receive_request!(),
             )
             .on_receive_request(
-                async move |request: CreateElicitationRequest, responder, _cx| {
-                    let _ = elicitations.send(Inbound::Elicitation {
+                async move |request: CreateElicitationRequest,
+                            responder: acp::v1::Responder<CreateElicitationResponse>,
+                            _cx| {
+                    let ticket = elicitations.backlog.take();
+                    if elicitations.backlog.refusing() {
+                        return responder
+                            .respond(CreateElicitationResponse::new(ElicitationAction::Cancel));
+                    }
+                    let _ = elicitations.inbound.send(Inbound::Elicitation {
                         request: Box::new(request),
                         responder,
+                        _ticket: ticket,
                     });
                     Ok(())
                 },
@@ -651,31 +1031,43 @@ fn line_sink(
 fn line_stream(
     stdout: ChildStdout,
     wire: Arc<Wire>,
+    backlog: Arc<Backlog>,
 ) -> impl futures_util::Stream<Item = std::io::Result<String>> + Send + 'static {
     let reader = BufReader::new(stdout);
     futures_util::stream::unfold(Some(reader), move |reader| {
         let wire = Arc::clone(&wire);
+        let backlog = Arc::clone(&backlog);
         async move {
             let mut reader = reader?;
-            let mut line = String::new();
+            let mut bytes = Vec::new();
             loop {
-                line.clear();
+                bytes.clear();
                 let read = (&mut reader)
                     .take(MAX_LINE as u64)
-                    .read_line(&mut line)
+                    .read_until(b'\n', &mut bytes)
                     .await;
                 let fault = match read {
                     Ok(0) => return None,
-                    Ok(_) if !line.ends_with('\n') && line.len() >= MAX_LINE => {
+                    Ok(_) if bytes.last() != Some(&b'\n') && bytes.len() >= MAX_LINE => {
                         protocol("the ACP agent sent an oversized message")
                     }
-                    Ok(_) if line.trim().is_empty() => continue,
-                    Ok(_) => match wire.incoming(line.trim()) {
-                        Ok(()) => {
-                            let text = line.trim_end_matches(['\n', '\r']).to_owned();
-                            return Some((Ok(text), Some(reader)));
-                        }
-                        Err(fault) => fault,
+                    // Output that is not UTF-8 is not JSON-RPC: a protocol fault, like any
+                    // other line that is not (not an I/O failure of the pipe).
+                    Ok(_) => match std::str::from_utf8(&bytes) {
+                        Err(e) => protocol("the ACP agent sent output that is not JSON-RPC")
+                            .with_diagnostic(format!("the line is not UTF-8: {e}")),
+                        Ok(line) if line.trim().is_empty() => continue,
+                        Ok(line) => match wire.incoming(line.trim()) {
+                            Ok(consumed) => {
+                                let text = line.trim_end_matches(['\n', '\r']).to_owned();
+                                if consumed {
+                                    // Backpressure: waits while the runtime is behind.
+                                    backlog.admit(text.len()).await;
+                                }
+                                return Some((Ok(text), Some(reader)));
+                            }
+                            Err(fault) => fault,
+                        },
                     },
                     Err(e) => {
                         return Some((Err(e), None));
@@ -692,10 +1084,10 @@ fn line_stream(
     })
 }
 
-fn keep_stderr(stderr: tokio::process::ChildStderr) -> Arc<Mutex<VecDeque<u8>>> {
+fn keep_stderr(stderr: tokio::process::ChildStderr) -> (Arc<Mutex<VecDeque<u8>>>, JoinHandle<()>) {
     let buf = Arc::new(Mutex::new(VecDeque::with_capacity(STDERR_LIMIT)));
     let keep = Arc::clone(&buf);
-    tokio::spawn(async move {
+    let read = async move {
         let mut stderr = stderr;
         let mut chunk = [0_u8; 4096];
         while let Ok(n) = stderr.read(&mut chunk).await {
@@ -707,8 +1099,9 @@ fn keep_stderr(stderr: tokio::process::ChildStderr) -> Arc<Mutex<VecDeque<u8>>> 
             let excess = buf.len().saturating_sub(STDERR_LIMIT);
             buf.drain(..excess);
         }
-    });
-    buf
+    };
+    let task = tokio::spawn(read.instrument(tracing::Span::current()));
+    (buf, task)
 }
 
 /// Signals the whole process group.
@@ -823,6 +1216,51 @@ mod tests {
             .expect("a valid update");
         wire.incoming(r#"{"jsonrpc":"2.0","id":"x","method":"terminal/create","params":{}}"#)
             .expect("other requests are the crate's to answer");
+    }
+
+    /// The backlog admits [`INBOUND_LIMIT`] messages, then waits until the runtime consumes
+    /// one; it is stuck when it waits and every admitted message was dispatched; once
+    /// refusing, it lets messages through without budget instead of waiting.
+    #[tokio::test]
+    async fn the_backlog_waits_when_full_until_a_message_is_consumed() {
+        let wait = Duration::from_secs(10);
+        let stats = Arc::new(Stats::default());
+        let backlog = Arc::new(Backlog::new(Arc::clone(&stats)));
+        for _ in 0..INBOUND_LIMIT {
+            backlog.admit(10).await;
+        }
+        let mut held: Vec<_> = (0..INBOUND_LIMIT).map(|_| backlog.take()).collect();
+        assert!(held.iter().all(Option::is_some));
+        assert!(!backlog.is_stuck());
+        let next = tokio::spawn({
+            let backlog = Arc::clone(&backlog);
+            async move { backlog.admit(10).await }
+        });
+        tokio::time::timeout(wait, backlog.stuck())
+            .await
+            .expect("the full backlog waits, with nothing left to dispatch");
+        drop(held.pop());
+        tokio::time::timeout(wait, next)
+            .await
+            .expect("a consumed message makes room")
+            .expect("the admission task");
+        assert_eq!(
+            stats.inbound_peak.load(Ordering::SeqCst),
+            INBOUND_LIMIT as u64
+        );
+        assert_eq!(backlog.messages.load(Ordering::SeqCst), INBOUND_LIMIT);
+        // Refusing (a cancelled turn): no waiting, no budget.
+        backlog.refusing.send_replace(true);
+        tokio::time::timeout(wait, backlog.admit(10))
+            .await
+            .expect("a cancelled turn never waits");
+        let last = backlog.take();
+        assert!(last.is_some());
+        assert!(backlog.take().is_none(), "let through without a ticket");
+        drop(held);
+        assert_eq!(backlog.messages.load(Ordering::SeqCst), 1);
+        drop(last);
+        assert_eq!(backlog.messages.load(Ordering::SeqCst), 0);
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! an environment built only from the allowlisted host variables, negotiates protocol
 //! version 1 at `initialize`, opens an ACP session (`session/new`, or `session/load` for a
 //! later turn of a conversation when the agent offers `loadSession`) and sends the turn's
-//! message as `session/prompt`. The agent's `session/update` notifications become portable
+//! message as `session/prompt` (with the turn's W3C trace context as `traceparent` /
+//! `tracestate` in its `_meta`). The agent's `session/update` notifications become portable
 //! events (or namespaced native ones), its `session/request_permission` requests become
 //! tool-approval interrupts, its form-mode `elicitation/create` requests become form-input
 //! interrupts, and the prompt's stop reason ends the run.
@@ -15,6 +16,11 @@
 //! task, so it runs on any multi-threaded Tokio runtime. A wire guard in front of the crate
 //! ends the run as `protocol` on output that is not ACP JSON-RPC, which the crate would answer
 //! and skip.
+//!
+//! At most [`INBOUND_LIMIT`] messages (and [`INBOUND_BYTES`] bytes) the agent sent wait for
+//! the run: beyond that, the adapter stops reading the agent's output (backpressure), so a
+//! flooding agent does not grow the adapter's memory. No task the adapter spawned for an
+//! agent outlives its cleanup.
 //!
 //! [`AcpAdapter`]'s `evaluate` probes the agent (start, `initialize`, shut down; cached per
 //! options) and reports what it negotiated. The mapping table, the capabilities and how
@@ -29,6 +35,7 @@ mod elicitation;
 mod options;
 mod runtime;
 
+pub use client::{INBOUND_BYTES, INBOUND_LIMIT};
 pub use options::{AcpOptions, DEFAULT_CANCEL_GRACE_MS, FileAccess};
 pub use runtime::{
     ADAPTER_ID, AcpAdapter, NAMESPACE, PROBE_TIMEOUT, Stats, StatsSnapshot, descriptor,

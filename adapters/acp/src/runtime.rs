@@ -1,6 +1,8 @@
 //! [`AcpAdapter`] and its runtime: one agent process and one ACP session per execution.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::ffi::OsString;
+use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -107,6 +109,38 @@ fn capabilities() -> CapabilityReport {
             CapabilityKey::RuntimeBoundedCleanup,
             native("cleanup terminates, then kills, the agent's whole process group"),
         )
+        .with(
+            CapabilityKey::ObservabilityMetrics,
+            native(
+                "every outcome (success, failure, cancel) reaches the execution's log, so the \
+                 metrics layer counts and times each execution by outcome and its events by kind",
+            ),
+        )
+        .with(
+            CapabilityKey::ObservabilityTracing,
+            native(
+                "the tasks the runtime spawns (the ACP connection, the stderr reader) are \
+                 instrumented with the span that started the agent: the execution's",
+            ),
+        )
+        .with(
+            CapabilityKey::ObservabilityTracePropagation,
+            native(
+                "the turn's W3C trace context is sent in the `_meta` of session/prompt \
+                 (`traceparent`, `tracestate`), the root keys ACP reserves for it; the agent \
+                 decides whether to continue the trace",
+            )
+            .with_constraint("via", "session/prompt _meta"),
+        )
+        .with(
+            CapabilityKey::ObservabilityRedaction,
+            native(
+                "everything the agent produces is yielded to the driver, where redaction \
+                 applies; the adapter opens no span and logs nothing, the agent's stderr is \
+                 redacted and kept in the internal diagnostic only, and the ACP crate traces \
+                 message payloads redacted",
+            ),
+        )
 }
 
 fn build_descriptor() -> Result<HarnessDescriptor, String> {
@@ -138,6 +172,9 @@ pub struct Stats {
     probes: AtomicU64,
     graceful_cancels: AtomicU64,
     forced_cancels: AtomicU64,
+    pub(crate) inbound_peak: AtomicU64,
+    pub(crate) inbound_stalls: AtomicU64,
+    pub(crate) updates_dropped: AtomicU64,
 }
 
 /// A copy of the [`Stats`] counters.
@@ -153,6 +190,14 @@ pub struct StatsSnapshot {
     pub graceful_cancels: u64,
     /// Cancels that had to terminate the agent's process group.
     pub forced_cancels: u64,
+    /// The most messages the agent sent (updates, permission and elicitation requests) that
+    /// waited for a runtime at once: never more than [`INBOUND_LIMIT`](crate::INBOUND_LIMIT).
+    pub inbound_peak: u64,
+    /// How many times a connection stopped reading the agent's output because that many
+    /// were waiting (backpressure).
+    pub inbound_stalls: u64,
+    /// Updates dropped because they arrived after a cancel while that many were waiting.
+    pub updates_dropped: u64,
 }
 
 impl Stats {
@@ -165,6 +210,9 @@ impl Stats {
             probes: get(&self.probes),
             graceful_cancels: get(&self.graceful_cancels),
             forced_cancels: get(&self.forced_cancels),
+            inbound_peak: get(&self.inbound_peak),
+            inbound_stalls: get(&self.inbound_stalls),
+            updates_dropped: get(&self.updates_dropped),
         }
     }
 }
@@ -186,18 +234,111 @@ struct Probed {
     load_session: bool,
 }
 
+/// The probe cache: one cell per [`probe_key`].
+type ProbeCells = HashMap<(String, u64), Arc<tokio::sync::OnceCell<Probed>>>;
+
+/// What determines the agent a session lives in: keyed hashes of the options' `command`,
+/// `cwd` and environment (the allowlisted names with their host values). The key is the
+/// adapter's own random one (SipHash), so the hashes identify values within this adapter only
+/// and are no public digest of them; the values themselves are never stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct AgentKey {
+    command: u64,
+    cwd: u64,
+    env: u64,
+}
+
+impl AgentKey {
+    /// The key of `options`, with host variables from `host`.
+    fn of(
+        options: &AcpOptions,
+        keys: &RandomState,
+        host: impl Fn(&str) -> Option<OsString>,
+    ) -> Self {
+        let mut env: Vec<(&str, Option<OsString>)> = options
+            .env
+            .iter()
+            .map(|name| (name.as_str(), host(name)))
+            .collect();
+        env.sort();
+        env.dedup();
+        Self {
+            command: keys.hash_one(&options.command),
+            cwd: keys.hash_one(&options.cwd),
+            env: keys.hash_one(&env),
+        }
+    }
+
+    /// The key of `options`, with the process environment (what the agent is spawned with).
+    fn host(options: &AcpOptions, keys: &RandomState) -> Self {
+        Self::of(options, keys, |name| std::env::var_os(name))
+    }
+
+    /// What differs from `other`, as option names.
+    fn differences(self, other: Self) -> Vec<&'static str> {
+        [
+            (self.command != other.command, "`command`"),
+            (self.cwd != other.cwd, "`cwd`"),
+            (self.env != other.env, "`env` (names or host values)"),
+        ]
+        .into_iter()
+        .filter_map(|(differs, name)| differs.then_some(name))
+        .collect()
+    }
+}
+
+/// The ACP session a conversation maps to, and the agent it lives in.
+#[derive(Debug, Clone)]
+struct Bound {
+    agent: AgentKey,
+    session: SessionId,
+}
+
+/// A conversation's mapped ACP session, if any, for the agent `agent`; a conversation bound
+/// to another agent is a `configuration` error naming what differs.
+fn session_for(
+    sessions: &Mutex<HashMap<ConversationId, Bound>>,
+    conversation: Option<&ConversationId>,
+    agent: AgentKey,
+) -> Result<Option<SessionId>, HarnessError> {
+    let Some(conversation) = conversation else {
+        return Ok(None);
+    };
+    match lock(sessions).get(conversation) {
+        None => Ok(None),
+        Some(bound) if bound.agent == agent => Ok(Some(bound.session.clone())),
+        Some(bound) => Err(HarnessError::new(
+            ErrorCategory::Configuration,
+            format!(
+                "conversation {conversation} cannot be continued with these options: its ACP \
+                 session lives in another agent (its {} differ from the options that opened \
+                 it); continue it with those options, or start a new conversation",
+                bound.agent.differences(agent).join(", ")
+            ),
+        )),
+    }
+}
+
 /// Drives any ACP agent: see the [crate docs](crate).
 ///
-/// The adapter remembers which ACP session each conversation maps to (in memory, per adapter
-/// instance and its clones): a conversation's later turns reopen that session with
-/// `session/load`. The durable home of that mapping is the thread-state store, which the
+/// The adapter remembers which ACP session each conversation maps to, and in which agent (a
+/// keyed hash of the options' `command`, `cwd` and environment names and values), in memory,
+/// per adapter instance and its clones: a conversation's later turns with the same agent
+/// reopen that session with `session/load`; with another agent, they are refused as
+/// `configuration` (at `evaluate` when there is a preflight, before the agent is started
+/// otherwise). The durable home of that mapping is the thread-state store, which the
 /// service does not hand to runtimes yet; an adapter restarted (or another replica) does not
 /// know the mapping, and a later turn then opens a new session.
 #[derive(Debug, Clone, Default)]
 pub struct AcpAdapter {
     stats: Arc<Stats>,
-    sessions: Arc<Mutex<HashMap<ConversationId, SessionId>>>,
-    probes: Arc<tokio::sync::Mutex<HashMap<String, Probed>>>,
+    sessions: Arc<Mutex<HashMap<ConversationId, Bound>>>,
+    /// One cell per options and host values of their variables (hashed): a probe holds only
+    /// its own cell, so a slow agent never holds up `evaluate` for other options; a failed
+    /// probe leaves its cell empty (retried).
+    probes: Arc<Mutex<ProbeCells>>,
+    /// The key of the [`AgentKey`] hashes, random per adapter (shared by its clones).
+    keys: RandomState,
 }
 
 impl AcpAdapter {
@@ -218,21 +359,24 @@ impl AcpAdapter {
     pub fn session_of(&self, conversation: &ConversationId) -> Option<String> {
         lock(&self.sessions)
             .get(conversation)
-            .map(|s| s.0.to_string())
+            .map(|bound| bound.session.0.to_string())
     }
 
     /// Starts the agent, negotiates `initialize` and shuts it down again (bounded by
     /// [`PROBE_TIMEOUT`]); the result is cached per options.
     async fn probe(&self, options: &AcpOptions) -> Result<Probed, HarnessError> {
-        let key = options.to_value().to_string();
-        let mut probes = self.probes.lock().await;
-        if let Some(probed) = probes.get(&key) {
-            return Ok(*probed);
-        }
+        let key = probe_key(options, AgentKey::host(options, &self.keys));
+        let cell = Arc::clone(lock(&self.probes).entry(key).or_default());
+        cell.get_or_try_init(|| self.run_probe(options))
+            .await
+            .copied()
+    }
+
+    async fn run_probe(&self, options: &AcpOptions) -> Result<Probed, HarnessError> {
         bump(&self.stats.probes);
         let (tx, _rx) = mpsc::unbounded_channel();
         let started = tokio::time::timeout(PROBE_TIMEOUT, async {
-            let agent = AgentProcess::spawn(options, tx).await?;
+            let agent = AgentProcess::spawn(options, tx, Arc::clone(&self.stats)).await?;
             let result = agent.initialize(options.files).await;
             agent.shutdown(Duration::from_millis(500)).await;
             result.map_err(|e| with_stderr(&agent, e))
@@ -259,12 +403,16 @@ impl AcpAdapter {
                 ));
             }
         };
-        let probed = Probed {
+        Ok(Probed {
             load_session: init.agent_capabilities.load_session,
-        };
-        probes.insert(key, probed);
-        Ok(probed)
+        })
     }
+}
+
+/// The probe cache's key: the options, and the hash of their variables' host values (an
+/// agent started with other values may negotiate otherwise).
+fn probe_key(options: &AcpOptions, agent: AgentKey) -> (String, u64) {
+    (options.to_value().to_string(), agent.env)
 }
 
 fn multi_turn_unsupported(conversation: Option<&ConversationId>) -> HarnessError {
@@ -297,6 +445,9 @@ impl HarnessAdapter for AcpAdapter {
     ) -> BoxFuture<'a, Result<CapabilityReport, HarnessError>> {
         Box::pin(async move {
             let options = AcpOptions::from_value(&config.options)?;
+            // A conversation bound to another agent is refused before anything is started.
+            let agent = AgentKey::host(&options, &self.keys);
+            session_for(&self.sessions, config.conversation.as_ref(), agent)?;
             let probed = self.probe(&options).await?;
             let mut report = DESCRIPTOR.capabilities().clone();
             if !probed.load_session {
@@ -321,7 +472,9 @@ impl HarnessAdapter for AcpAdapter {
     ) -> BoxFuture<'_, Result<Box<dyn HarnessRuntime>, HarnessError>> {
         let result = AcpOptions::from_value(&context.config.options).map(|options| {
             let (turn_tx, _) = watch::channel(false);
+            let (halt_tx, _) = watch::channel(false);
             Box::new(AcpRuntime {
+                agent: AgentKey::host(&options, &self.keys),
                 adapter: context.adapter.clone(),
                 execution_id: context.execution_id,
                 options,
@@ -332,6 +485,7 @@ impl HarnessAdapter for AcpAdapter {
                 inbound: tokio::sync::Mutex::new(None),
                 state: Mutex::new(State::default()),
                 turn: turn_tx,
+                halt: halt_tx,
             }) as Box<dyn HarnessRuntime>
         });
         Box::pin(async move { result })
@@ -395,6 +549,8 @@ struct State {
     loaded: Option<Value>,
     /// A conversation whose session was opened here: recorded when a turn succeeds.
     record: Option<(ConversationId, SessionId)>,
+    /// `true` while `initialize` starts the agent.
+    initializing: bool,
     pending: Option<Pending>,
     /// Tool calls reported as started / as ended.
     started: HashSet<String>,
@@ -408,13 +564,34 @@ struct AcpRuntime {
     execution_id: harness_core::id::ExecutionId,
     options: AcpOptions,
     conversation: Option<ConversationId>,
-    sessions: Arc<Mutex<HashMap<ConversationId, SessionId>>>,
+    /// The agent these options start: a conversation's session is looked up for it.
+    agent: AgentKey,
+    sessions: Arc<Mutex<HashMap<ConversationId, Bound>>>,
     stats: Arc<Stats>,
     init: tokio::sync::Mutex<Option<Result<RuntimeInit, HarnessError>>>,
     inbound: tokio::sync::Mutex<Option<mpsc::UnboundedReceiver<Inbound>>>,
     state: Mutex<State>,
     /// `true` while a `session/prompt` is outstanding.
     turn: watch::Sender<bool>,
+    /// Set by a cancel while the runtime initializes: the start is abandoned (the agent shut
+    /// down) and `initialize` returns `cancelled`.
+    halt: watch::Sender<bool>,
+}
+
+/// Marks the runtime as initializing while alive (also when `initialize` is dropped).
+struct Initializing<'a>(&'a Mutex<State>);
+
+impl<'a> Initializing<'a> {
+    fn enter(state: &'a Mutex<State>) -> Self {
+        lock(state).initializing = true;
+        Self(state)
+    }
+}
+
+impl Drop for Initializing<'_> {
+    fn drop(&mut self) {
+        lock(self.0).initializing = false;
+    }
 }
 
 /// Appends the agent's stderr tail, redacted, to the error's diagnostic.
@@ -436,6 +613,14 @@ fn with_stderr(agent: &AgentProcess, err: HarnessError) -> HarnessError {
 }
 
 impl AcpRuntime {
+    /// Whether the turn was cancelled: its requests are answered `cancelled`.
+    fn refusing(&self) -> bool {
+        lock(&self.state)
+            .agent
+            .as_ref()
+            .is_some_and(|agent| agent.refusing())
+    }
+
     fn with_stderr(&self, err: HarnessError) -> HarnessError {
         match lock(&self.state).agent.clone() {
             Some(agent) => with_stderr(&agent, err),
@@ -443,9 +628,35 @@ impl AcpRuntime {
         }
     }
 
+    /// Starts the agent unless (or until) a cancel halts the start; a halted start shuts the
+    /// agent down (a dropped spawn takes its process group with it) and is `cancelled`.
     async fn start(&self) -> Result<RuntimeInit, HarnessError> {
+        let mut halt = self.halt.subscribe();
+        let halted = std::pin::pin!(async move {
+            // Only the change matters (the guard it returns is not `Send`).
+            let _ = halt.wait_for(|halted| *halted).await.is_ok();
+        });
+        let start = std::pin::pin!(self.start_agent());
+        match futures_util::future::select(start, halted).await {
+            futures_util::future::Either::Left((result, _)) => result,
+            futures_util::future::Either::Right(_) => {
+                let agent = lock(&self.state).agent.clone();
+                if let Some(agent) = agent {
+                    agent.shutdown(self.options.cancel_grace()).await;
+                }
+                Err(HarnessError::new(
+                    ErrorCategory::Cancelled,
+                    "the ACP agent's start was cancelled",
+                ))
+            }
+        }
+    }
+
+    async fn start_agent(&self) -> Result<RuntimeInit, HarnessError> {
+        // A conversation bound to another agent fails before an agent is started.
+        session_for(&self.sessions, self.conversation.as_ref(), self.agent)?;
         let (tx, rx) = mpsc::unbounded_channel();
-        let agent = AgentProcess::spawn(&self.options, tx.clone()).await?;
+        let agent = AgentProcess::spawn(&self.options, tx.clone(), Arc::clone(&self.stats)).await?;
         bump(&self.stats.agents_started);
         *self.inbound.lock().await = Some(rx);
         {
@@ -462,10 +673,7 @@ impl AcpRuntime {
 
     async fn handshake(&self, agent: &AgentProcess) -> Result<RuntimeInit, HarnessError> {
         let init = agent.initialize(self.options.files).await?;
-        let known = self
-            .conversation
-            .as_ref()
-            .and_then(|c| lock(&self.sessions).get(c).cloned());
+        let known = session_for(&self.sessions, self.conversation.as_ref(), self.agent)?;
         let (session_id, loaded) = match known {
             Some(session_id) if init.agent_capabilities.load_session => {
                 let request = LoadSessionRequest::new(session_id.clone(), self.options.cwd.clone());
@@ -504,7 +712,10 @@ impl AcpRuntime {
         if let Some(result) = init.as_ref() {
             return result.clone();
         }
-        let result = self.start().await;
+        let result = {
+            let _initializing = Initializing::enter(&self.state);
+            self.start().await
+        };
         *init = Some(result.clone());
         result
     }
@@ -570,18 +781,26 @@ impl AcpRuntime {
         if let Some(loaded) = loaded {
             self.native("session_loaded", &loaded, &mut out);
         }
+        agent.refuse_requests(false);
         self.turn.send_replace(true);
         let turn_flag = self.turn.clone();
-        agent.prompt(
-            PromptRequest::new(
-                session_id,
-                vec![ContentBlock::Text(TextContent::new(turn.message.clone()))],
-            ),
-            move |result| {
-                let _ = inbound.send(Inbound::PromptDone(result));
-                turn_flag.send_replace(false);
-            },
+        let mut prompt = PromptRequest::new(
+            session_id,
+            vec![ContentBlock::Text(TextContent::new(turn.message.clone()))],
         );
+        if let Some(trace) = &turn.trace_context {
+            // ACP reserves these root `_meta` keys for W3C trace context.
+            let mut meta = serde_json::Map::new();
+            meta.insert("traceparent".to_owned(), json!(trace.traceparent()));
+            if let Some(state) = trace.tracestate() {
+                meta.insert("tracestate".to_owned(), json!(state));
+            }
+            prompt = prompt.meta(meta);
+        }
+        agent.prompt(prompt, move |result| {
+            let _ = inbound.send(Inbound::PromptDone(result));
+            turn_flag.send_replace(false);
+        });
         out
     }
 
@@ -823,7 +1042,14 @@ impl AcpRuntime {
         };
         // The conversation now continues in this session.
         if let Some((conversation, session_id)) = lock(&self.state).record.take() {
-            lock(&self.sessions).insert(conversation, session_id);
+            let agent = self.agent;
+            lock(&self.sessions).insert(
+                conversation,
+                Bound {
+                    agent,
+                    session: session_id,
+                },
+            );
         }
         Ok(AdapterEvent::Completed(RunSucceeded { summary }))
     }
@@ -869,7 +1095,7 @@ impl Segment<'_> {
             return;
         };
         match next {
-            Inbound::Update(notification) => {
+            Inbound::Update(notification, _consumed) => {
                 let SessionNotification {
                     session_id, update, ..
                 } = *notification;
@@ -877,11 +1103,25 @@ impl Segment<'_> {
                     rt.map_update(update, &mut self.queue);
                 }
             }
-            Inbound::Permission { request, responder } => {
+            // Queued before the turn was cancelled: answered `cancelled`, never raised.
+            Inbound::Permission { responder, .. } if rt.refusing() => {
+                let _ = responder.respond(RequestPermissionResponse::new(
+                    RequestPermissionOutcome::Cancelled,
+                ));
+            }
+            Inbound::Elicitation { responder, .. } if rt.refusing() => {
+                let _ =
+                    responder.respond(CreateElicitationResponse::new(ElicitationAction::Cancel));
+            }
+            Inbound::Permission {
+                request, responder, ..
+            } => {
                 let item = rt.permission(&request, responder);
                 self.queue.push_back(item);
             }
-            Inbound::Elicitation { request, responder } => {
+            Inbound::Elicitation {
+                request, responder, ..
+            } => {
                 rt.elicitation(&request, responder, &mut self.queue);
             }
             Inbound::PromptDone(result) => {
@@ -993,6 +1233,9 @@ impl HarnessRuntime for AcpRuntime {
                     "resume answers the open interrupt with the wrong kind of response",
                 )));
             }
+            // A cancel answered the request first (the answer raced it): the segment follows
+            // the turn to its end, `cancelled`, rather than failing the run as `protocol`.
+            (None, _) if self.refusing() => {}
             (None, _) => first.push_back(Err(protocol(
                 "resume names no request this runtime is paused on",
             ))),
@@ -1012,6 +1255,12 @@ impl HarnessRuntime for AcpRuntime {
         Box::pin(async move {
             let (agent, session_id, pending) = {
                 let mut state = lock(&self.state);
+                if state.initializing {
+                    drop(state);
+                    // `initialize` abandons the start and shuts the agent down.
+                    self.halt.send_replace(true);
+                    return CancelResult::Requested;
+                }
                 (
                     state.agent.clone(),
                     state.session_id.clone(),
@@ -1027,6 +1276,9 @@ impl HarnessRuntime for AcpRuntime {
                 }
                 return CancelResult::NothingToCancel;
             }
+            // Requests the agent sends from now on are answered `cancelled` (the ACP client
+            // answers every pending permission request so once it cancels).
+            agent.refuse_requests(true);
             agent.notify(CancelNotification::new(session_id));
             if let Some(pending) = pending {
                 pending.cancel();
@@ -1075,4 +1327,78 @@ impl HarnessRuntime for AcpRuntime {
 #[must_use]
 pub fn descriptor() -> &'static HarnessDescriptor {
     &DESCRIPTOR
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(value: &str) -> impl Fn(&str) -> Option<OsString> {
+        let value = OsString::from(value);
+        move |name| (name == "TOKEN").then(|| value.clone())
+    }
+
+    fn options(cwd: &str) -> AcpOptions {
+        AcpOptions::new(["agent", "--acp"], cwd).allow_env("TOKEN")
+    }
+
+    /// Defect: the probe cache key held the variables' names, not their values, so an agent
+    /// started with another value (another API key, another endpoint) reused a stale probe.
+    #[test]
+    fn the_probe_key_follows_host_values_without_holding_them() {
+        let keys = RandomState::new();
+        let options = options("/w");
+        let a = probe_key(&options, AgentKey::of(&options, &keys, host("secret-a")));
+        let b = probe_key(&options, AgentKey::of(&options, &keys, host("secret-b")));
+        let a_again = probe_key(&options, AgentKey::of(&options, &keys, host("secret-a")));
+        assert_ne!(a, b);
+        assert_eq!(a, a_again);
+        assert!(!format!("{a:?}").contains("secret-a"), "{a:?}");
+    }
+
+    /// Defect: the conversation → session map was keyed by the conversation only, so a
+    /// conversation continued with another agent (command, cwd, environment) loaded a foreign
+    /// session id in it.
+    #[test]
+    fn a_conversation_is_bound_to_the_agent_that_opened_its_session() {
+        let keys = RandomState::new();
+        let sessions = Mutex::new(HashMap::new());
+        let conversation: ConversationId = "conv_a".parse().expect("a valid id");
+        let opened = AgentKey::of(&options("/w"), &keys, host("v1"));
+        lock(&sessions).insert(
+            conversation.clone(),
+            Bound {
+                agent: opened,
+                session: SessionId::new("s-1"),
+            },
+        );
+        let same = AgentKey::of(&options("/w"), &keys, host("v1"));
+        assert_eq!(
+            session_for(&sessions, Some(&conversation), same).expect("the same agent"),
+            Some(SessionId::new("s-1"))
+        );
+        for (other, differs) in [
+            (AgentKey::of(&options("/x"), &keys, host("v1")), "`cwd`"),
+            (AgentKey::of(&options("/w"), &keys, host("v2")), "`env`"),
+            (
+                AgentKey::of(
+                    &AcpOptions::new(["other"], "/w").allow_env("TOKEN"),
+                    &keys,
+                    host("v1"),
+                ),
+                "`command`",
+            ),
+        ] {
+            let err = session_for(&sessions, Some(&conversation), other)
+                .expect_err("another agent is refused");
+            assert_eq!(err.category(), ErrorCategory::Configuration);
+            assert!(err.message().contains(differs), "{err:?}");
+            assert!(!err.message().contains("v1"), "{err:?}");
+        }
+        // Other conversations, and no conversation, are free.
+        let other: ConversationId = "conv_b".parse().expect("a valid id");
+        let moved = AgentKey::of(&options("/x"), &keys, host("v1"));
+        assert_eq!(session_for(&sessions, Some(&other), moved).ok(), Some(None));
+        assert_eq!(session_for(&sessions, None, moved).ok(), Some(None));
+    }
 }

@@ -20,9 +20,18 @@ fn the_descriptor_builds_and_reports_only_what_is_implemented() {
         CapabilityKey::SessionMultiTurn,
         CapabilityKey::RuntimeCancel,
         CapabilityKey::RuntimeBoundedCleanup,
+        CapabilityKey::ObservabilityMetrics,
+        CapabilityKey::ObservabilityTracing,
+        CapabilityKey::ObservabilityTracePropagation,
+        CapabilityKey::ObservabilityRedaction,
     ] {
         assert_eq!(caps.level(key), SupportLevel::Native, "{key:?}");
     }
+    assert_eq!(
+        caps.get(CapabilityKey::ObservabilityTracePropagation)
+            .constraints()["via"],
+        json!("session/prompt _meta")
+    );
     // The maximum, with what it depends on.
     assert_eq!(
         caps.get(CapabilityKey::SessionMultiTurn).constraints()["requires"],

@@ -231,3 +231,71 @@ async fn usage_update_is_a_native_event_not_portable_usage() {
     );
     assert_no_process_left(&mark).await;
 }
+
+/// Defect: the conversation → session map was keyed by the conversation only, so a
+/// conversation continued with another agent (here another `cwd`, then another `command`)
+/// sent `session/load` with a session id of the first agent, and the run failed there as
+/// `unavailable`. Now it is refused as `configuration`, naming what differs: at preflight,
+/// and, without one, before an agent is started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_continued_with_another_agent_is_refused_naming_the_difference() {
+    let mark = marker("conversation-moved");
+    let options = test_agent("echo", &mark);
+    let adapter = AcpAdapter::new();
+    let service = AdapterService::new(adapter.clone());
+    let conv = conversation("conv_moved");
+    let request = |options: &AcpOptions, message: &str| {
+        ExecutionRequest::new(message)
+            .with_options(options.to_value())
+            .with_conversation(conv.clone())
+    };
+    let (_, outcome) = run(&service, request(&options, "hello")).await;
+    assert!(matches!(outcome, Outcome::Succeeded(_)), "{outcome:?}");
+    let session = adapter
+        .session_of(&conv)
+        .expect("the conversation is mapped");
+
+    let moved_mark = marker("conversation-moved-cwd");
+    let moved = AcpOptions {
+        cwd: workspace(&moved_mark),
+        ..options.clone()
+    };
+    let other_command = test_agent("echo", &marker("conversation-moved-command"));
+    let other_command = AcpOptions {
+        cwd: options.cwd.clone(),
+        ..other_command
+    };
+    for (other, differs) in [(&moved, "`cwd`"), (&other_command, "`command`")] {
+        // At preflight (the request requires a capability, so the adapter evaluates).
+        let refused = service
+            .start(request(other, "again").require(CapabilityKey::SessionMultiTurn))
+            .await;
+        let err = match refused {
+            Err(err) => err,
+            Ok(execution) => match tokio::time::timeout(common::WAIT, execution.outcome())
+                .await
+                .expect("outcome within the bounded wait")
+            {
+                Outcome::Failed(err) => err,
+                other => panic!("not refused: {other:?}"),
+            },
+        };
+        assert_eq!(err.category(), ErrorCategory::Configuration, "{err:?}");
+        assert!(err.message().contains(differs), "{err:?}");
+        // Without a preflight: the run fails the same way, before an agent is started.
+        let started = adapter.stats().snapshot().agents_started;
+        let (_, outcome) = run(&service, request(other, "again")).await;
+        let Outcome::Failed(err) = outcome else {
+            panic!("not refused: {outcome:?}");
+        };
+        assert_eq!(err.category(), ErrorCategory::Configuration, "{err:?}");
+        assert!(err.message().contains(differs), "{err:?}");
+        assert_eq!(adapter.stats().snapshot().agents_started, started);
+    }
+    // The conversation still maps to its session, and continues with its own agent.
+    assert_eq!(adapter.session_of(&conv).as_deref(), Some(session.as_str()));
+    let (events, outcome) = run(&service, request(&options, "again")).await;
+    assert!(matches!(outcome, Outcome::Succeeded(_)), "{outcome:?}");
+    assert_eq!(text(&events), "turn 2: again");
+    assert_no_process_left(&mark).await;
+}

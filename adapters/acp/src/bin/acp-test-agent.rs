@@ -20,7 +20,7 @@
 //!
 //! | mode | a `session/prompt` turn |
 //! |---|---|
-//! | `echo` | thought chunk `thinking`; message chunks `turn <n>: ` and `<prompt text>` (`n` = 1-based turn of the session, counting turns of earlier processes); `usage_update` (`used` = prompt characters of the session so far, `size` = 100000); the turn is appended to the history file; `end_turn` |
+//! | `echo` | thought chunk `thinking`; message chunks `turn <n>: ` and `<prompt text>` (`n` = 1-based turn of the session, counting turns of earlier processes), or, for a prompt starting with `recall`, `recall: <the session's earlier prompts, joined by "; ">`; `usage_update` (`used` = prompt characters of the session so far, `size` = 100000); the turn is appended to the history file; `end_turn` |
 //! | `no-load` | as `echo`, but `loadSession` is false and `session/load` is method not found |
 //! | `elicit` | an `elicitation/create` request in form mode (required string `name`, optional integer `age`) if the client advertised `elicitation.form`, else message `elicitation unsupported`, `end_turn`; accept → message `hello <name>`, `end_turn`; decline → message `declined`, `end_turn`; cancel → `cancelled` |
 //! | `permission` | `tool_call` `call-1` (`write file`, kind `edit`, rawInput `{"path":"a.txt"}`), then `session/request_permission` with options `allow` (`allow_once`) and `reject` (`reject_once`); allow → `tool_call_update` completed, rawOutput `{"ok":true}`, message `done`, `end_turn`; reject → `tool_call_update` failed, message `rejected`, `end_turn`; cancelled outcome → `cancelled` |
@@ -35,6 +35,16 @@
 //! | `tool`, `tool-error` | `tool_call` `t1` (`read`, kind `read`, rawInput `{"a":1}`), `tool_call_update` completed / failed with rawOutput `{"ok":true}` / `{"ok":false}`; `end_turn` |
 //! | `approval` | `tool_call` `t1` (`write`, kind `edit`), `session/request_permission` with options `yes` (`allow_once`) / `no` (`reject_once`); on `yes` a completed `tool_call_update`; `end_turn` |
 //! | `auth` | writes `diagnostic: TAG...` on stderr and fails the prompt with `-32000` (auth required) |
+//! | `slow-init` | spawns a child (as `ignore-cancel` does) and never answers `initialize` |
+//! | `approval-hang` | `tool_call` `t1` (kind `edit`, rawInput `{"call":"t1"}`), `session/request_permission` with options `yes` (`allow_once`) / `no` (`reject_once`); after the answer a `tool_call_update` completed (rawOutput `{"ok":true}`) / failed, message chunk `working`, then waits for `session/cancel` and answers `cancelled` (also on a cancelled outcome) |
+//! | `sequential` | as `approval-hang`'s request for `t1`, then, once answered, the same for `t2`; message chunk `both asked`, `end_turn` (`cancelled` on a cancelled outcome) |
+//! | `ask-after-cancel` | message chunk `waiting for a cancel`; after `session/cancel`, a permission request as `approval-hang`'s: a cancelled outcome → `cancelled`; a selected one → message chunk `not cancelled`, `end_turn` |
+//! | `binary` | message chunk `about to send bytes`, then a line that is not UTF-8; never ends the turn |
+//! | `trace` | message chunk with the `traceparent` of the prompt's `_meta` (or `no traceparent`); `end_turn` |
+//! | `emit` | message chunk `emitting TAG...`; `end_turn` |
+//! | `flood` | `tool_call` `t1`, a `session/request_permission` for it (options `yes` / `no`), then, without waiting for the answer, 100,000 message chunks `.`; then waits for the answer: `yes` → message `done`, `end_turn`; `no` → message `rejected`, `end_turn`; cancelled → `cancelled` |
+//! | `flood-init` | sends 5,000 message chunks for the new session before answering `session/new`; a turn says `hello` |
+//! | `detach` | at `initialize`, spawns a child (`acp-test-agent sleep TAG...`) in a process group of its own (outside the agent's, so a group kill does not reach it) that inherits the agent's stdout and stderr and holds them open; a turn says `detached` |
 //! | `sleep` | (not an agent) what `ignore-cancel` spawns: ignores `SIGTERM`, sleeps 300 s |
 //!
 //! Session history (`echo`, `no-load`) is kept in `<cwd>/.acp-test-agent/<sessionId>.json`,
@@ -93,8 +103,23 @@ enum Mode {
     ToolError,
     Approval,
     Auth,
+    SlowInit,
+    ApprovalHang,
+    Sequential,
+    AskAfterCancel,
+    Binary,
+    Trace,
+    Emit,
+    Flood,
+    FloodInit,
+    Detach,
     Sleep,
 }
+
+/// How many updates `flood` sends while its permission request is unanswered.
+const FLOOD: usize = 100_000;
+/// How many updates `flood-init` sends before answering `session/new`.
+const FLOOD_INIT: usize = 5_000;
 
 impl Mode {
     fn parse(name: &str) -> Option<Self> {
@@ -115,6 +140,16 @@ impl Mode {
             "tool-error" => Self::ToolError,
             "approval" => Self::Approval,
             "auth" => Self::Auth,
+            "slow-init" => Self::SlowInit,
+            "approval-hang" => Self::ApprovalHang,
+            "sequential" => Self::Sequential,
+            "ask-after-cancel" => Self::AskAfterCancel,
+            "binary" => Self::Binary,
+            "trace" => Self::Trace,
+            "emit" => Self::Emit,
+            "flood" => Self::Flood,
+            "flood-init" => Self::FloodInit,
+            "detach" => Self::Detach,
             "sleep" => Self::Sleep,
             _ => return None,
         })
@@ -203,8 +238,8 @@ async fn serve(mode: Mode, tags: Vec<String>) -> i32 {
         .on_receive_request(
             {
                 let agent = agent.clone();
-                async move |request: NewSessionRequest, responder, _cx| {
-                    agent.new_session(request, responder)
+                async move |request: NewSessionRequest, responder, cx| {
+                    agent.new_session(request, responder, &cx)
                 }
             },
             agent_client_protocol::on_receive_request!(),
@@ -259,21 +294,20 @@ async fn serve(mode: Mode, tags: Vec<String>) -> i32 {
 /// go through it in order, and it counts the lines it has flushed.
 #[derive(Debug, Clone)]
 struct Output {
-    lines: mpsc::UnboundedSender<String>,
+    lines: mpsc::UnboundedSender<Vec<u8>>,
     sent: Arc<AtomicU64>,
     flushed: watch::Receiver<u64>,
 }
 
 impl Output {
     fn start() -> Self {
-        let (lines, mut queue) = mpsc::unbounded_channel::<String>();
+        let (lines, mut queue) = mpsc::unbounded_channel::<Vec<u8>>();
         let (count, flushed) = watch::channel(0u64);
         tokio::spawn(async move {
             let mut stdout = tokio::io::stdout();
             while let Some(mut line) = queue.recv().await {
-                line.push('\n');
-                if stdout.write_all(line.as_bytes()).await.is_err() || stdout.flush().await.is_err()
-                {
+                line.push(b'\n');
+                if stdout.write_all(&line).await.is_err() || stdout.flush().await.is_err() {
                     break;
                 }
                 count.send_modify(|n| *n += 1);
@@ -287,6 +321,11 @@ impl Output {
     }
 
     fn send(&self, line: String) -> std::io::Result<()> {
+        self.send_bytes(line.into_bytes())
+    }
+
+    /// Sends one line of raw bytes (not necessarily UTF-8).
+    fn send_bytes(&self, line: Vec<u8>) -> std::io::Result<()> {
         self.lines
             .send(line)
             .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "stdout is closed"))?;
@@ -404,6 +443,15 @@ impl TestAgent {
             .elicitation
             .as_ref()
             .is_some_and(|e| e.form.is_some());
+        if self.mode == Mode::Detach {
+            self.spawn_detached()?;
+        }
+        if self.mode == Mode::SlowInit {
+            // A slow start: a child in the process group (ignoring SIGTERM), and no answer
+            // until the client gives up and kills the group.
+            self.spawn_child()?;
+            return cx.spawn(never_answer(responder));
+        }
         let response = InitializeResponse::new(ProtocolVersion::V1)
             .agent_capabilities(AgentCapabilities::new().load_session(self.mode == Mode::Echo))
             .agent_info(Implementation::new(
@@ -428,6 +476,7 @@ impl TestAgent {
         &self,
         request: NewSessionRequest,
         responder: Responder<NewSessionResponse>,
+        cx: &ConnectionTo<Client>,
     ) -> Outcome {
         let mut state = self.lock();
         state.created += 1;
@@ -453,6 +502,11 @@ impl TestAgent {
             },
         );
         drop(state);
+        if self.mode == Mode::FloodInit {
+            for _ in 0..FLOOD_INIT {
+                update(cx, &id, message(".".to_owned()))?;
+            }
+        }
         responder.respond(NewSessionResponse::new(id))
     }
 
@@ -558,6 +612,25 @@ impl TestAgent {
                     .map_err(Error::into_internal_error)?;
                 never_answer(responder).await
             }
+            Mode::Binary => {
+                let before = self.out.flushed();
+                turn.say("about to send bytes")?;
+                self.out.flushed_past(before).await;
+                self.out
+                    .send_bytes(b"{\"jsonrpc\":\"2.0\",\"method\":\"x\xff\xfe\"}".to_vec())
+                    .map_err(Error::into_internal_error)?;
+                never_answer(responder).await
+            }
+            Mode::Trace => {
+                let traceparent = request
+                    .meta
+                    .as_ref()
+                    .and_then(|meta| meta.get("traceparent"))
+                    .and_then(serde_json::Value::as_str)
+                    .unwrap_or("no traceparent");
+                turn.say(traceparent)?;
+                responder.respond(PromptResponse::new(StopReason::EndTurn))
+            }
             Mode::Auth => {
                 eprintln!("diagnostic: {}", self.tags.join(" "));
                 responder.respond_with_error(Error::auth_required())
@@ -607,6 +680,43 @@ impl TestAgent {
                 StopReason::EndTurn
             }
             Mode::Approval => approval(turn).await?,
+            Mode::ApprovalHang => {
+                if !ask(turn, "t1", "write").await? {
+                    return Ok(StopReason::Cancelled);
+                }
+                turn.say("working")?;
+                cancel.notified().await;
+                StopReason::Cancelled
+            }
+            Mode::Sequential => {
+                for (id, title) in [("t1", "first write"), ("t2", "second write")] {
+                    if !ask(turn, id, title).await? {
+                        return Ok(StopReason::Cancelled);
+                    }
+                }
+                turn.say("both asked")?;
+                StopReason::EndTurn
+            }
+            Mode::AskAfterCancel => {
+                turn.say("waiting for a cancel")?;
+                cancel.notified().await;
+                // Asking after `session/cancel`: the client must answer `cancelled`.
+                if ask(turn, "t1", "late write").await? {
+                    turn.say("not cancelled")?;
+                    StopReason::EndTurn
+                } else {
+                    StopReason::Cancelled
+                }
+            }
+            Mode::Emit => {
+                turn.say(&format!("emitting {}", self.tags.join(" ")))?;
+                StopReason::EndTurn
+            }
+            Mode::Flood => flood(turn).await?,
+            Mode::Detach => {
+                turn.say("detached")?;
+                StopReason::EndTurn
+            }
             // `text`, and the modes that never get here.
             _ => {
                 turn.say("hello")?;
@@ -624,18 +734,26 @@ impl TestAgent {
         turn.send(SessionUpdate::AgentThoughtChunk(chunk(
             "thinking".to_owned(),
         )))?;
-        let (n, used) = {
+        let (n, used, earlier) = {
             let state = self.lock();
             let history = state.sessions.get(turn.id).map(|s| &s.history);
             (
                 history.map_or(0, |h| h.turns.len()) + 1,
                 history.map_or(0, History::prompt_chars) + text.chars().count(),
+                history.map_or_else(Vec::new, |h| {
+                    h.turns.iter().map(|t| t.prompt.clone()).collect::<Vec<_>>()
+                }),
             )
         };
         let head = format!("turn {n}: ");
-        let answer = format!("{head}{text}");
+        let body = if text.starts_with("recall") {
+            format!("recall: {}", earlier.join("; "))
+        } else {
+            text.clone()
+        };
+        let answer = format!("{head}{body}");
         turn.say(&head)?;
-        turn.say(&text)?;
+        turn.say(&body)?;
         turn.send(SessionUpdate::UsageUpdate(UsageUpdate::new(
             u64::try_from(used).unwrap_or(u64::MAX),
             100_000,
@@ -706,6 +824,57 @@ impl TestAgent {
             .map(drop)
             .map_err(Error::into_internal_error)
     }
+}
+
+impl TestAgent {
+    /// Spawns `acp-test-agent sleep TAG...` in a process group of its own, holding the
+    /// agent's stdout and stderr (inherited) open after the agent's group is gone.
+    fn spawn_detached(&self) -> Outcome {
+        use std::os::unix::process::CommandExt as _;
+        let exe = std::env::current_exe().map_err(Error::into_internal_error)?;
+        std::process::Command::new(exe)
+            .arg("sleep")
+            .args(&self.tags)
+            .stdin(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .map(drop)
+            .map_err(Error::into_internal_error)
+    }
+}
+
+/// `flood`: a permission request, then [`FLOOD`] updates before waiting for its answer.
+async fn flood(turn: &TurnCx<'_>) -> Result<StopReason, Error> {
+    let call = ToolCall::new("t1", "write")
+        .kind(ToolKind::Edit)
+        .status(ToolCallStatus::Pending)
+        .raw_input(json!({ "call": "t1" }));
+    turn.send(SessionUpdate::ToolCall(call.clone()))?;
+    let request = RequestPermissionRequest::new(
+        turn.id.to_owned(),
+        call.into(),
+        vec![
+            PermissionOption::new("yes", "Allow", PermissionOptionKind::AllowOnce),
+            PermissionOption::new("no", "Reject", PermissionOptionKind::RejectOnce),
+        ],
+    );
+    // Sent now; its answer is awaited after the flood.
+    let asked = turn.cx.send_request(request);
+    for _ in 0..FLOOD {
+        turn.say(".")?;
+    }
+    let response = asked.block_task().await?;
+    Ok(match response.outcome {
+        RequestPermissionOutcome::Selected(selected) => {
+            turn.say(if &*selected.option_id.0 == "yes" {
+                "done"
+            } else {
+                "rejected"
+            })?;
+            StopReason::EndTurn
+        }
+        _ => StopReason::Cancelled,
+    })
 }
 
 /// Holds a responder forever: dropping it would answer the request with an error.
@@ -806,6 +975,42 @@ async fn approval(turn: &TurnCx<'_>) -> Result<StopReason, Error> {
         )))?;
     }
     Ok(StopReason::EndTurn)
+}
+
+/// `tool_call` `id` (`title`, kind `edit`), then `session/request_permission` for it with
+/// options `yes` (`allow_once`) / `no` (`reject_once`); the call then completes (`yes`) or
+/// fails (`no`). `false` when the answer was `cancelled`.
+async fn ask(turn: &TurnCx<'_>, id: &str, title: &str) -> Result<bool, Error> {
+    let call = ToolCall::new(id.to_owned(), title)
+        .kind(ToolKind::Edit)
+        .status(ToolCallStatus::Pending)
+        .raw_input(json!({ "call": id }));
+    turn.send(SessionUpdate::ToolCall(call.clone()))?;
+    let request = RequestPermissionRequest::new(
+        turn.id.to_owned(),
+        call.into(),
+        vec![
+            PermissionOption::new("yes", "Allow", PermissionOptionKind::AllowOnce),
+            PermissionOption::new("no", "Reject", PermissionOptionKind::RejectOnce),
+        ],
+    );
+    let response = turn.cx.send_request(request).block_task().await?;
+    let allowed = match response.outcome {
+        RequestPermissionOutcome::Selected(selected) => &*selected.option_id.0 == "yes",
+        _ => return Ok(false),
+    };
+    let fields = if allowed {
+        ToolCallUpdateFields::new()
+            .status(ToolCallStatus::Completed)
+            .raw_output(json!({ "ok": true }))
+    } else {
+        ToolCallUpdateFields::new().status(ToolCallStatus::Failed)
+    };
+    turn.send(SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
+        id.to_owned(),
+        fields,
+    )))?;
+    Ok(true)
 }
 
 async fn files(turn: &TurnCx<'_>) -> Result<StopReason, Error> {

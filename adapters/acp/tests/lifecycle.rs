@@ -1,0 +1,355 @@
+//! Cancels at the edges of a run (while the agent starts, after `session/cancel`), probes that
+//! are dropped, output that is not UTF-8, sequential approvals and the turn's trace context,
+//! with our own scriptable agent (`acp-test-agent`). No process is left behind.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{assert_no_process_left, marker, processes_with, read_until, workspace};
+use harness_acp::{AcpAdapter, AcpOptions};
+use harness_core::action::{ActionKind, ApprovalResponse, ToolDecision};
+use harness_core::adapter::{
+    AgentConfig, DeploymentContext, HarnessAdapter, HarnessRuntime, RunLimits, RuntimeContext,
+};
+use harness_core::error::ErrorCategory;
+use harness_core::event::{CancelReason, EventKind, EventPayload, ToolCallOutcome};
+use harness_core::id::{Cursor, ExecutionId};
+use harness_core::manifest::ContractVersion;
+use harness_core::service::{AdapterService, ExecutionHandle, ExecutionRequest, Outcome};
+use harness_core::trace::TraceContext;
+use tower::ServiceExt;
+
+fn test_agent(mode: &str, mark: &str) -> AcpOptions {
+    AcpOptions::new(
+        [env!("CARGO_BIN_EXE_acp-test-agent"), mode, mark],
+        workspace(mark),
+    )
+    .with_cancel_grace(Duration::from_millis(500))
+}
+
+async fn runtime(adapter: &AcpAdapter, options: &AcpOptions) -> Box<dyn HarnessRuntime> {
+    let context = RuntimeContext {
+        contract_version: ContractVersion::V1,
+        adapter: adapter.descriptor().id().clone(),
+        execution_id: ExecutionId::generate(),
+        config: AgentConfig {
+            options: options.to_value(),
+            ..AgentConfig::default()
+        },
+        binding: None,
+        prompt: None,
+        tools: Vec::new(),
+        limits: RunLimits::default(),
+        thread_state: None,
+        cancellation: tokio_util::sync::CancellationToken::new(),
+    };
+    adapter
+        .create_runtime(context)
+        .await
+        .expect("the runtime is created")
+}
+
+/// Waits (bounded) until `n` processes carry `mark`, while `pending` has not returned.
+async fn until_running<F: Future + Unpin>(mark: &str, n: usize, pending: &mut F)
+where
+    F::Output: std::fmt::Debug,
+{
+    let running = async {
+        while processes_with(mark).len() < n {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::select! {
+        done = pending => panic!("returned before the agent started: {done:?}"),
+        waited = tokio::time::timeout(common::WAIT, running) => {
+            waited.expect("the agent and its child run within the bounded wait");
+        }
+    }
+}
+
+async fn start(options: &AcpOptions, message: &str) -> (AcpAdapter, ExecutionHandle) {
+    let adapter = AcpAdapter::new();
+    let execution = AdapterService::new(adapter.clone())
+        .oneshot(ExecutionRequest::new(message).with_options(options.to_value()))
+        .await
+        .expect("execution starts");
+    (adapter, execution)
+}
+
+async fn outcome(execution: &ExecutionHandle) -> Outcome {
+    tokio::time::timeout(common::WAIT, execution.outcome())
+        .await
+        .expect("outcome within the bounded wait")
+}
+
+fn text(execution: &ExecutionHandle) -> String {
+    execution
+        .log()
+        .snapshot(Cursor::START)
+        .iter()
+        .filter_map(|e| match e.payload() {
+            EventPayload::MessageDelta(d) => Some(d.text.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Defect: a cancel while the agent had not answered `initialize` was "nothing to cancel",
+/// and `initialize` waited for the agent forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_while_the_agent_starts_ends_initialize_and_the_process_group() {
+    let mark = marker("slow-init");
+    let adapter = AcpAdapter::new();
+    let runtime = runtime(&adapter, &test_agent("slow-init", &mark)).await;
+    let mut init = runtime.initialize();
+    // The agent and the child it spawned (ignoring SIGTERM) run; initialize is unanswered.
+    until_running(&mark, 2, &mut init).await;
+    runtime.cancel(CancelReason::new("test")).await;
+    let result = tokio::time::timeout(common::WAIT, init)
+        .await
+        .expect("initialize returns after the cancel");
+    let err = result.expect_err("a cancelled start");
+    assert_eq!(err.category(), ErrorCategory::Cancelled, "{err:?}");
+    // Idempotent: the same answer again, no second agent.
+    let again = runtime.initialize().await.expect_err("still cancelled");
+    assert_eq!(again.category(), ErrorCategory::Cancelled);
+    assert_eq!(adapter.stats().snapshot().agents_started, 1);
+    runtime.cleanup().await;
+    assert_no_process_left(&mark).await;
+}
+
+/// Defect: an `evaluate` dropped while its probe waited for `initialize` (a caller's timeout,
+/// like the conformance gate's) killed the agent but left the rest of its process group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_probe_takes_the_agents_process_group_with_it() {
+    let mark = marker("slow-init-probe");
+    let adapter = AcpAdapter::new();
+    let config = AgentConfig {
+        options: test_agent("slow-init", &mark).to_value(),
+        ..AgentConfig::default()
+    };
+    let deployment = DeploymentContext::default();
+    let mut probing = adapter.evaluate(&config, &deployment);
+    until_running(&mark, 2, &mut probing).await;
+    drop(probing);
+    assert_no_process_left(&mark).await;
+}
+
+/// Defect: a permission request the agent sent after `session/cancel` became a new approval
+/// (never answered `cancelled`), and the cancel had to kill the agent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_after_a_cancel_are_answered_cancelled_not_raised() {
+    let mark = marker("ask-after-cancel");
+    let (adapter, execution) = start(&test_agent("ask-after-cancel", &mark), "go").await;
+    read_until(&execution, Cursor::START, |e| {
+        e.kind() == EventKind::MessageDelta || e.kind().is_terminal()
+    })
+    .await;
+    let _request = execution.cancel(CancelReason::new("test"));
+    assert!(matches!(outcome(&execution).await, Outcome::Cancelled(_)));
+    let kinds: Vec<&str> = execution
+        .log()
+        .snapshot(Cursor::START)
+        .iter()
+        .map(|e| e.kind().as_str())
+        .collect();
+    assert!(!kinds.contains(&"action.requested"), "{kinds:?}");
+    assert!(!text(&execution).contains("not cancelled"));
+    let stats = adapter.stats().snapshot();
+    assert_eq!(
+        (stats.graceful_cancels, stats.forced_cancels),
+        (1, 0),
+        "the agent ended its turn itself: {stats:?}"
+    );
+    drop(execution);
+    assert_no_process_left(&mark).await;
+}
+
+/// Defect: a line that is not UTF-8 failed the run as `unavailable` (an I/O error of the
+/// pipe) instead of `protocol`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_that_is_not_utf8_ends_as_protocol() {
+    let mark = marker("binary");
+    let (_adapter, execution) = start(&test_agent("binary", &mark), "go").await;
+    let Outcome::Failed(err) = outcome(&execution).await else {
+        panic!("expected a failure");
+    };
+    assert_eq!(err.category(), ErrorCategory::Protocol, "{err:?}");
+    drop(execution);
+    assert_no_process_left(&mark).await;
+}
+
+/// Two permission requests in one turn, the second sent once the first is answered: two
+/// actions, each answered once, each call completed as decided.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sequential_permission_requests_are_sequential_actions() {
+    let mark = marker("sequential");
+    let (_adapter, execution) = start(&test_agent("sequential", &mark), "go").await;
+    let mut answered = Vec::new();
+    for call in ["t1", "t2"] {
+        let events = read_until(&execution, Cursor::START, |e| {
+            matches!(e.payload(), EventPayload::ActionRequested(a) if !answered.contains(&a.id))
+                || e.kind().is_terminal()
+        })
+        .await;
+        let Some(EventPayload::ActionRequested(action)) = events.last().map(|e| e.payload()) else {
+            panic!("no action for {call}: {events:?}");
+        };
+        let ActionKind::ToolApproval(approval) = &action.kind else {
+            panic!("not an approval");
+        };
+        let calls: Vec<String> = approval
+            .calls()
+            .iter()
+            .map(|c| c.call_id().to_string())
+            .collect();
+        assert_eq!(calls, [call]);
+        let response = ApprovalResponse::decide(
+            action.id.clone(),
+            action.revision,
+            approval
+                .calls()
+                .iter()
+                .map(|c| ToolDecision::approve(c.call_id().clone())),
+        );
+        execution
+            .respond(response.into())
+            .await
+            .expect("the answer is accepted");
+        answered.push(action.id.clone());
+    }
+    assert!(matches!(outcome(&execution).await, Outcome::Succeeded(_)));
+    let completed: Vec<String> = execution
+        .log()
+        .snapshot(Cursor::START)
+        .iter()
+        .filter_map(|e| match e.payload() {
+            EventPayload::ToolCallCompleted(c)
+                if matches!(c.outcome, ToolCallOutcome::Success { .. }) =>
+            {
+                Some(c.call_id.to_string())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(completed, ["t1", "t2"]);
+    assert!(text(&execution).contains("both asked"));
+    drop(execution);
+    assert_no_process_left(&mark).await;
+}
+
+/// The turn's W3C trace context reaches the agent in the `_meta` of `session/prompt`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_turns_traceparent_reaches_the_agent_in_the_prompts_meta() {
+    let mark = marker("trace");
+    let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let context: TraceContext = traceparent.parse().expect("a valid traceparent");
+    let adapter = AcpAdapter::new();
+    let execution = AdapterService::new(adapter)
+        .oneshot(
+            ExecutionRequest::new("go")
+                .with_options(test_agent("trace", &mark).to_value())
+                .with_trace_context(context),
+        )
+        .await
+        .expect("execution starts");
+    assert!(matches!(outcome(&execution).await, Outcome::Succeeded(_)));
+    assert_eq!(text(&execution), traceparent);
+    drop(execution);
+    // Without a trace context, nothing is sent.
+    let mark = marker("trace-none");
+    let (_adapter, execution) = start(&test_agent("trace", &mark), "go").await;
+    assert!(matches!(outcome(&execution).await, Outcome::Succeeded(_)));
+    assert_eq!(text(&execution), "no traceparent");
+    drop(execution);
+    assert_no_process_left(&mark).await;
+}
+
+/// Defect: an answer that lost the race with a cancel (the cancel answered the permission
+/// request `cancelled` first) failed the resumed segment as `protocol` instead of ending it
+/// with the cancelled turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_that_loses_the_race_with_a_cancel_ends_cancelled_not_protocol() {
+    use futures_util::StreamExt;
+    use harness_core::action::ActionRequest;
+    use harness_core::adapter::{AdapterEvent, InterruptKind, ResumeDecision, TurnInput};
+
+    let mark = marker("permission-race");
+    let adapter = AcpAdapter::new();
+    let runtime = runtime(&adapter, &test_agent("permission", &mark)).await;
+    runtime.initialize().await.expect("initialized");
+    let turn = TurnInput {
+        execution_id: runtime.identity().execution_id,
+        conversation_id: None,
+        message: "go".to_owned(),
+        files: Vec::new(),
+        client_context: serde_json::Map::new(),
+        trace_context: None,
+        deadline: None,
+        idempotency_key: None,
+    };
+    let items: Vec<_> = tokio::time::timeout(common::WAIT, runtime.stream(turn).collect())
+        .await
+        .expect("the segment ends");
+    let Some(Ok(AdapterEvent::Interrupt(interrupt))) = items.last() else {
+        panic!("the segment did not end on an interrupt: {items:?}");
+    };
+    let InterruptKind::ToolApproval(approval) = &interrupt.kind else {
+        panic!("not an approval");
+    };
+    let action = ActionRequest::new(ActionKind::ToolApproval(approval.clone()))
+        .with_id(interrupt.id.clone());
+    let response = ApprovalResponse::decide(
+        action.id.clone(),
+        action.revision,
+        approval
+            .calls()
+            .iter()
+            .map(|c| ToolDecision::approve(c.call_id().clone())),
+    );
+    let decision = ResumeDecision::new(action.validate(response.into()).expect("valid"));
+    // The cancel wins: it answers the request `cancelled`, and the agent ends its turn.
+    runtime.cancel(CancelReason::new("test")).await;
+    let items: Vec<_> = tokio::time::timeout(common::WAIT, runtime.resume(decision).collect())
+        .await
+        .expect("the resumed segment ends");
+    let Some(Err(err)) = items.last() else {
+        panic!("the resumed segment did not fail: {items:?}");
+    };
+    assert_eq!(err.category(), ErrorCategory::Cancelled, "{err:?}");
+    runtime.cleanup().await;
+    assert_no_process_left(&mark).await;
+}
+
+/// Defect: the probe cache was one lock held for a whole probe, so an agent slow to answer
+/// `initialize` (up to `PROBE_TIMEOUT`, 30 s) held up `evaluate` for every other
+/// configuration of the adapter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_probe_does_not_hold_up_evaluate_for_other_options() {
+    let slow_mark = marker("slow-probe");
+    let echo_mark = marker("probe-echo");
+    let adapter = AcpAdapter::new();
+    let deployment = DeploymentContext::default();
+    let slow = AgentConfig {
+        options: test_agent("slow-init", &slow_mark).to_value(),
+        ..AgentConfig::default()
+    };
+    let echo = AgentConfig {
+        options: test_agent("echo", &echo_mark).to_value(),
+        ..AgentConfig::default()
+    };
+    let mut probing = adapter.evaluate(&slow, &deployment);
+    until_running(&slow_mark, 2, &mut probing).await;
+    // Well under PROBE_TIMEOUT: the slow probe must not be what this one waits for.
+    let other = tokio::time::timeout(
+        Duration::from_secs(10),
+        adapter.evaluate(&echo, &deployment),
+    )
+    .await
+    .expect("evaluate of other options does not wait for the slow probe");
+    other.expect("the echo agent is probed");
+    drop(probing);
+    assert_no_process_left(&slow_mark).await;
+    assert_no_process_left(&echo_mark).await;
+}
