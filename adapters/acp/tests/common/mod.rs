@@ -31,13 +31,35 @@ pub fn marker(name: &str) -> String {
     )
 }
 
-/// A fresh, empty workspace directory.
+/// A fresh, empty workspace directory, under a directory of this test process.
 pub fn workspace(marker: &str) -> PathBuf {
-    let dir = std::env::temp_dir()
-        .join("harness-acp-tests")
-        .join(marker.trim_start_matches('-'));
+    let dir = process_scratch("harness-acp-tests").join(marker.trim_start_matches('-'));
     std::fs::create_dir_all(&dir).expect("create workspace");
     dir
+}
+
+/// `<temp>/<root>/<this pid>`. Test binaries have no teardown hook, so the first call
+/// removes the directories of test processes that are no longer running: what a run leaves
+/// behind lasts until the next run, never accumulates.
+pub fn process_scratch(root: &str) -> PathBuf {
+    static SWEPT: std::sync::Once = std::sync::Once::new();
+    let root = std::env::temp_dir().join(root);
+    SWEPT.call_once(|| {
+        let Ok(entries) = std::fs::read_dir(&root) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let stale = name
+                .to_str()
+                .and_then(|n| n.parse::<u32>().ok())
+                .is_some_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists());
+            if stale {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    });
+    root.join(std::process::id().to_string())
 }
 
 /// Options running the npm package's example agent with `tsx`.
