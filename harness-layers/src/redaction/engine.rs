@@ -10,6 +10,7 @@ use harness_core::error::HarnessError;
 use regex::Regex;
 use serde_json::{Map, Value};
 
+use super::follow::{Ends, Follow};
 use super::literals::{Hit, Literals};
 use super::rules::{
     BUILTINS, Charset, DEFAULT_FIELDS, FIELD_RULE, MIN_SECRET_LEN, PatternRule, RedactionError,
@@ -41,6 +42,19 @@ pub(crate) struct Scan {
     state: Option<StateID>,
     /// Candidate starts of rules without prefixes before this were handled.
     anywhere: usize,
+    /// How a stream follows the rules without prefixes between deltas.
+    walk: Walk,
+}
+
+/// How a scan follows the rules without prefixes.
+#[derive(Debug, Default)]
+enum Walk {
+    /// One whole text, which their regex searches once; or a stream without a DFA (see
+    /// [`Anywhere::ends`]), whose open tail their regex searches again on each delta.
+    #[default]
+    Whole,
+    /// A stream: their DFA's state.
+    Dfa(Box<Follow>),
 }
 
 impl Scan {
@@ -59,6 +73,10 @@ impl Scan {
         }
         self.scanned -= by;
         self.anywhere = self.anywhere.saturating_sub(by);
+        match &mut self.walk {
+            Walk::Whole => {}
+            Walk::Dfa(follow) => follow.advance(by),
+        }
     }
 
     /// Starts over, for a new text.
@@ -68,6 +86,10 @@ impl Scan {
         self.scanned = 0;
         self.state = None;
         self.anywhere = 0;
+        match &mut self.walk {
+            Walk::Whole => {}
+            Walk::Dfa(follow) => follow.clear(),
+        }
     }
 }
 
@@ -95,6 +117,12 @@ struct Anywhere {
     /// For up to 64 such rules, what [`Redactor::open_from`] computes for each, in one
     /// backward pass over the text's end (`None` beyond 64 rules).
     open: Option<OpenFrom>,
+    /// Where their matches end, fed byte by byte by streams, when one of these rules has
+    /// no token characters (`None` otherwise, or if too large for a lazy DFA: streams then
+    /// search with their regex on every delta, from the start of the open tail).
+    ends: Option<Ends>,
+    /// Their largest `max_len`: about what their regex reads again on each delta.
+    reread: usize,
 }
 
 /// Where the rules without prefixes may still match differently once more text arrives:
@@ -404,10 +432,29 @@ impl RedactorBuilder {
                     .map(|&id| &compiled[id as usize - 1])
                     .collect::<Vec<_>>(),
             );
+            // A rule without token characters keeps its last `max_len` bytes open, which
+            // the regex would read again on every delta: a DFA reads each byte once. With
+            // token characters, the open tail is the last word or so, and reading it again
+            // costs less than feeding every byte to the DFA.
+            let untokened = anywhere_rules
+                .iter()
+                .any(|&id| compiled[id as usize - 1].token_chars.is_none());
+            let reread = anywhere_rules
+                .iter()
+                .map(|&id| compiled[id as usize - 1].max_len)
+                .max()
+                .unwrap_or(0);
+            let ends = if untokened {
+                Ends::new(&anywhere_src)
+            } else {
+                None
+            };
             Some(Anywhere {
                 regex,
                 rules: anywhere_rules,
                 open,
+                ends,
+                reread,
             })
         };
 
@@ -664,6 +711,12 @@ impl Redactor {
         }
         scan.open = open;
         if let Some(anywhere) = &self.anywhere {
+            if !last
+                && matches!(scan.walk, Walk::Whole)
+                && let Some(ends) = &anywhere.ends
+            {
+                scan.walk = Walk::Dfa(Box::new(ends.follow()));
+            }
             let settled_before = if last {
                 n
             } else if let Some(open) = &anywhere.open {
@@ -678,10 +731,33 @@ impl Redactor {
             }
             .max(from);
             let mut pos = scan.anywhere.max(from);
-            // Usually nothing matches: a search that stops at the first match's end (and
-            // does not look for its start) says so for less.
-            if pos < settled_before && !anywhere.regex.is_match_at(hay, pos) {
-                pos = settled_before;
+            // A stream feeds each new byte once to the DFA it keeps between deltas, unless
+            // the delta is longer than what the regex would read again (then the regex is
+            // faster, and the DFA starts again from `pos` at the next short delta: it must
+            // see every match that starts there or later, not the earlier ones).
+            let fed = scan.scanned.max(from);
+            let dfa = match (&mut scan.walk, &anywhere.ends) {
+                (Walk::Dfa(follow), Some(ends)) if n - fed <= anywhere.reread => {
+                    follow.feed(ends, bytes, fed, pos);
+                    Some((follow, ends))
+                }
+                (Walk::Dfa(follow), _) => {
+                    follow.clear();
+                    None
+                }
+                _ => None,
+            };
+            // Usually nothing matches. The DFA says so unless a match ends at `pos` or
+            // later (so may start there); otherwise a search that stops at the first
+            // match's end (and does not look for its start) says so for less.
+            if pos < settled_before {
+                let may_match = match dfa {
+                    Some((follow, ends)) => follow.ends_from(ends, pos),
+                    None => anywhere.regex.is_match_at(hay, pos),
+                };
+                if !may_match {
+                    pos = settled_before;
+                }
             }
             while pos < settled_before {
                 let Some(m) = anywhere.regex.find_at(hay, pos) else {

@@ -106,7 +106,15 @@
 //! the literal automaton resumes in the state where the last delta left it, so each byte is
 //! fed once, and that state tells how much of the end could still begin a secret or a
 //! prefix; occurrences and candidates already settled are kept, only still-open windows
-//! are evaluated again. The emitted text reuses the delta's own buffer. It emits everything
+//! are evaluated again. Rules without prefixes are followed the same way when one of them
+//! has no token characters (its last `max_len` bytes stay open, so searching them again
+//! on every delta would read each byte up to `max_len` times): a lazy DFA of all of them,
+//! whose state the stream keeps, is fed each byte once and says where a match may end;
+//! only then does their regex run on the held text for the exact spans. (A delta longer
+//! than their `max_len` is searched by the regex, which reads it faster, and the DFA starts
+//! again at the next short one; a DFA that gives up, on a Unicode `\b` before non-ASCII
+//! text, leaves the regex to search every delta.) The held text is the same either way.
+//! The emitted text reuses the delta's own buffer. It emits everything
 //! before the *horizon*, holding back only:
 //!
 //! - a tail that is a proper prefix of an exact secret or of a rule prefix, ignoring ASCII
@@ -159,6 +167,7 @@
 //! [`Redactor::redact_span_field`].
 
 mod engine;
+mod follow;
 mod future;
 mod layer;
 mod literals;

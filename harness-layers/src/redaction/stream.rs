@@ -521,8 +521,14 @@ mod tests {
 
     /// Exact secrets (two sharing a long prefix, one repeating itself), the built-in
     /// rules, rules with prefixes, and with `anywhere`, rules without prefixes (one without
-    /// token characters, which holds back its `max_len` whatever the text).
+    /// token characters, which holds back its `max_len` whatever the text, so streams
+    /// follow them with a DFA; with `unicode` too, one with a Unicode `\b`, on which that
+    /// DFA gives up at the first non-ASCII byte).
     fn redactor(anywhere: bool) -> Arc<Redactor> {
+        redactor_with(anywhere, false)
+    }
+
+    fn redactor_with(anywhere: bool, unicode: bool) -> Arc<Redactor> {
         let rule = |name: &str, pattern: &str, max_len: usize, tokens: Option<&str>| {
             let rule = PatternRule::new(name, pattern).unwrap().max_len(max_len);
             match tokens {
@@ -553,6 +559,9 @@ mod tests {
                     Some("0-9-"),
                 ))
                 .rule(rule("hex", r"(?-u:\b)[0-9a-f]{16}(?-u:\b)", 24, None));
+            if unicode {
+                builder = builder.rule(rule("pin", r"\bpin [0-9]{4}\b", 16, None));
+            }
         }
         Arc::new(builder.build().unwrap())
     }
@@ -565,7 +574,7 @@ mod tests {
             2 => prop::sample::select(SECRETS).prop_map(str::to_owned),
             2 => prop::sample::select(&[
                 "cred0", "cred00-Q7zX", "CRED", "hunter2", "zq9x-", "acme_live_", "acme_live_Ab12Cd34",
-                "tok:", "tok:AB12CD", "123-45-", "123-45-6789", "0123456789abcdef", "Bearer ",
+                "tok:", "tok:AB12CD", "123-45-", "123-45-6789", "0123456789abcdef", "Bearer ", "pin 1234",
                 "Bearer abcdefghijklmnop0123", "sk-", "sk-proj-abcdefghijklmnopqrstu", "eyJ", "e",
             ][..]).prop_map(str::to_owned),
         ]
@@ -658,8 +667,9 @@ mod tests {
             sizes in prop::collection::vec(0usize..64, 0..96),
             small in any::<bool>(),
             anywhere in any::<bool>(),
+            unicode in any::<bool>(),
         ) {
-            let redactor = redactor(anywhere);
+            let redactor = redactor_with(anywhere, unicode);
             let text = pieces.concat();
             let deltas = split(&text, &sizes, if small { 8 } else { 64 });
             check(&redactor, &text, &deltas)?;
