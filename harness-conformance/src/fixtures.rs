@@ -787,9 +787,7 @@ async fn segment_protocol<Kn: Knobs>(knobs: &Kn) -> Verdict {
     let mut evidence = Vec::new();
     for request in requests {
         let d = probe::direct(&adapter, &request, b).await?;
-        probe::hook("initialize", b.grace, || d.runtime.initialize())
-            .await?
-            .map_err(|e| format!("initialize failed: {}", e.message()))?;
+        d.initialize(b).await?;
         let seg = probe::drain(|| d.runtime.stream(d.turn.clone()), b.run).await;
         let checked = seg.check_protocol();
         let _ = probe::hook("cleanup", b.grace, || d.runtime.cleanup()).await;
@@ -931,12 +929,7 @@ async fn restart<Kn: Knobs>(knobs: &Kn) -> Verdict {
     let b = knobs.bounds();
     let adapter = knobs.adapter();
     let d = probe::direct(&adapter, &knobs.plain_request(), b).await?;
-    probe::hook("initialize", b.grace, || d.runtime.initialize())
-        .await?
-        .map_err(|e| format!("initialize failed: {}", e.message()))?;
-    probe::drain(|| d.runtime.stream(d.turn.clone()), b.run)
-        .await
-        .check_protocol()?;
+    d.first_segment(b).await?;
     probe::hook("restart", b.grace, || d.runtime.restart())
         .await?
         .map_err(|e| format!("restart failed: {}", e.message()))?;
@@ -985,11 +978,7 @@ async fn duplicate_resume<Kn: Knobs>(knobs: &Kn, request: ExecutionRequest) -> V
     let adapter = knobs.adapter();
     let d = probe::direct(&adapter, &request, b).await?;
     let verdict = async {
-        probe::hook("initialize", b.grace, || d.runtime.initialize())
-            .await?
-            .map_err(|e| format!("initialize failed: {}", e.message()))?;
-        let seg = probe::drain(|| d.runtime.stream(d.turn.clone()), b.run).await;
-        seg.check_protocol()?;
+        let seg = d.first_segment(b).await?;
         let Some(Ok(AdapterEvent::Interrupt(interrupt))) = seg.terminal() else {
             return Err("the segment did not end on an interrupt".to_owned());
         };

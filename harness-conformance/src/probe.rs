@@ -3,19 +3,18 @@
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures_util::{FutureExt, StreamExt};
 use harness_core::adapter::{
-    AdapterEvent, AgentConfig, BoxFuture, BoxStream, DeploymentContext, EventResult,
-    HarnessAdapter, HarnessRuntime, RunLimits, RuntimeContext, TurnInput,
+    AdapterEvent, AgentConfig, BoxStream, EventResult, HarnessAdapter, HarnessRuntime, RunLimits,
+    RuntimeContext, RuntimeInit, TurnInput,
 };
-use harness_core::capability::{CapabilityKey, CapabilityReport, Requirement};
+use harness_core::capability::{CapabilityKey, Requirement};
 use harness_core::error::{ErrorCategory, ErrorCode, HarnessError};
 use harness_core::event::{Event, EventPayload};
 use harness_core::id::{Cursor, ExecutionId};
-use harness_core::manifest::{ContractVersion, HarnessDescriptor};
+use harness_core::manifest::ContractVersion;
 use harness_core::service::{
     AdapterService, ExecutionHandle, ExecutionRequest, Outcome, ServiceConfig,
 };
@@ -23,45 +22,7 @@ use harness_layers::preflight::PreflightLayer;
 use tower::{Layer, ServiceExt};
 
 use crate::Bounds;
-
-/// An adapter wrapper that counts the runtimes created (to prove "no provider work").
-pub(crate) struct Counting<A> {
-    inner: A,
-    created: Arc<AtomicUsize>,
-}
-
-impl<A> Counting<A> {
-    pub(crate) fn new(inner: A) -> (Self, Arc<AtomicUsize>) {
-        let created = Arc::new(AtomicUsize::new(0));
-        (
-            Self {
-                inner,
-                created: Arc::clone(&created),
-            },
-            created,
-        )
-    }
-}
-
-impl<A: HarnessAdapter> HarnessAdapter for Counting<A> {
-    fn descriptor(&self) -> &HarnessDescriptor {
-        self.inner.descriptor()
-    }
-    fn evaluate<'a>(
-        &'a self,
-        config: &'a AgentConfig,
-        deployment: &'a DeploymentContext,
-    ) -> BoxFuture<'a, Result<CapabilityReport, HarnessError>> {
-        self.inner.evaluate(config, deployment)
-    }
-    fn create_runtime(
-        &self,
-        context: RuntimeContext,
-    ) -> BoxFuture<'_, Result<Box<dyn HarnessRuntime>, HarnessError>> {
-        self.created.fetch_add(1, Ordering::SeqCst);
-        self.inner.create_runtime(context)
-    }
-}
+use crate::observe::Spy;
 
 /// Runs a future, turning a panic into its message.
 pub(crate) async fn caught<F: Future>(fut: F) -> Result<F::Output, String> {
@@ -138,6 +99,24 @@ pub(crate) async fn direct<A: HarnessAdapter>(
         idempotency_key: request.idempotency_key.clone(),
     };
     Ok(Direct { runtime, turn })
+}
+
+impl Direct {
+    /// Initializes the runtime (bounded by `grace`); fails with `initialize failed: …`.
+    pub(crate) async fn initialize(&self, bounds: Bounds) -> Result<RuntimeInit, String> {
+        hook("initialize", bounds.grace, || self.runtime.initialize())
+            .await?
+            .map_err(|e| format!("initialize failed: {}", e.message()))
+    }
+
+    /// Initializes the runtime, then drains the segment of its turn (bounded by `run`) and
+    /// checks its protocol.
+    pub(crate) async fn first_segment(&self, bounds: Bounds) -> Result<Segment, String> {
+        self.initialize(bounds).await?;
+        let seg = drain(|| self.runtime.stream(self.turn.clone()), bounds.run).await;
+        seg.check_protocol()?;
+        Ok(seg)
+    }
 }
 
 /// The items of one runtime segment.
@@ -440,9 +419,20 @@ pub(crate) async fn wait_action(
         }
         Err("the event stream ended without an action".to_owned())
     };
-    let waited = tokio::time::timeout(bounds.run, wait)
+    cancel_unless(handle, bounds.run, "no action was opened", wait).await
+}
+
+/// Waits for `wait`, bounded by `bound` (`{missed} within {bound:?}` past it); when it fails,
+/// the execution is cancelled.
+pub(crate) async fn cancel_unless<T>(
+    handle: &ExecutionHandle,
+    bound: Duration,
+    missed: &str,
+    wait: impl Future<Output = Result<T, String>>,
+) -> Result<T, String> {
+    let waited = tokio::time::timeout(bound, wait)
         .await
-        .map_err(|_| format!("no action was opened within {:?}", bounds.run))
+        .map_err(|_| format!("{missed} within {bound:?}"))
         .and_then(|r| r);
     if waited.is_err() {
         handle.cancel(harness_core::event::CancelReason::new("conformance bound"));
@@ -459,7 +449,9 @@ pub(crate) async fn check_refused<A: HarnessAdapter>(
     unusable: &[CapabilityKey],
     grace: Duration,
 ) -> Result<(), String> {
-    let (adapter, created) = Counting::new(adapter);
+    // The spy counts the runtimes created (to prove "no provider work").
+    let spy = Spy::default();
+    let adapter = spy.wrap(adapter);
     let layer = PreflightLayer::for_adapter(&adapter)
         .map_err(|e| format!("preflight could not be built: {}", e.message()))?;
     let mut request = request;
@@ -494,7 +486,7 @@ pub(crate) async fn check_refused<A: HarnessAdapter>(
                     e.message()
                 ));
             }
-            let n = created.load(Ordering::SeqCst);
+            let n = spy.count("create_runtime");
             if n > 0 {
                 return Err(format!(
                     "preflight refused, but {n} runtime(s) were created first"

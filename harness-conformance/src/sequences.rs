@@ -53,6 +53,41 @@ async fn ended_cancelled_once(obs: &Observed, spy: &Spy, b: Bounds, when: &str) 
     Ok(format!("cancelled {when}: one run.cancelled, one cleanup"))
 }
 
+/// Starts `request` through a service on an adapter of `knobs` that the returned spy sees.
+/// The execution keeps the service alive.
+async fn start_spied<Kn: Knobs>(
+    knobs: &Kn,
+    request: ExecutionRequest,
+    b: Bounds,
+) -> Result<(Spy, probe::Started), String> {
+    let spy = Spy::default();
+    let service = probe::service(spy.wrap(knobs.adapter()), b);
+    let handle = probe::start(&service, request).await?;
+    Ok((spy, handle))
+}
+
+/// Waits (bounded by `run`) until the service called the runtime's `hook`, lets the call get
+/// under way, then cancels the run and waits for its end. Fails (cancelling the run) when
+/// the service never `called` it.
+async fn cancel_once_called(
+    handle: &ExecutionHandle,
+    spy: &Spy,
+    hook: &str,
+    called: &str,
+    b: Bounds,
+) -> Result<Observed, String> {
+    if !until(b.run, || spy.count(hook) >= 1).await {
+        handle.cancel(CancelReason::new("conformance"));
+        return Err(format!(
+            "the service never {called} the runtime within {:?}",
+            b.run
+        ));
+    }
+    settle_in().await;
+    handle.cancel(CancelReason::new("conformance"));
+    probe::finish(handle, b).await
+}
+
 /// `cancel.during_initialize`: at the runtime boundary, a slow `initialize` returns within
 /// grace after the cancel hook; through the service, a cancel while it runs ends the run
 /// with exactly one `run.cancelled` and one cleanup.
@@ -92,19 +127,8 @@ pub(crate) async fn cancel_during_initialize<Kn: Knobs>(
     let _ = probe::hook("cleanup", b.grace, || d.runtime.cleanup()).await;
     direct?;
 
-    let spy = Spy::default();
-    let service = probe::service(spy.wrap(knobs.adapter()), b);
-    let handle = probe::start(&service, request).await?;
-    if !until(b.run, || spy.count("initialize") >= 1).await {
-        handle.cancel(CancelReason::new("conformance"));
-        return Err(format!(
-            "the service never initialized the runtime within {:?}",
-            b.run
-        ));
-    }
-    settle_in().await;
-    handle.cancel(CancelReason::new("conformance"));
-    let obs = probe::finish(&handle, b).await?;
+    let (spy, handle) = start_spied(knobs, request, b).await?;
+    let obs = cancel_once_called(&handle, &spy, "initialize", "initialized", b).await?;
     let evidence = ended_cancelled_once(&obs, &spy, b, "while initializing").await?;
     Ok(format!(
         "initialize returned after the cancel hook; {evidence}"
@@ -171,14 +195,7 @@ async fn next_action(
         }
         Err("the event stream ended without an action".to_owned())
     };
-    let waited = tokio::time::timeout(b.run, wait)
-        .await
-        .map_err(|_| format!("no new action was opened within {:?}", b.run))
-        .and_then(|r| r);
-    if waited.is_err() {
-        handle.cancel(CancelReason::new("conformance bound"));
-    }
-    waited
+    probe::cancel_unless(handle, b.run, "no new action was opened", wait).await
 }
 
 /// `cancel.during_resume`: at the runtime boundary, a resumed segment that works until
@@ -193,11 +210,7 @@ pub(crate) async fn cancel_during_resume<Kn: Knobs>(
     let adapter = knobs.adapter();
     let d = probe::direct(&adapter, &request, b).await?;
     let direct = async {
-        probe::hook("initialize", b.grace, || d.runtime.initialize())
-            .await?
-            .map_err(|e| format!("initialize failed: {}", e.message()))?;
-        let seg = probe::drain(|| d.runtime.stream(d.turn.clone()), b.run).await;
-        seg.check_protocol()?;
+        let seg = d.first_segment(b).await?;
         let Some(Ok(AdapterEvent::Interrupt(interrupt))) = seg.terminal() else {
             return Err("the first segment did not end on an interrupt".to_owned());
         };
@@ -245,25 +258,14 @@ pub(crate) async fn cancel_during_resume<Kn: Knobs>(
     let _ = probe::hook("cleanup", b.grace, || d.runtime.cleanup()).await;
     direct?;
 
-    let spy = Spy::default();
-    let service = probe::service(spy.wrap(knobs.adapter()), b);
-    let handle = probe::start(&service, request).await?;
+    let (spy, handle) = start_spied(knobs, request, b).await?;
     let action = probe::wait_action(&handle, b).await?;
     let (response, _) = approve_all(&action)?;
     handle
         .respond(response.into())
         .await
         .map_err(|e| format!("the answer was refused: {}", e.message()))?;
-    if !until(b.run, || spy.count("resume") >= 1).await {
-        handle.cancel(CancelReason::new("conformance"));
-        return Err(format!(
-            "the service never resumed the runtime within {:?}",
-            b.run
-        ));
-    }
-    settle_in().await;
-    handle.cancel(CancelReason::new("conformance"));
-    let obs = probe::finish(&handle, b).await?;
+    let obs = cancel_once_called(&handle, &spy, "resume", "resumed", b).await?;
     let resolved = obs.count(|p| matches!(p, EventPayload::ActionResolved(_)));
     if resolved != 1 {
         return Err(format!(

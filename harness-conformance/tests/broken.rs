@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures_util::{StreamExt, stream};
-use harness_conformance::{Behaviour, Bounds, FixtureOutcome, Knobs, Report, certify, run_fixture};
+use harness_conformance::{
+    Behaviour, Bounds, FixtureOutcome, FixtureResult, Knobs, Report, certify, run_fixture,
+};
 use harness_core::action::{ApprovalRequest, Decision, ToolCallApproval, ValidatedResponse};
 use harness_core::adapter::{
     AdapterEvent, AgentConfig, BoxFuture, BoxStream, CancelResult, DeploymentContext, EventResult,
@@ -611,6 +613,45 @@ impl Knobs for BrokenKnobs {
     }
 }
 
+/// [`BrokenKnobs`] with other bounds and, when given, another plain request (otherwise the
+/// default one).
+#[derive(Debug)]
+struct Tuned {
+    fault: Fault,
+    bounds: Bounds,
+    plain_request: Option<fn() -> ExecutionRequest>,
+}
+
+impl Knobs for Tuned {
+    type Adapter = Broken;
+
+    fn adapter(&self) -> Broken {
+        BrokenKnobs(self.fault).adapter()
+    }
+
+    fn request_for(&self, behaviour: &Behaviour) -> Option<ExecutionRequest> {
+        BrokenKnobs(self.fault).request_for(behaviour)
+    }
+
+    fn plain_request(&self) -> ExecutionRequest {
+        // `BrokenKnobs` keeps the default plain request.
+        self.plain_request
+            .map_or_else(|| BrokenKnobs(self.fault).plain_request(), |plain| plain())
+    }
+
+    fn bounds(&self) -> Bounds {
+        self.bounds
+    }
+}
+
+/// Asserts that `result` is a failure whose detail contains `detail`.
+fn assert_fails_saying(result: &FixtureResult, detail: &str) {
+    assert!(
+        result.outcome.is_failure() && result.outcome.detail().contains(detail),
+        "{result:?}"
+    );
+}
+
 /// Runs the whole suite on `fault` and checks it fails at `id` with `reason` in the text.
 async fn fails(fault: Fault, id: &str, reason: &str) -> Report {
     let report = certify(&BrokenKnobs(fault)).await;
@@ -699,14 +740,7 @@ async fn recall_knobs_that_know_the_marker_are_refused() {
     let result = run_fixture(&Cheating::default(), "session.multi_turn")
         .await
         .unwrap();
-    assert!(
-        result
-            .outcome
-            .detail()
-            .contains("request carries the marker itself"),
-        "{result:?}"
-    );
-    assert!(result.outcome.is_failure());
+    assert_fails_saying(&result, "request carries the marker itself");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -844,14 +878,7 @@ async fn a_leaked_task_is_caught_while_the_callers_own_tasks_end() {
     for task in unrelated {
         task.await.unwrap();
     }
-    assert!(
-        result.outcome.is_failure()
-            && result
-                .outcome
-                .detail()
-                .contains("Tokio task(s) still alive"),
-        "{result:?}"
-    );
+    assert_fails_saying(&result, "Tokio task(s) still alive");
     let busy = tokio::spawn(async {
         for _ in 0..50 {
             tokio::spawn(tokio::time::sleep(Duration::from_secs(30)));
@@ -872,23 +899,14 @@ async fn a_leaked_task_is_caught_while_the_callers_own_tasks_end() {
 async fn a_fixture_that_gives_up_waiting_cancels_what_it_started() {
     // An approval that never comes: the fixture fails on its bound, and must not leave the
     // execution (its driver task, its runtime and whatever that holds) running forever.
-    #[derive(Debug)]
-    struct Quick;
-    impl Knobs for Quick {
-        type Adapter = Broken;
-        fn adapter(&self) -> Broken {
-            Broken::new(Fault::NeverAsks)
-        }
-        fn request_for(&self, behaviour: &Behaviour) -> Option<ExecutionRequest> {
-            BrokenKnobs(Fault::NeverAsks).request_for(behaviour)
-        }
-        fn bounds(&self) -> Bounds {
-            Bounds {
-                run: Duration::from_millis(300),
-                grace: Duration::from_millis(500),
-            }
-        }
-    }
+    let quick = Tuned {
+        fault: Fault::NeverAsks,
+        bounds: Bounds {
+            run: Duration::from_millis(300),
+            grace: Duration::from_millis(500),
+        },
+        plain_request: None,
+    };
     let metrics = tokio::runtime::Handle::current().metrics();
     let baseline = metrics.num_alive_tasks();
     for id in [
@@ -896,7 +914,7 @@ async fn a_fixture_that_gives_up_waiting_cancels_what_it_started() {
         "action.conflicting_resume",
         "action.sequential_interrupts",
     ] {
-        let result = run_fixture(&Quick, id).await.unwrap();
+        let result = run_fixture(&quick, id).await.unwrap();
         assert!(
             result
                 .outcome
@@ -969,14 +987,7 @@ fn the_preflight_check_is_bounded_when_evaluate_hangs() {
         .recv_timeout(Duration::from_secs(30))
         .expect("the preflight check did not return within 30s")
         .unwrap();
-    assert!(
-        result.outcome.is_failure()
-            && result
-                .outcome
-                .detail()
-                .contains("preflight did not answer within"),
-        "{result:?}"
-    );
+    assert_fails_saying(&result, "preflight did not answer within");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1068,31 +1079,17 @@ async fn a_capability_the_configuration_lacks_is_refused_at_preflight_not_failed
 async fn a_report_wider_for_the_configuration_the_suite_runs_is_caught() {
     // The knobs' plain request continues a conversation: that configuration is the one the
     // gate evaluates, and the one whose report must stay within the descriptor.
-    #[derive(Debug)]
-    struct InConversation;
-    impl Knobs for InConversation {
-        type Adapter = Broken;
-        fn adapter(&self) -> Broken {
-            Broken::new(Fault::WidensForConversations)
-        }
-        fn request_for(&self, behaviour: &Behaviour) -> Option<ExecutionRequest> {
-            BrokenKnobs(Fault::WidensForConversations).request_for(behaviour)
-        }
-        fn plain_request(&self) -> ExecutionRequest {
+    let in_conversation = Tuned {
+        fault: Fault::WidensForConversations,
+        bounds: Bounds::default(),
+        plain_request: Some(|| {
             ExecutionRequest::new("text").with_conversation(ConversationId::generate())
-        }
-    }
-    let result = run_fixture(&InConversation, "init.capability_report")
+        }),
+    };
+    let result = run_fixture(&in_conversation, "init.capability_report")
         .await
         .unwrap();
-    assert!(
-        result.outcome.is_failure()
-            && result
-                .outcome
-                .detail()
-                .contains("evaluate widens the descriptor for skills"),
-        "{result:?}"
-    );
+    assert_fails_saying(&result, "evaluate widens the descriptor for skills");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1177,12 +1174,5 @@ async fn a_declared_capability_the_suite_cannot_certify_fails() {
     let result = run_fixture(&ClaimsSkills, "skills.missing_blocked")
         .await
         .unwrap();
-    assert!(
-        result
-            .outcome
-            .detail()
-            .contains("not certifiable by suite version"),
-        "{result:?}"
-    );
-    assert!(result.outcome.is_failure());
+    assert_fails_saying(&result, "not certifiable by suite version");
 }

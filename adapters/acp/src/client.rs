@@ -878,18 +878,15 @@ impl Handlers {
                 async move |request: RequestPermissionRequest,
                             responder: acp::v1::Responder<RequestPermissionResponse>,
                             _cx| {
-                    let ticket = permissions.backlog.take();
-                    if permissions.backlog.refusing() {
-                        return responder.respond(RequestPermissionResponse::new(
-                            RequestPermissionOutcome::Cancelled,
-                        ));
-                    }
-                    let _ = permissions.inbound.send(Inbound::Permission {
-                        request: Box::new(request),
+                    permissions.forward(
                         responder,
-                        _ticket: ticket,
-                    });
-                    Ok(())
+                        || RequestPermissionResponse::new(RequestPermissionOutcome::Cancelled),
+                        |responder, ticket| Inbound::Permission {
+                            request: Box::new(request),
+                            responder,
+                            _ticket: ticket,
+                        },
+                    )
                 },
                 acp::on_receive_request!(),
             )
@@ -897,17 +894,15 @@ impl Handlers {
                 async move |request: CreateElicitationRequest,
                             responder: acp::v1::Responder<CreateElicitationResponse>,
                             _cx| {
-                    let ticket = elicitations.backlog.take();
-                    if elicitations.backlog.refusing() {
-                        return responder
-                            .respond(CreateElicitationResponse::new(ElicitationAction::Cancel));
-                    }
-                    let _ = elicitations.inbound.send(Inbound::Elicitation {
-                        request: Box::new(request),
+                    elicitations.forward(
                         responder,
-                        _ticket: ticket,
-                    });
-                    Ok(())
+                        || CreateElicitationResponse::new(ElicitationAction::Cancel),
+                        |responder, ticket| Inbound::Elicitation {
+                            request: Box::new(request),
+                            responder,
+                            _ticket: ticket,
+                        },
+                    )
                 },
                 acp::on_receive_request!(),
             )
@@ -940,6 +935,22 @@ impl Handlers {
                 Ok(())
             })
             .await
+    }
+
+    /// Hands a request of the agent to the runtime with its share of the backlog or, while
+    /// requests are refused (after a cancel), answers it with `refused` at once.
+    fn forward<T: acp::JsonRpcResponse>(
+        &self,
+        responder: acp::v1::Responder<T>,
+        refused: impl FnOnce() -> T,
+        inbound: impl FnOnce(acp::v1::Responder<T>, Option<Ticket>) -> Inbound,
+    ) -> Result<(), acp::Error> {
+        let ticket = self.backlog.take();
+        if self.backlog.refusing() {
+            return responder.respond(refused());
+        }
+        let _ = self.inbound.send(inbound(responder, ticket));
+        Ok(())
     }
 
     async fn read(&self, request: &ReadTextFileRequest) -> Result<String, acp::Error> {

@@ -7,55 +7,23 @@ mod common;
 
 use std::time::Duration;
 
-use common::{assert_no_process_left, marker, processes_with, read_until, workspace};
-use futures_util::StreamExt;
-use harness_acp::{AcpAdapter, AcpOptions, INBOUND_LIMIT};
-use harness_core::action::{ActionKind, ApprovalResponse, ToolDecision};
-use harness_core::adapter::{
-    AdapterEvent, AgentConfig, HarnessAdapter, HarnessRuntime, InterruptKind, RunLimits,
-    RuntimeContext, TurnInput,
+use common::{
+    approve_all, assert_no_process_left, first_segment, is, logged_text, marker, outcome,
+    processes_with, read_until, runtime, start, test_agent, until_action,
 };
+use harness_acp::{AcpAdapter, AcpOptions, INBOUND_LIMIT};
+use harness_core::action::ActionKind;
+use harness_core::adapter::{AdapterEvent, InterruptKind};
 use harness_core::error::ErrorCategory;
-use harness_core::event::{CancelReason, EventPayload};
-use harness_core::id::{Cursor, ExecutionId};
-use harness_core::manifest::ContractVersion;
-use harness_core::service::{AdapterService, ExecutionHandle, ExecutionRequest, Outcome};
-use tower::ServiceExt;
+use harness_core::event::{CancelReason, EventKind};
+use harness_core::id::Cursor;
+use harness_core::service::Outcome;
 
 /// Updates `flood` sends while its permission request is unanswered.
 const FLOOD: usize = 100_000;
 
-fn test_agent(mode: &str, mark: &str, grace: Duration) -> AcpOptions {
-    AcpOptions::new(
-        [env!("CARGO_BIN_EXE_acp-test-agent"), mode, mark],
-        workspace(mark),
-    )
-    .with_cancel_grace(grace)
-}
-
-async fn start(adapter: &AcpAdapter, options: &AcpOptions) -> ExecutionHandle {
-    AdapterService::new(adapter.clone())
-        .oneshot(ExecutionRequest::new("go").with_options(options.to_value()))
-        .await
-        .expect("execution starts")
-}
-
-async fn outcome(execution: &ExecutionHandle) -> Outcome {
-    tokio::time::timeout(common::WAIT, execution.outcome())
-        .await
-        .expect("outcome within the bounded wait")
-}
-
-fn text(execution: &ExecutionHandle) -> String {
-    execution
-        .log()
-        .snapshot(Cursor::START)
-        .iter()
-        .filter_map(|e| match e.payload() {
-            EventPayload::MessageDelta(d) => Some(d.text.clone()),
-            _ => None,
-        })
-        .collect()
+fn flood_agent(mode: &str, mark: &str, grace: Duration) -> AcpOptions {
+    test_agent(mode, mark).with_cancel_grace(grace)
 }
 
 /// Waits (bounded) until a connection of `adapter` stopped reading its agent's output
@@ -79,41 +47,6 @@ fn assert_bounded(adapter: &AcpAdapter) {
     );
 }
 
-async fn runtime(adapter: &AcpAdapter, options: &AcpOptions) -> Box<dyn HarnessRuntime> {
-    let context = RuntimeContext {
-        contract_version: ContractVersion::V1,
-        adapter: adapter.descriptor().id().clone(),
-        execution_id: ExecutionId::generate(),
-        config: AgentConfig {
-            options: options.to_value(),
-            ..AgentConfig::default()
-        },
-        binding: None,
-        prompt: None,
-        tools: Vec::new(),
-        limits: RunLimits::default(),
-        thread_state: None,
-        cancellation: tokio_util::sync::CancellationToken::new(),
-    };
-    adapter
-        .create_runtime(context)
-        .await
-        .expect("the runtime is created")
-}
-
-fn turn(runtime: &dyn HarnessRuntime) -> TurnInput {
-    TurnInput {
-        execution_id: runtime.identity().execution_id,
-        conversation_id: None,
-        message: "go".to_owned(),
-        files: Vec::new(),
-        client_context: serde_json::Map::new(),
-        trace_context: None,
-        deadline: None,
-        idempotency_key: None,
-    }
-}
-
 /// Defect: the queue from the connection to the runtime was unbounded, so an agent flooding
 /// updates while the run waited on an approval (the runtime not polled) grew the adapter's
 /// memory without bound. Now the connection stops reading at [`INBOUND_LIMIT`] waiting
@@ -122,35 +55,24 @@ fn turn(runtime: &dyn HarnessRuntime) -> TurnInput {
 async fn a_flood_while_paused_on_an_approval_is_held_back_and_the_approval_finishes_the_run() {
     let mark = marker("flood-approve");
     let adapter = AcpAdapter::new();
-    let execution = start(&adapter, &test_agent("flood", &mark, common::WAIT)).await;
-    let events = read_until(&execution, Cursor::START, |e| {
-        matches!(e.payload(), EventPayload::ActionRequested(_)) || e.kind().is_terminal()
-    })
-    .await;
-    let Some(EventPayload::ActionRequested(action)) = events.last().map(|e| e.payload()) else {
-        panic!("no approval: {events:?}");
-    };
+    let execution = start(&adapter, &flood_agent("flood", &mark, common::WAIT)).await;
+    let action = until_action(&execution).await;
     let ActionKind::ToolApproval(approval) = &action.kind else {
         panic!("not an approval");
     };
     // The run is paused and nothing consumes: the agent's flood is held back.
     until_held_back(&adapter).await;
     assert_bounded(&adapter);
-    let response = ApprovalResponse::decide(
-        action.id.clone(),
-        action.revision,
-        approval
-            .calls()
-            .iter()
-            .map(|c| ToolDecision::approve(c.call_id().clone())),
-    );
     execution
-        .respond(response.into())
+        .respond(approve_all(&action, approval).into())
         .await
         .expect("the answer is accepted");
     assert!(matches!(outcome(&execution).await, Outcome::Succeeded(_)));
     // Every update arrived, in order, none dropped.
-    assert_eq!(text(&execution), format!("{}done", ".".repeat(FLOOD)));
+    assert_eq!(
+        logged_text(&execution),
+        format!("{}done", ".".repeat(FLOOD))
+    );
     assert_bounded(&adapter);
     assert_eq!(adapter.stats().snapshot().updates_dropped, 0);
     drop(execution);
@@ -164,11 +86,11 @@ async fn a_cancel_while_a_flood_is_held_back_ends_the_run_cancelled() {
     let adapter = AcpAdapter::new();
     let execution = start(
         &adapter,
-        &test_agent("flood", &mark, Duration::from_millis(500)),
+        &flood_agent("flood", &mark, Duration::from_millis(500)),
     )
     .await;
     read_until(&execution, Cursor::START, |e| {
-        matches!(e.payload(), EventPayload::ActionRequested(_)) || e.kind().is_terminal()
+        is(e, EventKind::ActionRequested) || e.kind().is_terminal()
     })
     .await;
     until_held_back(&adapter).await;
@@ -187,12 +109,8 @@ async fn a_cancel_while_a_flood_is_held_back_ends_the_run_cancelled() {
 async fn a_cancel_during_a_held_back_flood_is_graceful() {
     let mark = marker("flood-graceful");
     let adapter = AcpAdapter::new();
-    let runtime = runtime(&adapter, &test_agent("flood", &mark, common::WAIT)).await;
-    runtime.initialize().await.expect("initialized");
-    let items: Vec<_> =
-        tokio::time::timeout(common::WAIT, runtime.stream(turn(&*runtime)).collect())
-            .await
-            .expect("the segment ends");
+    let runtime = runtime(&adapter, &flood_agent("flood", &mark, common::WAIT)).await;
+    let items = first_segment(&*runtime).await;
     let Some(Ok(AdapterEvent::Interrupt(interrupt))) = items.last() else {
         panic!("the segment did not end on an interrupt: {items:?}");
     };
@@ -221,7 +139,7 @@ async fn a_flood_before_the_session_is_open_fails_the_start_naming_the_limit() {
     let adapter = AcpAdapter::new();
     let execution = start(
         &adapter,
-        &test_agent("flood-init", &mark, Duration::from_millis(500)),
+        &flood_agent("flood-init", &mark, Duration::from_millis(500)),
     )
     .await;
     let Outcome::Failed(err) = outcome(&execution).await else {
@@ -249,14 +167,10 @@ async fn no_task_outlives_an_execution_whose_agent_left_a_detached_child() {
     let before = metrics.num_alive_tasks();
     let runtime = runtime(
         &adapter,
-        &test_agent("detach", &mark, Duration::from_millis(500)),
+        &flood_agent("detach", &mark, Duration::from_millis(500)),
     )
     .await;
-    runtime.initialize().await.expect("initialized");
-    let items: Vec<_> =
-        tokio::time::timeout(common::WAIT, runtime.stream(turn(&*runtime)).collect())
-            .await
-            .expect("the segment ends");
+    let items = first_segment(&*runtime).await;
     assert!(
         matches!(items.last(), Some(Ok(AdapterEvent::Completed(_)))),
         "{items:?}"

@@ -4,32 +4,16 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use common::{assert_no_process_left, is, kinds, marker, read_until, workspace};
+use common::{assert_no_process_left, finish, kinds, marker, test_agent, text, until_action};
 use harness_acp::{AcpAdapter, AcpOptions};
 use harness_core::action::{ActionKind, ActionRequest, FieldKind, FormResponse, FormValues};
-use harness_core::event::{CancelReason, Event, EventKind, EventPayload};
-use harness_core::id::Cursor;
+use harness_core::event::CancelReason;
 use harness_core::service::{AdapterService, ExecutionHandle, ExecutionRequest, Outcome};
 
 fn elicit_agent(mark: &str) -> AcpOptions {
-    AcpOptions::new(
-        [env!("CARGO_BIN_EXE_acp-test-agent"), "elicit", mark],
-        workspace(mark),
-    )
-    .with_cancel_grace(Duration::from_secs(10))
-}
-
-fn text(events: &[Arc<Event>]) -> String {
-    events
-        .iter()
-        .filter_map(|e| match e.payload() {
-            EventPayload::MessageDelta(d) => Some(d.text.as_str()),
-            _ => None,
-        })
-        .collect()
+    test_agent("elicit", mark).with_cancel_grace(Duration::from_secs(10))
 }
 
 /// Starts an `elicit` turn and waits for its form; checks the form's fields.
@@ -38,13 +22,7 @@ async fn until_form(adapter: AcpAdapter, mark: &str) -> (ExecutionHandle, Action
         .start(ExecutionRequest::new("who am I?").with_options(elicit_agent(mark).to_value()))
         .await
         .expect("execution starts");
-    let events = read_until(&execution, Cursor::START, |e| {
-        is(e, EventKind::ActionRequested) || e.kind().is_terminal()
-    })
-    .await;
-    let Some(EventPayload::ActionRequested(request)) = events.last().map(|e| e.payload()) else {
-        panic!("expected a form, got {:?}", kinds(&events));
-    };
+    let request = until_action(&execution).await;
     let ActionKind::FormInput(form) = &request.kind else {
         panic!("expected a form-input action, got {:?}", request.kind);
     };
@@ -57,15 +35,7 @@ async fn until_form(adapter: AcpAdapter, mark: &str) -> (ExecutionHandle, Action
         matches!(age.kind, FieldKind::Number { integer: true, .. }),
         "{age:?}"
     );
-    (execution, (**request).clone())
-}
-
-async fn finish(execution: &ExecutionHandle) -> (Vec<Arc<Event>>, Outcome) {
-    let events = read_until(execution, Cursor::START, |e| e.kind().is_terminal()).await;
-    let outcome = tokio::time::timeout(common::WAIT, execution.outcome())
-        .await
-        .expect("outcome within the bounded wait");
-    (events, outcome)
+    (execution, request)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,23 +6,16 @@ mod common;
 
 use std::time::Duration;
 
-use common::{assert_no_process_left, example_agent, is, kinds, marker, read_until};
+use common::{
+    assert_no_process_left, example_agent, finish, is, kinds, marker, outcome, read_until, text,
+    until_action,
+};
 use harness_acp::AcpAdapter;
 use harness_core::action::{ActionKind, ApprovalResponse, DecisionKind, ToolDecision};
 use harness_core::event::{CancelReason, EventKind, EventPayload};
 use harness_core::id::Cursor;
 use harness_core::service::{AdapterService, ExecutionRequest, Outcome, ServiceConfig};
 use tower::ServiceExt;
-
-fn text(events: &[std::sync::Arc<harness_core::event::Event>]) -> String {
-    events
-        .iter()
-        .filter_map(|e| match e.payload() {
-            EventPayload::MessageDelta(d) => Some(d.text.as_str()),
-            _ => None,
-        })
-        .collect()
-}
 
 async fn run_to_approval(
     decision: DecisionKind,
@@ -39,13 +32,7 @@ async fn run_to_approval(
         .await
         .expect("execution starts");
 
-    let before = read_until(&execution, Cursor::START, |e| {
-        is(e, EventKind::ActionRequested) || e.kind().is_terminal()
-    })
-    .await;
-    let Some(EventPayload::ActionRequested(request)) = before.last().map(|e| e.payload()) else {
-        panic!("expected an action request, got {:?}", kinds(&before));
-    };
+    let request = until_action(&execution).await;
     let ActionKind::ToolApproval(approval) = &request.kind else {
         panic!("expected a tool approval");
     };
@@ -64,10 +51,7 @@ async fn run_to_approval(
         .await
         .expect("the answer is accepted");
 
-    let all = read_until(&execution, Cursor::START, |e| e.kind().is_terminal()).await;
-    let outcome = tokio::time::timeout(common::WAIT, execution.outcome())
-        .await
-        .expect("outcome");
+    let (all, outcome) = finish(&execution).await;
     drop(execution);
     (all, outcome, mark)
 }
@@ -153,9 +137,7 @@ async fn a_cancel_mid_turn_ends_in_run_cancelled_and_leaves_no_process() {
     let _request = execution.cancel(CancelReason::new("test"));
     let events = read_until(&execution, Cursor::START, |e| e.kind().is_terminal()).await;
     assert_eq!(kinds(&events).last(), Some(&"run.cancelled"));
-    let outcome = tokio::time::timeout(common::WAIT, execution.outcome())
-        .await
-        .expect("outcome");
+    let outcome = outcome(&execution).await;
     assert!(matches!(outcome, Outcome::Cancelled(_)), "{outcome:?}");
     // The agent honoured session/cancel (its turn ended with stop reason `cancelled`)
     // within the grace period: nothing had to be killed to cancel.

@@ -6,38 +6,16 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{assert_no_process_left, kinds, marker, read_until, workspace};
-use harness_acp::{AcpAdapter, AcpOptions, FileAccess};
+use common::{assert_no_process_left, kinds, marker, outcome, read_until, start, test_agent, text};
+use harness_acp::{AcpAdapter, FileAccess};
 use harness_core::error::ErrorCategory;
-use harness_core::event::{CancelReason, EventKind, EventPayload};
+use harness_core::event::{CancelReason, EventKind};
 use harness_core::id::Cursor;
-use harness_core::service::{AdapterService, ExecutionHandle, ExecutionRequest, Outcome};
-use tower::ServiceExt;
-
-fn fault_agent(mode: &str, mark: &str) -> AcpOptions {
-    AcpOptions::new(
-        [env!("CARGO_BIN_EXE_acp-test-agent"), mode, mark],
-        workspace(mark),
-    )
-    .with_cancel_grace(Duration::from_millis(500))
-}
-
-async fn start(options: &AcpOptions) -> ExecutionHandle {
-    AdapterService::new(AcpAdapter::new())
-        .oneshot(ExecutionRequest::new("go").with_options(options.to_value()))
-        .await
-        .expect("execution starts")
-}
-
-async fn outcome(execution: &ExecutionHandle) -> Outcome {
-    tokio::time::timeout(common::WAIT, execution.outcome())
-        .await
-        .expect("outcome within the bounded wait")
-}
+use harness_core::service::Outcome;
 
 async fn failure(mode: &str) -> (harness_core::error::HarnessError, String) {
     let mark = marker(mode);
-    let execution = start(&fault_agent(mode, &mark)).await;
+    let execution = start(&AcpAdapter::new(), &test_agent(mode, &mark)).await;
     let Outcome::Failed(err) = outcome(&execution).await else {
         panic!("expected a failure");
     };
@@ -53,10 +31,7 @@ async fn a_cancelled_agent_ends_the_turn_or_is_killed_with_its_group() {
         let mark = marker(mode);
         let adapter = AcpAdapter::new();
         let stats = adapter.stats();
-        let execution = AdapterService::new(adapter)
-            .oneshot(ExecutionRequest::new("go").with_options(fault_agent(mode, &mark).to_value()))
-            .await
-            .expect("execution starts");
+        let execution = start(&adapter, &test_agent(mode, &mark)).await;
         read_until(&execution, Cursor::START, |e| {
             e.kind() == EventKind::MessageDelta || e.kind().is_terminal()
         })
@@ -130,21 +105,14 @@ async fn an_unsupported_protocol_version_is_refused_at_initialize() {
 
 async fn fs_answers(files: FileAccess) -> (String, std::path::PathBuf) {
     let mark = marker("fs");
-    let options = fault_agent("fs", &mark).with_files(files);
+    let options = test_agent("fs", &mark).with_files(files);
     std::fs::write(options.cwd.join("inside.txt"), "hello").expect("write fixture");
-    let execution = start(&options).await;
+    let execution = start(&AcpAdapter::new(), &options).await;
     assert!(matches!(outcome(&execution).await, Outcome::Succeeded(_)));
     let events = read_until(&execution, Cursor::START, |e| e.kind().is_terminal()).await;
     drop(execution);
     assert_no_process_left(&mark).await;
-    let said = events
-        .iter()
-        .filter_map(|e| match e.payload() {
-            EventPayload::MessageDelta(d) => Some(d.text.clone()),
-            _ => None,
-        })
-        .collect();
-    (said, options.cwd)
+    (text(&events), options.cwd)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,49 +6,19 @@ mod common;
 
 use std::time::Duration;
 
-use common::{assert_no_process_left, marker, processes_with, read_until, workspace};
-use harness_acp::{AcpAdapter, AcpOptions};
-use harness_core::action::{ActionKind, ApprovalResponse, ToolDecision};
-use harness_core::adapter::{
-    AgentConfig, DeploymentContext, HarnessAdapter, HarnessRuntime, RunLimits, RuntimeContext,
+use common::{
+    agent_config, approve_all, assert_no_process_left, first_segment, kinds, logged_text, marker,
+    outcome, processes_with, read_until, runtime, start, test_agent,
 };
+use harness_acp::AcpAdapter;
+use harness_core::action::ActionKind;
+use harness_core::adapter::{DeploymentContext, HarnessAdapter};
 use harness_core::error::ErrorCategory;
 use harness_core::event::{CancelReason, EventKind, EventPayload, ToolCallOutcome};
-use harness_core::id::{Cursor, ExecutionId};
-use harness_core::manifest::ContractVersion;
-use harness_core::service::{AdapterService, ExecutionHandle, ExecutionRequest, Outcome};
+use harness_core::id::Cursor;
+use harness_core::service::{AdapterService, ExecutionRequest, Outcome};
 use harness_core::trace::TraceContext;
 use tower::ServiceExt;
-
-fn test_agent(mode: &str, mark: &str) -> AcpOptions {
-    AcpOptions::new(
-        [env!("CARGO_BIN_EXE_acp-test-agent"), mode, mark],
-        workspace(mark),
-    )
-    .with_cancel_grace(Duration::from_millis(500))
-}
-
-async fn runtime(adapter: &AcpAdapter, options: &AcpOptions) -> Box<dyn HarnessRuntime> {
-    let context = RuntimeContext {
-        contract_version: ContractVersion::V1,
-        adapter: adapter.descriptor().id().clone(),
-        execution_id: ExecutionId::generate(),
-        config: AgentConfig {
-            options: options.to_value(),
-            ..AgentConfig::default()
-        },
-        binding: None,
-        prompt: None,
-        tools: Vec::new(),
-        limits: RunLimits::default(),
-        thread_state: None,
-        cancellation: tokio_util::sync::CancellationToken::new(),
-    };
-    adapter
-        .create_runtime(context)
-        .await
-        .expect("the runtime is created")
-}
 
 /// Waits (bounded) until `n` processes carry `mark`, while `pending` has not returned.
 async fn until_running<F: Future + Unpin>(mark: &str, n: usize, pending: &mut F)
@@ -66,33 +36,6 @@ where
             waited.expect("the agent and its child run within the bounded wait");
         }
     }
-}
-
-async fn start(options: &AcpOptions, message: &str) -> (AcpAdapter, ExecutionHandle) {
-    let adapter = AcpAdapter::new();
-    let execution = AdapterService::new(adapter.clone())
-        .oneshot(ExecutionRequest::new(message).with_options(options.to_value()))
-        .await
-        .expect("execution starts");
-    (adapter, execution)
-}
-
-async fn outcome(execution: &ExecutionHandle) -> Outcome {
-    tokio::time::timeout(common::WAIT, execution.outcome())
-        .await
-        .expect("outcome within the bounded wait")
-}
-
-fn text(execution: &ExecutionHandle) -> String {
-    execution
-        .log()
-        .snapshot(Cursor::START)
-        .iter()
-        .filter_map(|e| match e.payload() {
-            EventPayload::MessageDelta(d) => Some(d.text.clone()),
-            _ => None,
-        })
-        .collect()
 }
 
 /// Defect: a cancel while the agent had not answered `initialize` was "nothing to cancel",
@@ -125,10 +68,7 @@ async fn a_cancel_while_the_agent_starts_ends_initialize_and_the_process_group()
 async fn a_dropped_probe_takes_the_agents_process_group_with_it() {
     let mark = marker("slow-init-probe");
     let adapter = AcpAdapter::new();
-    let config = AgentConfig {
-        options: test_agent("slow-init", &mark).to_value(),
-        ..AgentConfig::default()
-    };
+    let config = agent_config(&test_agent("slow-init", &mark));
     let deployment = DeploymentContext::default();
     let mut probing = adapter.evaluate(&config, &deployment);
     until_running(&mark, 2, &mut probing).await;
@@ -141,21 +81,17 @@ async fn a_dropped_probe_takes_the_agents_process_group_with_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_after_a_cancel_are_answered_cancelled_not_raised() {
     let mark = marker("ask-after-cancel");
-    let (adapter, execution) = start(&test_agent("ask-after-cancel", &mark), "go").await;
+    let adapter = AcpAdapter::new();
+    let execution = start(&adapter, &test_agent("ask-after-cancel", &mark)).await;
     read_until(&execution, Cursor::START, |e| {
         e.kind() == EventKind::MessageDelta || e.kind().is_terminal()
     })
     .await;
     let _request = execution.cancel(CancelReason::new("test"));
     assert!(matches!(outcome(&execution).await, Outcome::Cancelled(_)));
-    let kinds: Vec<&str> = execution
-        .log()
-        .snapshot(Cursor::START)
-        .iter()
-        .map(|e| e.kind().as_str())
-        .collect();
+    let kinds = kinds(&execution.log().snapshot(Cursor::START));
     assert!(!kinds.contains(&"action.requested"), "{kinds:?}");
-    assert!(!text(&execution).contains("not cancelled"));
+    assert!(!logged_text(&execution).contains("not cancelled"));
     let stats = adapter.stats().snapshot();
     assert_eq!(
         (stats.graceful_cancels, stats.forced_cancels),
@@ -171,7 +107,7 @@ async fn requests_after_a_cancel_are_answered_cancelled_not_raised() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn output_that_is_not_utf8_ends_as_protocol() {
     let mark = marker("binary");
-    let (_adapter, execution) = start(&test_agent("binary", &mark), "go").await;
+    let execution = start(&AcpAdapter::new(), &test_agent("binary", &mark)).await;
     let Outcome::Failed(err) = outcome(&execution).await else {
         panic!("expected a failure");
     };
@@ -185,7 +121,7 @@ async fn output_that_is_not_utf8_ends_as_protocol() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sequential_permission_requests_are_sequential_actions() {
     let mark = marker("sequential");
-    let (_adapter, execution) = start(&test_agent("sequential", &mark), "go").await;
+    let execution = start(&AcpAdapter::new(), &test_agent("sequential", &mark)).await;
     let mut answered = Vec::new();
     for call in ["t1", "t2"] {
         let events = read_until(&execution, Cursor::START, |e| {
@@ -205,16 +141,8 @@ async fn sequential_permission_requests_are_sequential_actions() {
             .map(|c| c.call_id().to_string())
             .collect();
         assert_eq!(calls, [call]);
-        let response = ApprovalResponse::decide(
-            action.id.clone(),
-            action.revision,
-            approval
-                .calls()
-                .iter()
-                .map(|c| ToolDecision::approve(c.call_id().clone())),
-        );
         execution
-            .respond(response.into())
+            .respond(approve_all(action, approval).into())
             .await
             .expect("the answer is accepted");
         answered.push(action.id.clone());
@@ -234,7 +162,7 @@ async fn sequential_permission_requests_are_sequential_actions() {
         })
         .collect();
     assert_eq!(completed, ["t1", "t2"]);
-    assert!(text(&execution).contains("both asked"));
+    assert!(logged_text(&execution).contains("both asked"));
     drop(execution);
     assert_no_process_left(&mark).await;
 }
@@ -255,13 +183,13 @@ async fn the_turns_traceparent_reaches_the_agent_in_the_prompts_meta() {
         .await
         .expect("execution starts");
     assert!(matches!(outcome(&execution).await, Outcome::Succeeded(_)));
-    assert_eq!(text(&execution), traceparent);
+    assert_eq!(logged_text(&execution), traceparent);
     drop(execution);
     // Without a trace context, nothing is sent.
     let mark = marker("trace-none");
-    let (_adapter, execution) = start(&test_agent("trace", &mark), "go").await;
+    let execution = start(&AcpAdapter::new(), &test_agent("trace", &mark)).await;
     assert!(matches!(outcome(&execution).await, Outcome::Succeeded(_)));
-    assert_eq!(text(&execution), "no traceparent");
+    assert_eq!(logged_text(&execution), "no traceparent");
     drop(execution);
     assert_no_process_left(&mark).await;
 }
@@ -273,25 +201,12 @@ async fn the_turns_traceparent_reaches_the_agent_in_the_prompts_meta() {
 async fn an_answer_that_loses_the_race_with_a_cancel_ends_cancelled_not_protocol() {
     use futures_util::StreamExt;
     use harness_core::action::ActionRequest;
-    use harness_core::adapter::{AdapterEvent, InterruptKind, ResumeDecision, TurnInput};
+    use harness_core::adapter::{AdapterEvent, InterruptKind, ResumeDecision};
 
     let mark = marker("permission-race");
     let adapter = AcpAdapter::new();
     let runtime = runtime(&adapter, &test_agent("permission", &mark)).await;
-    runtime.initialize().await.expect("initialized");
-    let turn = TurnInput {
-        execution_id: runtime.identity().execution_id,
-        conversation_id: None,
-        message: "go".to_owned(),
-        files: Vec::new(),
-        client_context: serde_json::Map::new(),
-        trace_context: None,
-        deadline: None,
-        idempotency_key: None,
-    };
-    let items: Vec<_> = tokio::time::timeout(common::WAIT, runtime.stream(turn).collect())
-        .await
-        .expect("the segment ends");
+    let items = first_segment(&*runtime).await;
     let Some(Ok(AdapterEvent::Interrupt(interrupt))) = items.last() else {
         panic!("the segment did not end on an interrupt: {items:?}");
     };
@@ -300,14 +215,7 @@ async fn an_answer_that_loses_the_race_with_a_cancel_ends_cancelled_not_protocol
     };
     let action = ActionRequest::new(ActionKind::ToolApproval(approval.clone()))
         .with_id(interrupt.id.clone());
-    let response = ApprovalResponse::decide(
-        action.id.clone(),
-        action.revision,
-        approval
-            .calls()
-            .iter()
-            .map(|c| ToolDecision::approve(c.call_id().clone())),
-    );
+    let response = approve_all(&action, approval);
     let decision = ResumeDecision::new(action.validate(response.into()).expect("valid"));
     // The cancel wins: it answers the request `cancelled`, and the agent ends its turn.
     runtime.cancel(CancelReason::new("test")).await;
@@ -331,14 +239,8 @@ async fn a_slow_probe_does_not_hold_up_evaluate_for_other_options() {
     let echo_mark = marker("probe-echo");
     let adapter = AcpAdapter::new();
     let deployment = DeploymentContext::default();
-    let slow = AgentConfig {
-        options: test_agent("slow-init", &slow_mark).to_value(),
-        ..AgentConfig::default()
-    };
-    let echo = AgentConfig {
-        options: test_agent("echo", &echo_mark).to_value(),
-        ..AgentConfig::default()
-    };
+    let slow = agent_config(&test_agent("slow-init", &slow_mark));
+    let echo = agent_config(&test_agent("echo", &echo_mark));
     let mut probing = adapter.evaluate(&slow, &deployment);
     until_running(&slow_mark, 2, &mut probing).await;
     // Well under PROBE_TIMEOUT: the slow probe must not be what this one waits for.

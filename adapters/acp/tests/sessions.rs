@@ -4,37 +4,20 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use common::{assert_no_process_left, kinds, marker, read_until, workspace};
+use common::{
+    agent_config, assert_no_process_left, finish, kinds, marker, test_agent, text, workspace,
+};
 use harness_acp::{AcpAdapter, AcpOptions};
-use harness_core::adapter::{AgentConfig, DeploymentContext, HarnessAdapter};
+use harness_core::adapter::{DeploymentContext, HarnessAdapter};
 use harness_core::capability::{CapabilityKey, SupportLevel};
 use harness_core::error::{ErrorCategory, ErrorCode};
 use harness_core::event::{Event, EventPayload};
-use harness_core::id::{ConversationId, Cursor};
+use harness_core::id::ConversationId;
 use harness_core::service::{AdapterService, ExecutionRequest, Outcome};
-
-fn test_agent(mode: &str, mark: &str) -> AcpOptions {
-    AcpOptions::new(
-        [env!("CARGO_BIN_EXE_acp-test-agent"), mode, mark],
-        workspace(mark),
-    )
-    .with_cancel_grace(Duration::from_millis(500))
-}
 
 fn conversation(name: &str) -> ConversationId {
     name.parse().expect("a valid conversation id")
-}
-
-fn text(events: &[Arc<Event>]) -> String {
-    events
-        .iter()
-        .filter_map(|e| match e.payload() {
-            EventPayload::MessageDelta(d) => Some(d.text.as_str()),
-            _ => None,
-        })
-        .collect()
 }
 
 fn native<'a>(events: &'a [Arc<Event>], name: &str) -> Vec<&'a serde_json::Value> {
@@ -53,11 +36,7 @@ async fn run(
     request: ExecutionRequest,
 ) -> (Vec<Arc<Event>>, Outcome) {
     let execution = service.start(request).await.expect("execution starts");
-    let events = read_until(&execution, Cursor::START, |e| e.kind().is_terminal()).await;
-    let outcome = tokio::time::timeout(common::WAIT, execution.outcome())
-        .await
-        .expect("outcome within the bounded wait");
-    (events, outcome)
+    finish(&execution).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -123,10 +102,7 @@ async fn evaluate_reports_what_the_agent_negotiated() {
     let adapter = AcpAdapter::new();
     let deployment = DeploymentContext::default();
     let mark = marker("evaluate-echo");
-    let echo = AgentConfig {
-        options: test_agent("echo", &mark).to_value(),
-        ..AgentConfig::default()
-    };
+    let echo = agent_config(&test_agent("echo", &mark));
     let report = adapter
         .evaluate(&echo, &deployment)
         .await
@@ -136,10 +112,7 @@ async fn evaluate_reports_what_the_agent_negotiated() {
         SupportLevel::Native
     );
     let no_load_mark = marker("evaluate-no-load");
-    let no_load = AgentConfig {
-        options: test_agent("no-load", &no_load_mark).to_value(),
-        ..AgentConfig::default()
-    };
+    let no_load = agent_config(&test_agent("no-load", &no_load_mark));
     let report = adapter
         .evaluate(&no_load, &deployment)
         .await
@@ -272,10 +245,7 @@ async fn a_conversation_continued_with_another_agent_is_refused_naming_the_diffe
             .await;
         let err = match refused {
             Err(err) => err,
-            Ok(execution) => match tokio::time::timeout(common::WAIT, execution.outcome())
-                .await
-                .expect("outcome within the bounded wait")
-            {
+            Ok(execution) => match common::outcome(&execution).await {
                 Outcome::Failed(err) => err,
                 other => panic!("not refused: {other:?}"),
             },

@@ -313,6 +313,12 @@ async fn rest_of_turn(agent: &mut Agent, id: &Value) -> (Vec<Value>, Value) {
     (read, response["result"]["stopReason"].clone())
 }
 
+/// The rest of turn `id`: the text the agent said, and the stop reason.
+async fn said_in_turn(agent: &mut Agent, id: &Value) -> (String, Value) {
+    let (read, stop) = rest_of_turn(agent, id).await;
+    (text_of(&read, "agent_message_chunk"), stop)
+}
+
 #[tokio::test]
 async fn elicit_asks_for_a_form_and_follows_the_answer() {
     let cwd = scratch("elicit");
@@ -338,9 +344,8 @@ async fn elicit_asks_for_a_form_and_follows_the_answer() {
             json!({"action": "accept", "content": {"name": "Ada", "age": 36}}),
         )
         .await;
-    let (read, stop) = rest_of_turn(&mut agent, &id).await;
     assert_eq!(
-        (text_of(&read, "agent_message_chunk"), stop),
+        said_in_turn(&mut agent, &id).await,
         ("hello Ada".to_owned(), json!("end_turn"))
     );
 
@@ -348,9 +353,8 @@ async fn elicit_asks_for_a_form_and_follows_the_answer() {
     agent
         .answer(&request["id"], json!({"action": "decline"}))
         .await;
-    let (read, stop) = rest_of_turn(&mut agent, &id).await;
     assert_eq!(
-        (text_of(&read, "agent_message_chunk"), stop),
+        said_in_turn(&mut agent, &id).await,
         ("declined".to_owned(), json!("end_turn"))
     );
 
@@ -367,9 +371,8 @@ async fn elicit_asks_for_a_form_and_follows_the_answer() {
     agent.initialize(json!({})).await;
     let session = agent.new_session(&cwd).await;
     let id = agent.prompt(&session, "go").await;
-    let (read, stop) = rest_of_turn(&mut agent, &id).await;
     assert_eq!(
-        (text_of(&read, "agent_message_chunk"), stop),
+        said_in_turn(&mut agent, &id).await,
         ("elicitation unsupported".to_owned(), json!("end_turn"))
     );
     agent.finish().await;

@@ -813,11 +813,7 @@ impl TestAgent {
 
     /// Spawns `acp-test-agent sleep TAG...`: same process group (the default), no stdio.
     fn spawn_child(&self) -> Outcome {
-        let exe = std::env::current_exe().map_err(Error::into_internal_error)?;
-        std::process::Command::new(exe)
-            .arg("sleep")
-            .args(&self.tags)
-            .stdin(Stdio::null())
+        self.sleeper()?
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -827,15 +823,19 @@ impl TestAgent {
 }
 
 impl TestAgent {
+    /// `acp-test-agent sleep TAG...`, its stdin closed.
+    fn sleeper(&self) -> Result<std::process::Command, Error> {
+        let exe = std::env::current_exe().map_err(Error::into_internal_error)?;
+        let mut command = std::process::Command::new(exe);
+        command.arg("sleep").args(&self.tags).stdin(Stdio::null());
+        Ok(command)
+    }
+
     /// Spawns `acp-test-agent sleep TAG...` in a process group of its own, holding the
     /// agent's stdout and stderr (inherited) open after the agent's group is gone.
     fn spawn_detached(&self) -> Outcome {
         use std::os::unix::process::CommandExt as _;
-        let exe = std::env::current_exe().map_err(Error::into_internal_error)?;
-        std::process::Command::new(exe)
-            .arg("sleep")
-            .args(&self.tags)
-            .stdin(Stdio::null())
+        self.sleeper()?
             .process_group(0)
             .spawn()
             .map(drop)
@@ -845,19 +845,8 @@ impl TestAgent {
 
 /// `flood`: a permission request, then [`FLOOD`] updates before waiting for its answer.
 async fn flood(turn: &TurnCx<'_>) -> Result<StopReason, Error> {
-    let call = ToolCall::new("t1", "write")
-        .kind(ToolKind::Edit)
-        .status(ToolCallStatus::Pending)
-        .raw_input(json!({ "call": "t1" }));
-    turn.send(SessionUpdate::ToolCall(call.clone()))?;
-    let request = RequestPermissionRequest::new(
-        turn.id.to_owned(),
-        call.into(),
-        vec![
-            PermissionOption::new("yes", "Allow", PermissionOptionKind::AllowOnce),
-            PermissionOption::new("no", "Reject", PermissionOptionKind::RejectOnce),
-        ],
-    );
+    let call = pending_edit("t1", "write", json!({ "call": "t1" }));
+    let request = announce(turn, call, ["yes", "no"])?;
     // Sent now; its answer is awaited after the flood.
     let asked = turn.cx.send_request(request);
     for _ in 0..FLOOD {
@@ -913,34 +902,14 @@ fn message(text: String) -> SessionUpdate {
 }
 
 async fn permission(turn: &TurnCx<'_>) -> Result<StopReason, Error> {
-    let call = ToolCall::new("call-1", "write file")
-        .kind(ToolKind::Edit)
-        .status(ToolCallStatus::Pending)
-        .raw_input(json!({ "path": "a.txt" }));
-    turn.send(SessionUpdate::ToolCall(call.clone()))?;
-    let request = RequestPermissionRequest::new(
-        turn.id.to_owned(),
-        call.into(),
-        vec![
-            PermissionOption::new("allow", "Allow", PermissionOptionKind::AllowOnce),
-            PermissionOption::new("reject", "Reject", PermissionOptionKind::RejectOnce),
-        ],
-    );
+    let call = pending_edit("call-1", "write file", json!({ "path": "a.txt" }));
+    let request = announce(turn, call, ["allow", "reject"])?;
     let response = turn.cx.send_request(request).block_task().await?;
     let allowed = match response.outcome {
         RequestPermissionOutcome::Selected(selected) => &*selected.option_id.0 == "allow",
         _ => return Ok(StopReason::Cancelled),
     };
-    let fields = if allowed {
-        ToolCallUpdateFields::new()
-            .status(ToolCallStatus::Completed)
-            .raw_output(json!({ "ok": true }))
-    } else {
-        ToolCallUpdateFields::new().status(ToolCallStatus::Failed)
-    };
-    turn.send(SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
-        "call-1", fields,
-    )))?;
+    decided(turn, "call-1", allowed)?;
     turn.say(if allowed { "done" } else { "rejected" })?;
     Ok(StopReason::EndTurn)
 }
@@ -959,10 +928,7 @@ async fn approval(turn: &TurnCx<'_>) -> Result<StopReason, Error> {
                 .title("write".to_owned())
                 .raw_input(json!({ "a": 1 })),
         ),
-        vec![
-            PermissionOption::new("yes", "Allow", PermissionOptionKind::AllowOnce),
-            PermissionOption::new("no", "Reject", PermissionOptionKind::RejectOnce),
-        ],
+        permission_options(["yes", "no"]),
     );
     let response = turn.cx.send_request(request).block_task().await?;
     if matches!(&response.outcome, RequestPermissionOutcome::Selected(s) if &*s.option_id.0 == "yes")
@@ -981,24 +947,54 @@ async fn approval(turn: &TurnCx<'_>) -> Result<StopReason, Error> {
 /// options `yes` (`allow_once`) / `no` (`reject_once`); the call then completes (`yes`) or
 /// fails (`no`). `false` when the answer was `cancelled`.
 async fn ask(turn: &TurnCx<'_>, id: &str, title: &str) -> Result<bool, Error> {
-    let call = ToolCall::new(id.to_owned(), title)
-        .kind(ToolKind::Edit)
-        .status(ToolCallStatus::Pending)
-        .raw_input(json!({ "call": id }));
-    turn.send(SessionUpdate::ToolCall(call.clone()))?;
-    let request = RequestPermissionRequest::new(
-        turn.id.to_owned(),
-        call.into(),
-        vec![
-            PermissionOption::new("yes", "Allow", PermissionOptionKind::AllowOnce),
-            PermissionOption::new("no", "Reject", PermissionOptionKind::RejectOnce),
-        ],
-    );
+    let call = pending_edit(id, title, json!({ "call": id }));
+    let request = announce(turn, call, ["yes", "no"])?;
     let response = turn.cx.send_request(request).block_task().await?;
     let allowed = match response.outcome {
         RequestPermissionOutcome::Selected(selected) => &*selected.option_id.0 == "yes",
         _ => return Ok(false),
     };
+    decided(turn, id, allowed)?;
+    Ok(true)
+}
+
+/// A pending `edit` tool call.
+fn pending_edit(id: &str, title: &str, raw_input: serde_json::Value) -> ToolCall {
+    ToolCall::new(id.to_owned(), title)
+        .kind(ToolKind::Edit)
+        .status(ToolCallStatus::Pending)
+        .raw_input(raw_input)
+}
+
+/// Sends `tool_call` for `call`; returns the `session/request_permission` for it, with the
+/// options of [`permission_options`].
+fn announce(
+    turn: &TurnCx<'_>,
+    call: ToolCall,
+    ids: [&str; 2],
+) -> Result<RequestPermissionRequest, Error> {
+    turn.send(SessionUpdate::ToolCall(call.clone()))?;
+    Ok(RequestPermissionRequest::new(
+        turn.id.to_owned(),
+        call.into(),
+        permission_options(ids),
+    ))
+}
+
+/// `Allow` (`allow_once`) and `Reject` (`reject_once`), with these ids.
+fn permission_options([allow, reject]: [&str; 2]) -> Vec<PermissionOption> {
+    vec![
+        PermissionOption::new(allow.to_owned(), "Allow", PermissionOptionKind::AllowOnce),
+        PermissionOption::new(
+            reject.to_owned(),
+            "Reject",
+            PermissionOptionKind::RejectOnce,
+        ),
+    ]
+}
+
+/// Completes call `id` with `{"ok": true}` when `allowed`, fails it otherwise.
+fn decided(turn: &TurnCx<'_>, id: &str, allowed: bool) -> Outcome {
     let fields = if allowed {
         ToolCallUpdateFields::new()
             .status(ToolCallStatus::Completed)
@@ -1009,8 +1005,7 @@ async fn ask(turn: &TurnCx<'_>, id: &str, title: &str) -> Result<bool, Error> {
     turn.send(SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
         id.to_owned(),
         fields,
-    )))?;
-    Ok(true)
+    )))
 }
 
 async fn files(turn: &TurnCx<'_>) -> Result<StopReason, Error> {

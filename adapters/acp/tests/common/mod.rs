@@ -7,10 +7,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use harness_acp::AcpOptions;
-use harness_core::event::{Event, EventKind};
-use harness_core::id::Cursor;
-use harness_core::service::ExecutionHandle;
+use harness_acp::{AcpAdapter, AcpOptions};
+use harness_core::action::{ActionRequest, ApprovalRequest, ApprovalResponse, ToolDecision};
+use harness_core::adapter::{
+    AgentConfig, EventResult, HarnessAdapter, HarnessRuntime, RunLimits, RuntimeContext, TurnInput,
+};
+use harness_core::event::{Event, EventKind, EventPayload};
+use harness_core::id::{Cursor, ExecutionId};
+use harness_core::manifest::ContractVersion;
+use harness_core::service::{AdapterService, ExecutionHandle, ExecutionRequest, Outcome};
+use tower::ServiceExt;
 
 /// How long any single wait in a test may take.
 pub const WAIT: Duration = Duration::from_secs(60);
@@ -84,6 +90,113 @@ pub fn example_agent(marker: &str) -> AcpOptions {
     .allow_env("PATH")
 }
 
+/// Options running our own scriptable agent (`acp-test-agent MODE MARK`), with a cancel grace
+/// of 500 ms.
+pub fn test_agent(mode: &str, mark: &str) -> AcpOptions {
+    AcpOptions::new(
+        [env!("CARGO_BIN_EXE_acp-test-agent"), mode, mark],
+        workspace(mark),
+    )
+    .with_cancel_grace(Duration::from_millis(500))
+}
+
+/// Starts an execution of `adapter` with `options` on the message `go`.
+pub async fn start(adapter: &AcpAdapter, options: &AcpOptions) -> ExecutionHandle {
+    AdapterService::new(adapter.clone())
+        .oneshot(ExecutionRequest::new("go").with_options(options.to_value()))
+        .await
+        .expect("execution starts")
+}
+
+/// The outcome of `execution`; bounded by [`WAIT`].
+pub async fn outcome(execution: &ExecutionHandle) -> Outcome {
+    tokio::time::timeout(WAIT, execution.outcome())
+        .await
+        .expect("outcome within the bounded wait")
+}
+
+/// Reads `execution` to its end; returns its events and outcome.
+pub async fn finish(execution: &ExecutionHandle) -> (Vec<Arc<Event>>, Outcome) {
+    let events = read_until(execution, Cursor::START, |e| e.kind().is_terminal()).await;
+    (events, outcome(execution).await)
+}
+
+/// Reads `execution` until an action is requested; returns the action. Panics when the run
+/// ends first.
+pub async fn until_action(execution: &ExecutionHandle) -> ActionRequest {
+    let events = read_until(execution, Cursor::START, |e| {
+        is(e, EventKind::ActionRequested) || e.kind().is_terminal()
+    })
+    .await;
+    let Some(EventPayload::ActionRequested(action)) = events.last().map(|e| e.payload()) else {
+        panic!("expected an action request, got {:?}", kinds(&events));
+    };
+    (**action).clone()
+}
+
+/// The answer approving every call of `approval`, the kind of `action`.
+pub fn approve_all(action: &ActionRequest, approval: &ApprovalRequest) -> ApprovalResponse {
+    ApprovalResponse::decide(
+        action.id.clone(),
+        action.revision,
+        approval
+            .calls()
+            .iter()
+            .map(|c| ToolDecision::approve(c.call_id().clone())),
+    )
+}
+
+/// The agent configuration of `options`.
+pub fn agent_config(options: &AcpOptions) -> AgentConfig {
+    AgentConfig {
+        options: options.to_value(),
+        ..AgentConfig::default()
+    }
+}
+
+/// A runtime of `adapter` for `options`, created directly (not through the service).
+pub async fn runtime(adapter: &AcpAdapter, options: &AcpOptions) -> Box<dyn HarnessRuntime> {
+    let context = RuntimeContext {
+        contract_version: ContractVersion::V1,
+        adapter: adapter.descriptor().id().clone(),
+        execution_id: ExecutionId::generate(),
+        config: agent_config(options),
+        binding: None,
+        prompt: None,
+        tools: Vec::new(),
+        limits: RunLimits::default(),
+        thread_state: None,
+        cancellation: tokio_util::sync::CancellationToken::new(),
+    };
+    adapter
+        .create_runtime(context)
+        .await
+        .expect("the runtime is created")
+}
+
+/// Initializes `runtime` and runs its first segment (a [`turn`]) to its end; bounded by
+/// [`WAIT`].
+pub async fn first_segment(runtime: &dyn HarnessRuntime) -> Vec<EventResult> {
+    runtime.initialize().await.expect("initialized");
+    tokio::time::timeout(WAIT, runtime.stream(turn(runtime)).collect())
+        .await
+        .expect("the segment ends")
+}
+
+/// A turn of `runtime` on the message `go`.
+pub fn turn(runtime: &dyn HarnessRuntime) -> TurnInput {
+    TurnInput {
+        execution_id: runtime.identity().execution_id,
+        conversation_id: None,
+        message: "go".to_owned(),
+        files: Vec::new(),
+        client_context: serde_json::Map::new(),
+        trace_context: None,
+        deadline: None,
+        idempotency_key: None,
+    }
+}
+
 /// Pids of live (non-zombie) processes whose command line contains `marker`.
 pub fn processes_with(marker: &str) -> Vec<u32> {
     let mut found = Vec::new();
@@ -151,6 +264,22 @@ pub async fn read_until(
 /// The kinds of `events`, as wire names.
 pub fn kinds(events: &[Arc<Event>]) -> Vec<&'static str> {
     events.iter().map(|e| e.kind().as_str()).collect()
+}
+
+/// The text of the message deltas among `events`.
+pub fn text(events: &[Arc<Event>]) -> String {
+    events
+        .iter()
+        .filter_map(|e| match e.payload() {
+            EventPayload::MessageDelta(d) => Some(d.text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The text of the message deltas in the log of `execution`.
+pub fn logged_text(execution: &ExecutionHandle) -> String {
+    text(&execution.log().snapshot(Cursor::START))
 }
 
 /// Whether `event` is of `kind`.
