@@ -915,8 +915,10 @@ impl<A: HarnessAdapter> Driver<A> {
 
     /// A failure observed after a cancel was accepted is the runtime's answer to that cancel
     /// (an `initialize` or a stream aborted by the execution's token), so the run ends
-    /// `run.cancelled`, as the caller was told it would, not `run.failed`. Only failures are
-    /// taken over: a segment that completed or paused did its work, and ends as it ended.
+    /// `run.cancelled`, not `run.failed`. Only failures the driver has not yet recorded are
+    /// taken over: a segment that completed or paused did its work and ends as it ended, and a
+    /// cancel accepted while an already-recorded failure runs its cleanup does not change it
+    /// (cancellation is a request; `run.cancelled` is what confirms it).
     fn cancel_wins(&self, end: SegmentEnd) -> SegmentEnd {
         match end {
             SegmentEnd::Failed(_) if self.shared.cancel.is_cancelled() => {
