@@ -5,7 +5,8 @@
 //!
 //! - `session/update` notifications, `session/request_permission` and `elicitation/create`
 //!   requests go to the runtime's inbound queue, in the order the connection dispatched them
-//!   (the crate's dispatch loop is sequential, and the handlers only enqueue).
+//!   (the crate's dispatch loop is sequential, and these handlers only enqueue; the `fs/*`
+//!   handlers below do their file I/O in the loop, bounded by [`READ_LIMIT`]).
 //! - That queue is bounded by *backpressure* at the source: the line stream admits each such
 //!   message against the [`Backlog`] (at most [`INBOUND_LIMIT`] messages and
 //!   [`INBOUND_BYTES`] bytes not yet consumed by the runtime) before the crate sees it, and
@@ -14,7 +15,7 @@
 //!   before it. See [`Backlog`] for the paths where waiting could deadlock and what is done
 //!   there instead.
 //! - `fs/read_text_file` / `fs/write_text_file` are served here, inside the workspace, or
-//!   declined; every other request (`terminal/*`, ...) is answered `-32601` by the crate.
+//!   declined (a read returns at most [`READ_LIMIT`] bytes, honouring `line` / `limit`); every other request (`terminal/*`, ...) is answered `-32601` by the crate.
 //! - The `session/prompt` response is enqueued from an ordered response callback
 //!   ([`PreparedRequest::on_receiving_result`](acp::PreparedRequest::on_receiving_result)),
 //!   so it always follows the updates the agent sent before it.
@@ -22,11 +23,14 @@
 //! The crate answers malformed input with JSON-RPC errors and carries on (it is built for
 //! long-lived editors); the adapter must end the run as `protocol` instead. So the incoming
 //! line stream is wrapped by a *wire guard* that checks each line before the crate sees it:
-//! a line that is not a JSON-RPC 2.0 object, a response to a request that was not sent (the
-//! outgoing sink records the ids of requests as they are written), a malformed response to
-//! one of our requests, or a malformed `session/update` / `session/request_permission` /
-//! `elicitation/create` ends
-//! the stream with an error and records the fault, which then names every failure.
+//! a line the crate's own parser refuses (see [`Wire::incoming`]), a response to a request
+//! that was not sent (the outgoing sink records the ids of requests as they are written), a
+//! malformed response to one of our requests, or a malformed `session/update` /
+//! `session/request_permission` / `elicitation/create` ends the stream with an error and
+//! records the fault, which then names every failure.
+//!
+//! The agent's exit also ends the run when a process it started still holds its stdout open
+//! (so the stream never ends): see [`watch_exit`].
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -61,6 +65,9 @@ use crate::runtime::Stats;
 pub(crate) const STDERR_LIMIT: usize = 8 * 1024;
 /// The longest line accepted from the agent.
 const MAX_LINE: usize = 16 * 1024 * 1024;
+/// The most text `fs/read_text_file` returns: a larger file (or larger selection of lines) is
+/// answered with an `invalid params` error naming this limit.
+pub const READ_LIMIT: usize = 4 * 1024 * 1024;
 
 /// At most this many messages the runtime consumes (`session/update` notifications,
 /// `session/request_permission` and `elicitation/create` requests) are held between the
@@ -110,8 +117,8 @@ pub(crate) enum Inbound {
 /// What the wire guard observed, shared by the line stream, the sink and the runtime.
 #[derive(Debug, Default)]
 struct Wire {
-    /// Requests written and not yet answered: JSON text of the id → method.
-    outstanding: Mutex<HashMap<String, String>>,
+    /// Requests written and not yet answered: id → method.
+    outstanding: Mutex<HashMap<acp::RawJsonRpcId, String>>,
     /// The first fault: the run ends with it.
     fault: Mutex<Option<HarnessError>>,
     /// The `protocolVersion` of the agent's `initialize` response, as sent.
@@ -129,85 +136,82 @@ impl Wire {
 
     /// Records an outgoing request's id, before it is written.
     fn outgoing(&self, line: &str) {
-        let Ok(Value::Object(message)) = serde_json::from_str::<Value>(line) else {
-            return;
-        };
-        if let (Some(id), Some(method)) = (
-            message.get("id"),
-            message.get("method").and_then(Value::as_str),
-        ) {
-            lock(&self.outstanding).insert(id.to_string(), method.to_owned());
+        if let Ok(acp::RawJsonRpcMessage::Request(request)) =
+            serde_json::from_str::<acp::RawJsonRpcMessage>(line)
+        {
+            lock(&self.outstanding).insert(request.id, request.method.to_string());
         }
     }
 
     /// Checks one incoming line; `Err` is a protocol fault that ends the connection. `Ok(true)`
     /// for a message the runtime consumes (a `session/update` notification, a
     /// `session/request_permission` or `elicitation/create` request), which the [`Backlog`]
-    /// admits: each is checked against its schema here, so every one reaches its handler.
+    /// admits.
+    ///
+    /// The line is classified by the crate's own parser
+    /// ([`TransportFrame::parse_json`](acp::TransportFrame::parse_json), what its transport
+    /// does with every line), so the guard sees the message the crate will dispatch: a line
+    /// the crate would answer or drop as malformed (a method together with `result`, an `id`
+    /// that is not a number, string or null, `params` that are not an object or array, ...)
+    /// is a fault here, and a consumed message is checked against its schema (as the typed
+    /// handler will parse it), so `Ok(true)` holds exactly when a handler will take its
+    /// ticket.
     fn incoming(&self, line: &str) -> Result<bool, HarnessError> {
-        let message: Value = serde_json::from_str(line).map_err(|e| {
-            protocol("the ACP agent sent output that is not JSON-RPC").with_diagnostic(format!(
-                "{e}; line starts {:?}",
-                line.chars().take(80).collect::<String>()
-            ))
-        })?;
-        let Some(object) = message.as_object() else {
-            return Err(protocol(
-                "the ACP agent sent a JSON-RPC message that is not an object",
-            ));
+        let message = match acp::TransportFrame::parse_json(line) {
+            acp::TransportFrame::Single(message) => message,
+            acp::TransportFrame::Malformed { error, .. } => return Err(malformed(line, &error)),
+            _ => return Err(protocol("the ACP agent sent a malformed JSON-RPC message")),
         };
-        if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
-            return Err(protocol(
-                "the ACP agent sent a message that is not JSON-RPC 2.0",
-            ));
-        }
-        let params = || object.get("params").cloned().unwrap_or(Value::Null);
-        match (object.get("method"), object.get("id")) {
-            (Some(Value::String(method)), id) => {
-                let checked = match (method.as_str(), id) {
-                    ("session/update", None) => {
-                        Some(serde_json::from_value::<SessionNotification>(params()).map(drop))
-                    }
-                    ("session/request_permission", Some(_)) => {
-                        Some(serde_json::from_value::<RequestPermissionRequest>(params()).map(drop))
-                    }
-                    ("elicitation/create", Some(_)) => {
-                        Some(serde_json::from_value::<CreateElicitationRequest>(params()).map(drop))
-                    }
-                    _ => None,
-                };
-                match checked {
-                    Some(Err(e)) => Err(protocol("the ACP agent sent a malformed message")
-                        .with_diagnostic(format!("{method}: {e}"))),
-                    Some(Ok(())) => Ok(true),
-                    None => Ok(false),
+        let typed = |method: &str, params: Option<acp::RawJsonRpcParams>| {
+            let params = params.map_or(Value::Null, acp::RawJsonRpcParams::into_value);
+            let checked = match method {
+                "session/update" => serde_json::from_value::<SessionNotification>(params).map(drop),
+                "session/request_permission" => {
+                    serde_json::from_value::<RequestPermissionRequest>(params).map(drop)
                 }
+                _ => serde_json::from_value::<CreateElicitationRequest>(params).map(drop),
+            };
+            checked.map(|()| true).map_err(|e| {
+                protocol("the ACP agent sent a malformed message")
+                    .with_diagnostic(format!("{method}: {e}"))
+            })
+        };
+        match message {
+            acp::RawJsonRpcMessage::Notification(n) if &*n.method == "session/update" => {
+                typed(&n.method, n.params)
             }
-            (Some(_), _) => Err(protocol(
-                "the ACP agent sent a JSON-RPC message whose method is not a string",
-            )),
-            (None, Some(id)) => {
-                let Some(method) = lock(&self.outstanding).remove(&id.to_string()) else {
+            acp::RawJsonRpcMessage::Request(r)
+                if matches!(
+                    &*r.method,
+                    "session/request_permission" | "elicitation/create"
+                ) =>
+            {
+                typed(&r.method, r.params)
+            }
+            acp::RawJsonRpcMessage::Notification(_) | acp::RawJsonRpcMessage::Request(_) => {
+                Ok(false)
+            }
+            acp::RawJsonRpcMessage::Response(response) => {
+                let id = response.id().clone();
+                let Some(method) = lock(&self.outstanding).remove(&id) else {
                     return Err(protocol("the ACP agent answered an unknown request")
-                        .with_diagnostic(format!("response id {id}")));
+                        .with_diagnostic(format!(
+                            "response id {}",
+                            serde_json::to_string(&id).unwrap_or_default()
+                        )));
                 };
-                match (object.get("result"), object.get("error")) {
-                    (Some(result), None) => self.check_result(&method, result).map(|()| false),
-                    (None, Some(error)) if error.get("code").is_some_and(Value::is_i64) => {
-                        Ok(false)
+                match response {
+                    acp::RawJsonRpcResponse::Result { result, .. } => {
+                        self.check_result(&method, result).map(|()| false)
                     }
-                    _ => Err(protocol("the ACP agent sent a malformed JSON-RPC response")
-                        .with_diagnostic(format!("response to {method}"))),
+                    acp::RawJsonRpcResponse::Error { .. } => Ok(false),
                 }
             }
-            (None, None) => Err(protocol(
-                "the ACP agent sent a JSON-RPC message without method or id",
-            )),
         }
     }
 
     /// Checks the result of one of our requests against its schema.
-    fn check_result(&self, method: &str, result: &Value) -> Result<(), HarnessError> {
+    fn check_result(&self, method: &str, result: Value) -> Result<(), HarnessError> {
         let check = |r: Result<(), serde_json::Error>| {
             r.map_err(|e| {
                 protocol("the ACP agent sent a malformed response")
@@ -217,17 +221,13 @@ impl Wire {
         match method {
             "initialize" => {
                 *lock(&self.agent_version) = result.get("protocolVersion").cloned();
-                check(serde_json::from_value::<InitializeResponse>(result.clone()).map(drop))
+                check(serde_json::from_value::<InitializeResponse>(result).map(drop))
             }
-            "session/new" => {
-                check(serde_json::from_value::<NewSessionResponse>(result.clone()).map(drop))
-            }
+            "session/new" => check(serde_json::from_value::<NewSessionResponse>(result).map(drop)),
             "session/load" => {
-                check(serde_json::from_value::<LoadSessionResponse>(result.clone()).map(drop))
+                check(serde_json::from_value::<LoadSessionResponse>(result).map(drop))
             }
-            "session/prompt" => {
-                check(serde_json::from_value::<PromptResponse>(result.clone()).map(drop))
-            }
+            "session/prompt" => check(serde_json::from_value::<PromptResponse>(result).map(drop)),
             _ => Ok(()),
         }
     }
@@ -407,6 +407,9 @@ pub(crate) struct AgentProcess {
     /// stopped by [`shutdown`](Self::shutdown) (and on drop) even if the agent left a process
     /// outside its group holding its stdout or stderr open.
     tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// Reports the agent's exit while its stdout is still held open (see [`watch_exit`]);
+    /// stopped first by [`shutdown`](Self::shutdown) (and on drop).
+    exit_watch: Mutex<Option<JoinHandle<()>>>,
     /// Where the connection reports its end: [`shutdown`](Self::shutdown) reports it when it
     /// had to stop the connection.
     inbound: mpsc::UnboundedSender<Inbound>,
@@ -423,10 +426,50 @@ impl Drop for AgentProcess {
             signal_group(self.pgid, "-KILL");
             reap_in_background(child);
         }
+        if let Some(watch) = lock(&self.exit_watch).take() {
+            watch.abort();
+        }
         for task in lock(&self.tasks).drain(..) {
             task.abort();
         }
     }
+}
+
+/// How often a running agent is checked for having exited.
+const EXIT_POLL: Duration = Duration::from_millis(100);
+/// How long after the agent exited its connection may take to report the end itself (reading
+/// what the agent wrote before it exited first).
+const EXIT_DRAIN: Duration = Duration::from_millis(500);
+
+/// Reports the agent's end as [`Inbound::Closed`] when it exited but its connection did not
+/// report the end within [`EXIT_DRAIN`]: a process the agent started holds its stdout open,
+/// so the stream never ends. The agent is not reaped here (it is watched through `/proc`):
+/// until [`AgentProcess::shutdown`] kills its group, its pid (the group id) stays reserved.
+async fn watch_exit(
+    pid: u32,
+    mut reported: watch::Receiver<bool>,
+    wire: Arc<Wire>,
+    inbound: mpsc::UnboundedSender<Inbound>,
+) {
+    loop {
+        if *reported.borrow() {
+            return;
+        }
+        if exited_unreaped(pid) {
+            break;
+        }
+        tokio::time::sleep(EXIT_POLL).await;
+    }
+    if tokio::time::timeout(EXIT_DRAIN, reported.wait_for(|r| *r))
+        .await
+        .is_ok_and(|r| r.is_ok())
+    {
+        return;
+    }
+    let end = wire.fault().unwrap_or_else(|| {
+        exited().with_diagnostic("the agent exited while a process it started holds its stdout")
+    });
+    let _ = inbound.send(Inbound::Closed(end));
 }
 
 /// Reaps a killed agent on a task of its own (it ends once the agent is reaped, right after
@@ -535,6 +578,7 @@ impl AgentProcess {
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let ended = Arc::clone(&wire);
         let inbound_end = inbound.clone();
+        let (reported_tx, reported) = watch::channel(false);
         // The connection's work (and the crate's own tracing) stays in the caller's span: the
         // execution's, when a runtime starts the agent.
         let connection = async move {
@@ -544,6 +588,7 @@ impl AgentProcess {
                 Err(e) => exited().with_diagnostic(e.to_string()),
             });
             let _ = inbound.send(Inbound::Closed(end));
+            reported_tx.send_replace(true);
         };
         let connection_task = AbortOnDrop(Some(tokio::spawn(
             connection.instrument(tracing::Span::current()),
@@ -556,8 +601,15 @@ impl AgentProcess {
             }
             return Err(err);
         };
+        // Stdout ends only once every holder is gone: an agent that exits while a process it
+        // started still holds stdout must end the run too.
+        let exit_watch = pgid.map(|pid| {
+            let watch = watch_exit(pid, reported, Arc::clone(&wire), inbound_end.clone());
+            tokio::spawn(watch.instrument(tracing::Span::current()))
+        });
         let agent = Self {
             cx,
+            exit_watch: Mutex::new(exit_watch),
             wire,
             replay,
             stderr: stderr_buf,
@@ -769,6 +821,10 @@ impl AgentProcess {
         let Some(mut child) = self.child.lock().await.take() else {
             return;
         };
+        // Before the agent is reaped (its exit is then no longer the run's end).
+        if let Some(watch) = lock(&self.exit_watch).take() {
+            watch.abort();
+        }
         if let Some(stop) = lock(&self.stop).take() {
             let _ = stop.send(());
         }
@@ -953,27 +1009,71 @@ impl Handlers {
         Ok(())
     }
 
+    /// Serves `fs/read_text_file`: the file, or the `limit` lines from 1-based `line`
+    /// (joined with `\n`), at most [`READ_LIMIT`] bytes of it. Reads stream through a buffer:
+    /// lines before `line` are skipped without being kept, and nothing beyond the limit is held.
     async fn read(&self, request: &ReadTextFileRequest) -> Result<String, acp::Error> {
         if !self.files.reads() {
             return Err(acp::Error::method_not_found());
         }
         let path = self.inside(&request.path, false).await?;
-        let text = tokio::fs::read_to_string(&path)
-            .await
-            .map_err(|_| invalid("the file could not be read"))?;
-        Ok(match (request.line, request.limit) {
-            (None, None) => text,
-            (line, limit) => {
-                let skip =
-                    usize::try_from(line.unwrap_or(1).saturating_sub(1)).unwrap_or(usize::MAX);
-                let take = limit.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
-                text.lines()
-                    .skip(skip)
-                    .take(take)
-                    .collect::<Vec<_>>()
-                    .join("\n")
+        let unreadable = |_| invalid("the file could not be read");
+        let too_large = || {
+            invalid(&format!(
+                "the text to read is larger than the client's limit of {READ_LIMIT} bytes \
+                 ({} MiB); ask for fewer lines (`line` / `limit`)",
+                READ_LIMIT / (1024 * 1024)
+            ))
+        };
+        let mut reader = BufReader::new(tokio::fs::File::open(&path).await.map_err(unreadable)?);
+        let mut text = Vec::new();
+        match (request.line, request.limit) {
+            (None, None) => {
+                (&mut reader)
+                    .take(READ_LIMIT as u64 + 1)
+                    .read_to_end(&mut text)
+                    .await
+                    .map_err(unreadable)?;
+                if text.len() > READ_LIMIT {
+                    return Err(too_large());
+                }
             }
-        })
+            (line, limit) => {
+                for _ in 1..line.unwrap_or(1) {
+                    if !skip_line(&mut reader).await.map_err(unreadable)? {
+                        break;
+                    }
+                }
+                let mut one = Vec::new();
+                for taken in 0..limit.unwrap_or(u32::MAX) {
+                    one.clear();
+                    // One byte past the limit (with the separator) shows it was exceeded.
+                    let room = (READ_LIMIT + 2).saturating_sub(text.len()) as u64;
+                    let n = (&mut reader)
+                        .take(room)
+                        .read_until(b'\n', &mut one)
+                        .await
+                        .map_err(unreadable)?;
+                    if n == 0 {
+                        break;
+                    }
+                    if one.last() == Some(&b'\n') {
+                        one.pop();
+                        if one.last() == Some(&b'\r') {
+                            one.pop();
+                        }
+                    }
+                    if taken > 0 {
+                        text.push(b'\n');
+                    }
+                    text.extend_from_slice(&one);
+                    if text.len() > READ_LIMIT {
+                        return Err(too_large());
+                    }
+                }
+            }
+        }
+        String::from_utf8(text).map_err(|_| invalid("the file is not UTF-8 text"))
     }
 
     async fn write(&self, request: &WriteTextFileRequest) -> Result<(), acp::Error> {
@@ -1013,6 +1113,26 @@ impl Handlers {
             Ok(resolved)
         } else {
             Err(outside())
+        }
+    }
+}
+
+/// Discards one line (through its `\n`) without keeping it; `false` at the end of the file.
+async fn skip_line(reader: &mut BufReader<tokio::fs::File>) -> std::io::Result<bool> {
+    loop {
+        let buf = reader.fill_buf().await?;
+        if buf.is_empty() {
+            return Ok(false);
+        }
+        match buf.iter().position(|b| *b == b'\n') {
+            Some(i) => {
+                reader.consume(i + 1);
+                return Ok(true);
+            }
+            None => {
+                let n = buf.len();
+                reader.consume(n);
+            }
         }
     }
 }
@@ -1137,6 +1257,49 @@ fn exited_unreaped(pid: u32) -> bool {
     }
 }
 
+/// The fault for a line the crate's parser refuses (`error` is what the crate would answer),
+/// described from its shape. Only on this path is the line parsed again.
+fn malformed(line: &str, error: &acp::Error) -> HarnessError {
+    let message = match serde_json::from_str::<Value>(line) {
+        Err(e) => {
+            return protocol("the ACP agent sent output that is not JSON-RPC").with_diagnostic(
+                format!(
+                    "{e}; line starts {:?}",
+                    line.chars().take(80).collect::<String>()
+                ),
+            );
+        }
+        Ok(Value::Object(object)) => {
+            let has = |key: &str| object.contains_key(key);
+            if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+                "the ACP agent sent a message that is not JSON-RPC 2.0"
+            } else if object.get("method").is_some_and(|m| !m.is_string()) {
+                "the ACP agent sent a JSON-RPC message whose method is not a string"
+            } else if has("method") && (has("result") || has("error")) {
+                "the ACP agent sent a JSON-RPC message that is both a request and a response"
+            } else if !has("method") && !has("id") {
+                "the ACP agent sent a JSON-RPC message without method or id"
+            } else if object
+                .get("id")
+                .is_some_and(|id| !(id.is_null() || id.is_string() || id.is_i64()))
+            {
+                "the ACP agent sent a JSON-RPC message whose id is not an integer, string or null"
+            } else if object
+                .get("params")
+                .is_some_and(|p| !(p.is_null() || p.is_object() || p.is_array()))
+            {
+                "the ACP agent sent a JSON-RPC message whose params are not an object or array"
+            } else if !has("method") {
+                "the ACP agent sent a malformed JSON-RPC response"
+            } else {
+                "the ACP agent sent a malformed JSON-RPC message"
+            }
+        }
+        Ok(_) => "the ACP agent sent a JSON-RPC message that is not an object",
+    };
+    protocol(message).with_diagnostic(format!("{} ({})", error.message, i32::from(error.code)))
+}
+
 fn exited() -> HarnessError {
     HarnessError::new(
         ErrorCategory::Unavailable,
@@ -1195,6 +1358,89 @@ mod tests {
             let err = fault(&wire, line);
             assert_eq!(err.category(), ErrorCategory::Protocol, "{line}");
             assert!(err.message().contains(why), "{line}: {err:?}");
+        }
+    }
+
+    /// Defect: the guard admitted (took a backlog ticket for) any object with a method and
+    /// valid params, but the crate refuses some of them as malformed and never calls a
+    /// handler, so no handler took the ticket: the queue drifted and the budget leaked until
+    /// the stream stalled for ever. Whatever the crate refuses is a fault here; whatever it
+    /// dispatches to a consuming handler is admitted.
+    #[test]
+    fn the_wire_guard_admits_exactly_what_the_crate_dispatches_to_a_handler() {
+        let update = r#""params": {"sessionId": "s", "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "hi"}}}"#;
+        let permission =
+            r#""params": {"sessionId": "s", "toolCall": {"toolCallId": "t1"}, "options": []}"#;
+        let wire = Wire::default();
+        wire.outgoing(r#"{"jsonrpc":"2.0","id":4,"method":"session/new","params":{}}"#);
+        for (line, why) in [
+            (
+                format!(r#"{{"jsonrpc": "2.0", "method": "session/update", {update}, "result": {{}}}}"#),
+                "both a request and a response",
+            ),
+            (
+                format!(r#"{{"jsonrpc": "2.0", "method": "session/update", {update}, "error": {{"code": 1, "message": "x"}}}}"#),
+                "both a request and a response",
+            ),
+            (
+                format!(r#"{{"jsonrpc": "2.0", "id": true, "method": "session/request_permission", {permission}}}"#),
+                "id is not",
+            ),
+            (
+                format!(r#"{{"jsonrpc": "2.0", "id": {{}}, "method": "session/request_permission", {permission}}}"#),
+                "id is not",
+            ),
+            (
+                format!(r#"{{"jsonrpc": "2.0", "id": 1.5, "method": "session/request_permission", {permission}}}"#),
+                "id is not",
+            ),
+            (
+                r#"{"jsonrpc": "2.0", "method": "session/update", "params": 5}"#.to_owned(),
+                "params are not",
+            ),
+            (
+                r#"{"jsonrpc": "2.0", "id": 4, "error": {"code": -32000}}"#.to_owned(),
+                "malformed JSON-RPC response",
+            ),
+            (
+                r#"{"jsonrpc": "2.0", "id": 4, "result": {}, "error": {"code": 1, "message": "x"}}"#.to_owned(),
+                "malformed JSON-RPC response",
+            ),
+        ] {
+            let err = fault(&wire, &line);
+            assert_eq!(err.category(), ErrorCategory::Protocol, "{line}");
+            assert!(err.message().contains(why), "{line}: {err:?}");
+        }
+        for (line, consumed) in [
+            (
+                format!(r#"{{"jsonrpc": "2.0", "method": "session/update", {update}}}"#),
+                true,
+            ),
+            (
+                format!(
+                    r#"{{"jsonrpc": "2.0", "id": null, "method": "session/request_permission", {permission}}}"#
+                ),
+                true,
+            ),
+            (
+                format!(
+                    r#"{{"jsonrpc": "2.0", "id": "p", "method": "session/request_permission", {permission}}}"#
+                ),
+                true,
+            ),
+            // Not consumed by the runtime: the crate answers or ignores them.
+            (
+                format!(r#"{{"jsonrpc": "2.0", "id": 9, "method": "session/update", {update}}}"#),
+                false,
+            ),
+            (
+                format!(
+                    r#"{{"jsonrpc": "2.0", "method": "session/request_permission", {permission}}}"#
+                ),
+                false,
+            ),
+        ] {
+            assert_eq!(wire.incoming(&line).ok(), Some(consumed), "{line}");
         }
     }
 
@@ -1272,6 +1518,63 @@ mod tests {
         assert_eq!(backlog.messages.load(Ordering::SeqCst), 1);
         drop(last);
         assert_eq!(backlog.messages.load(Ordering::SeqCst), 0);
+    }
+
+    /// Defect: `fs/read_text_file` read the whole file into memory, however large. At most
+    /// [`READ_LIMIT`] bytes are returned (a larger answer is an error naming the limit), and
+    /// `line` / `limit` select lines without reading the skipped ones into memory.
+    #[tokio::test]
+    async fn reads_honour_line_and_limit_up_to_the_read_limit() {
+        let dir = std::env::temp_dir().join(format!("harness-acp-read-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("scratch directory");
+        let handlers = Handlers {
+            inbound: mpsc::unbounded_channel().0,
+            replay: Arc::default(),
+            workspace: dir.clone(),
+            files: FileAccess::Read,
+            backlog: Arc::new(Backlog::new(Arc::default())),
+        };
+        let request = |name: &str, line: Option<u32>, limit: Option<u32>| {
+            let mut request = ReadTextFileRequest::new("s".to_owned(), dir.join(name));
+            request.line = line;
+            request.limit = limit;
+            request
+        };
+        std::fs::write(dir.join("small.txt"), "one\r\ntwo\nthree\n").expect("fixture");
+        for (line, limit, expected) in [
+            (None, None, "one\r\ntwo\nthree\n"),
+            (Some(2), None, "two\nthree"),
+            (Some(1), Some(2), "one\ntwo"),
+            (None, Some(1), "one"),
+            (Some(9), None, ""),
+        ] {
+            let read = handlers.read(&request("small.txt", line, limit)).await;
+            assert_eq!(read.ok().as_deref(), Some(expected), "{line:?} {limit:?}");
+        }
+        let row = format!("{}\n", "x".repeat(1023));
+        std::fs::write(dir.join("big.txt"), row.repeat(READ_LIMIT / 1024 + 2)).expect("fixture");
+        std::fs::write(dir.join("long.txt"), "y".repeat(READ_LIMIT + 1)).expect("fixture");
+        for (name, line, limit) in [
+            ("big.txt", None, None),
+            ("big.txt", Some(2), None),
+            ("long.txt", None, None),
+            ("long.txt", Some(1), Some(1)),
+        ] {
+            let Err(err) = handlers.read(&request(name, line, limit)).await else {
+                panic!("{name} {line:?} {limit:?}: served over the limit");
+            };
+            assert!(
+                err.message.contains(&READ_LIMIT.to_string()),
+                "{name}: {}",
+                err.message
+            );
+        }
+        let last = handlers
+            .read(&request("big.txt", Some(3), Some(1)))
+            .await
+            .expect("one line of a large file");
+        assert_eq!(last, "x".repeat(1023));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -35,7 +35,7 @@ mod elicitation;
 mod options;
 mod runtime;
 
-pub use client::{INBOUND_BYTES, INBOUND_LIMIT};
+pub use client::{INBOUND_BYTES, INBOUND_LIMIT, READ_LIMIT};
 pub use options::{AcpOptions, DEFAULT_CANCEL_GRACE_MS, FileAccess};
 pub use runtime::{
     ADAPTER_ID, AcpAdapter, NAMESPACE, PROBE_TIMEOUT, Stats, StatsSnapshot, descriptor,

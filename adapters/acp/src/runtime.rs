@@ -13,7 +13,7 @@ use agent_client_protocol::v1::schema::{
     ElicitationAction, LoadSessionRequest, NewSessionRequest, PermissionOptionId,
     PermissionOptionKind, PromptRequest, PromptResponse, RequestPermissionOutcome,
     RequestPermissionRequest, RequestPermissionResponse, SelectedPermissionOutcome, SessionId,
-    SessionNotification, SessionUpdate, StopReason, TextContent, ToolCallStatus,
+    SessionNotification, SessionUpdate, StopReason, TextContent, ToolCallContent, ToolCallStatus,
 };
 use futures_util::{StreamExt, stream};
 use harness_core::action::{
@@ -483,6 +483,7 @@ impl HarnessAdapter for AcpAdapter {
                 stats: Arc::clone(&self.stats),
                 init: tokio::sync::Mutex::new(None),
                 inbound: tokio::sync::Mutex::new(None),
+                held: Mutex::default(),
                 state: Mutex::new(State::default()),
                 turn: turn_tx,
                 halt: halt_tx,
@@ -570,6 +571,9 @@ struct AcpRuntime {
     stats: Arc<Stats>,
     init: tokio::sync::Mutex<Option<Result<RuntimeInit, HarnessError>>>,
     inbound: tokio::sync::Mutex<Option<mpsc::UnboundedReceiver<Inbound>>>,
+    /// What a cancel took out of `inbound` while answering queued requests (see
+    /// [`answer_queued`](Self::answer_queued)), in order: read before `inbound`.
+    held: Mutex<VecDeque<Inbound>>,
     state: Mutex<State>,
     /// `true` while a `session/prompt` is outstanding.
     turn: watch::Sender<bool>,
@@ -829,7 +833,7 @@ impl AcpRuntime {
                 if !self.started(&id, &call.title, arguments, out) {
                     self.native("tool_call", &call, out);
                 }
-                let output = call.raw_output.clone();
+                let output = tool_output(call.raw_output.as_ref(), Some(&call.content));
                 self.finish(&id, status, output, out);
             }
             SessionUpdate::ToolCallUpdate(update) => {
@@ -840,12 +844,8 @@ impl AcpRuntime {
                         let title = fields.title.clone().unwrap_or_else(|| self.title(&id));
                         let arguments = fields.raw_input.clone().unwrap_or_else(|| json!({}));
                         self.started(&id, &title, arguments, out);
-                        let output = fields.raw_output.clone().or_else(|| {
-                            fields
-                                .content
-                                .as_ref()
-                                .and_then(|c| serde_json::to_value(c).ok())
-                        });
+                        let output =
+                            tool_output(fields.raw_output.as_ref(), fields.content.as_deref());
                         if !self.finish(&id, status, output, out) {
                             self.native("tool_call_update", &update, out);
                         }
@@ -1055,6 +1055,16 @@ impl AcpRuntime {
     }
 }
 
+/// A tool call's output, the same for `tool_call` and `tool_call_update`: its `rawOutput`,
+/// else its content (when it has any), else none.
+fn tool_output(raw_output: Option<&Value>, content: Option<&[ToolCallContent]>) -> Option<Value> {
+    raw_output.cloned().or_else(|| {
+        content
+            .filter(|c| !c.is_empty())
+            .and_then(|c| serde_json::to_value(c).ok())
+    })
+}
+
 fn tool_call_id(id: &str) -> Result<ToolCallId, HarnessError> {
     id.parse().map_err(|_| {
         protocol("the ACP agent sent a tool call id that is not a valid id").with_diagnostic(
@@ -1082,9 +1092,13 @@ impl Segment<'_> {
         let rt = self.runtime;
         let next = {
             let mut guard = rt.inbound.lock().await;
-            match guard.as_mut() {
-                Some(rx) => rx.recv().await,
-                None => None,
+            // A cancel moves messages to `held` only while it holds `inbound`: they are older
+            // than anything still in the channel.
+            let held = lock(&rt.held).pop_front();
+            match (held, guard.as_mut()) {
+                (Some(next), _) => Some(next),
+                (None, Some(rx)) => rx.recv().await,
+                (None, None) => None,
             }
         };
         let Some(next) = next else {
@@ -1134,6 +1148,32 @@ impl Segment<'_> {
 }
 
 impl AcpRuntime {
+    /// After a cancel: answers every permission and elicitation request waiting in the inbound
+    /// queue `cancelled` (dropping its backlog ticket) and moves everything else, in order, to
+    /// `held`, for the next segment. Never resolves; returns at once (pending) when a segment
+    /// holds the queue (it answers such requests itself, see [`Segment::step`]).
+    async fn answer_queued(&self) {
+        if let Ok(mut guard) = self.inbound.try_lock()
+            && let Some(rx) = guard.as_mut()
+        {
+            while let Some(next) = rx.recv().await {
+                match next {
+                    Inbound::Permission { responder, .. } => {
+                        let _ = responder.respond(RequestPermissionResponse::new(
+                            RequestPermissionOutcome::Cancelled,
+                        ));
+                    }
+                    Inbound::Elicitation { responder, .. } => {
+                        let _ = responder
+                            .respond(CreateElicitationResponse::new(ElicitationAction::Cancel));
+                    }
+                    other => lock(&self.held).push_back(other),
+                }
+            }
+        }
+        std::future::pending::<()>().await;
+    }
+
     /// Answers a pending permission request as decided; returns the `rejected` completion
     /// to record, if any.
     fn answer_permission(
@@ -1285,7 +1325,14 @@ impl HarnessRuntime for AcpRuntime {
             }
             let mut turn = self.turn.subscribe();
             let grace = self.options.cancel_grace();
-            if tokio::time::timeout(grace, turn.wait_for(|active| !*active))
+            let ended = std::pin::pin!(async move {
+                let _ = turn.wait_for(|active| !*active).await;
+            });
+            // Requests already queued (sent before the agent saw the cancel) are answered
+            // `cancelled` too, even while no segment polls the queue: the agent may wait for
+            // every answer before it ends its turn.
+            let queued = std::pin::pin!(self.answer_queued());
+            if tokio::time::timeout(grace, futures_util::future::select(ended, queued))
                 .await
                 .is_err()
             {

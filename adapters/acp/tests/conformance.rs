@@ -117,6 +117,35 @@ async fn the_acp_adapter_passes_the_conformance_suite() {
     println!("{report}");
     let failed: Vec<&str> = report.failures().map(|f| f.id.as_str()).collect();
     assert!(failed.is_empty(), "{report}");
+    let count = |status: &str| {
+        report
+            .results
+            .iter()
+            .filter(|r| r.outcome.status() == status)
+            .count()
+    };
+    assert_eq!(
+        (
+            count("passed"),
+            count("refused at preflight (declared)"),
+            count("not exercised"),
+            count("FAILED"),
+        ),
+        (35, 11, 2, 0),
+        "passed, refused, not exercised, failed: {report}"
+    );
+    let mut not_exercised: Vec<&str> = report
+        .results
+        .iter()
+        .filter(|r| r.outcome.status() == "not exercised")
+        .map(|r| r.id.as_str())
+        .collect();
+    not_exercised.sort_unstable();
+    assert_eq!(
+        not_exercised,
+        ["faults.malformed_events", "faults.panic_sanitized"],
+        "{report}"
+    );
     for exercised in [
         "cancel.during_initialize",
         "cancel.during_resume",

@@ -104,9 +104,13 @@ async fn an_unsupported_protocol_version_is_refused_at_initialize() {
 }
 
 async fn fs_answers(files: FileAccess) -> (String, std::path::PathBuf) {
+    fs_answers_with(files, "hello").await
+}
+
+async fn fs_answers_with(files: FileAccess, inside: &str) -> (String, std::path::PathBuf) {
     let mark = marker("fs");
     let options = test_agent("fs", &mark).with_files(files);
-    std::fs::write(options.cwd.join("inside.txt"), "hello").expect("write fixture");
+    std::fs::write(options.cwd.join("inside.txt"), inside).expect("write fixture");
     let execution = start(&AcpAdapter::new(), &options).await;
     assert!(matches!(outcome(&execution).await, Outcome::Succeeded(_)));
     let events = read_until(&execution, Cursor::START, |e| e.kind().is_terminal()).await;
@@ -138,4 +142,82 @@ async fn file_requests_are_served_inside_the_workspace_only_and_terminals_declin
         "inside:error;outside:declined;terminal:declined;write:declined;escape:declined"
     );
     assert!(!dir.join("new.txt").exists());
+}
+
+/// Defect: the wire guard took a backlog ticket for lines the crate refuses as malformed (a
+/// method together with `result`, an `id` that is `true`), which the crate answered with an
+/// error and carried on: the run went on (and the ticket queue drifted). Such a line is not
+/// ACP: the run ends `protocol`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_json_rpc_message_of_no_valid_shape_ends_as_protocol() {
+    for mode in ["bad-shape", "bad-id"] {
+        let (err, mark) = failure(mode).await;
+        assert_eq!(err.category(), ErrorCategory::Protocol, "{mode}: {err:?}");
+        assert_no_process_left(&mark).await;
+    }
+}
+
+/// Defect: an agent that exited while a process it started (in its group) still held its
+/// stdout was never noticed (stdout never ended): the run waited for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_exits_while_a_child_holds_its_stdout_ends_unavailable() {
+    let mark = marker("orphan-crash");
+    let execution = start(&AcpAdapter::new(), &test_agent("orphan-crash", &mark)).await;
+    let outcome = tokio::time::timeout(Duration::from_secs(20), execution.outcome())
+        .await
+        .expect("the run ends once the agent exited");
+    let Outcome::Failed(err) = outcome else {
+        panic!("expected a failure, got {outcome:?}");
+    };
+    assert_eq!(err.category(), ErrorCategory::Unavailable, "{err:?}");
+    let events = read_until(&execution, Cursor::START, |e| e.kind().is_terminal()).await;
+    assert_eq!(kinds(&events).last(), Some(&"run.failed"));
+    drop(execution);
+    assert_no_process_left(&mark).await;
+}
+
+/// Defect: a cancel answered only the request raised as the pending action; a second one the
+/// agent had already sent stayed queued, unanswered (no segment polled the queue), so the agent
+/// never ended its turn and was killed. Every queued request is answered `cancelled`: the cancel
+/// is graceful.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_answers_requests_already_queued_and_stays_graceful() {
+    let mark = marker("double-ask");
+    let adapter = AcpAdapter::new();
+    let stats = adapter.stats();
+    let options = test_agent("double-ask", &mark).with_cancel_grace(Duration::from_secs(5));
+    let execution = start(&adapter, &options).await;
+    common::until_action(&execution).await;
+    // Both requests have been sent (and the second queued) before the cancel.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let _request = execution.cancel(CancelReason::new("test"));
+    assert!(matches!(outcome(&execution).await, Outcome::Cancelled(_)));
+    let stats = stats.snapshot();
+    assert_eq!(
+        (stats.graceful_cancels, stats.forced_cancels),
+        (1, 0),
+        "{stats:?}"
+    );
+    drop(execution);
+    assert_no_process_left(&mark).await;
+}
+
+/// Defect: `fs/read_text_file` read a whole file into memory, however large. A file over
+/// [`harness_acp::READ_LIMIT`] is answered with an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_over_the_read_limit_is_not_served() {
+    let big = "x".repeat(harness_acp::READ_LIMIT + 1);
+    let (said, _) = fs_answers_with(FileAccess::Read, &big).await;
+    assert!(
+        said == "inside:error;outside:declined;terminal:declined;write:declined;escape:declined",
+        "served {} bytes",
+        said.len()
+    );
+    let fits = "y".repeat(harness_acp::READ_LIMIT);
+    let (said, _) = fs_answers_with(FileAccess::Read, &fits).await;
+    assert!(
+        said.starts_with(&format!("inside:{fits};")),
+        "not served whole: {} bytes",
+        said.len()
+    );
 }

@@ -185,13 +185,14 @@ async fn the_turns_traceparent_reaches_the_agent_in_the_prompts_meta() {
     assert!(matches!(outcome(&execution).await, Outcome::Succeeded(_)));
     assert_eq!(logged_text(&execution), traceparent);
     drop(execution);
+    assert_no_process_left(&mark).await;
     // Without a trace context, nothing is sent.
-    let mark = marker("trace-none");
-    let execution = start(&AcpAdapter::new(), &test_agent("trace", &mark)).await;
+    let none = marker("trace-none");
+    let execution = start(&AcpAdapter::new(), &test_agent("trace", &none)).await;
     assert!(matches!(outcome(&execution).await, Outcome::Succeeded(_)));
     assert_eq!(logged_text(&execution), "no traceparent");
     drop(execution);
-    assert_no_process_left(&mark).await;
+    assert_no_process_left(&none).await;
 }
 
 /// Defect: an answer that lost the race with a cancel (the cancel answered the permission
@@ -254,4 +255,31 @@ async fn a_slow_probe_does_not_hold_up_evaluate_for_other_options() {
     drop(probing);
     assert_no_process_left(&slow_mark).await;
     assert_no_process_left(&echo_mark).await;
+}
+
+/// Defect: a `tool_call` reported already completed took its output from `rawOutput` only,
+/// while a `tool_call_update` fell back to the call's content: both now use `rawOutput`, else
+/// the content.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completed_tool_call_without_raw_output_reports_its_content() {
+    let mark = marker("tool-content");
+    let execution = start(&AcpAdapter::new(), &test_agent("tool-content", &mark)).await;
+    assert!(matches!(outcome(&execution).await, Outcome::Succeeded(_)));
+    let events = read_until(&execution, Cursor::START, |e| e.kind().is_terminal()).await;
+    let output = events
+        .iter()
+        .find_map(|e| match e.payload() {
+            EventPayload::ToolCallCompleted(done) => match &done.outcome {
+                ToolCallOutcome::Success { output } => Some(output.clone()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .expect("a successful tool.call.completed");
+    assert_eq!(
+        output,
+        serde_json::json!([{"type": "content", "content": {"type": "text", "text": "listing"}}])
+    );
+    drop(execution);
+    assert_no_process_left(&mark).await;
 }

@@ -45,6 +45,11 @@
 //! | `flood` | `tool_call` `t1`, a `session/request_permission` for it (options `yes` / `no`), then, without waiting for the answer, 100,000 message chunks `.`; then waits for the answer: `yes` → message `done`, `end_turn`; `no` → message `rejected`, `end_turn`; cancelled → `cancelled` |
 //! | `flood-init` | sends 5,000 message chunks for the new session before answering `session/new`; a turn says `hello` |
 //! | `detach` | at `initialize`, spawns a child (`acp-test-agent sleep TAG...`) in a process group of its own (outside the agent's, so a group kill does not reach it) that inherits the agent's stdout and stderr and holds them open; a turn says `detached` |
+//! | `bad-shape` | message chunk `about to misshape`, then a `session/update` line (valid params) that also carries `"result": {}` (malformed JSON-RPC: a request and a response at once); message chunk `after`, `end_turn` |
+//! | `bad-id` | message chunk `about to misshape`, then a `session/request_permission` line (valid params) whose `id` is `true` (malformed JSON-RPC); message chunk `after`, `end_turn` |
+//! | `double-ask` | `tool_call`s `t1` and `t2` and a `session/request_permission` for each (options `yes` / `no`), sent back to back before either is answered; then waits for both answers: both selected → message `both answered`, `end_turn`; any cancelled outcome → `cancelled` |
+//! | `orphan-crash` | spawns a child (`acp-test-agent sleep TAG...`, same process group) that inherits the agent's stdout and holds it open; message chunk `about to crash`; exit status 3 |
+//! | `tool-content` | `tool_call` `t1` (`list`, kind `read`) already `completed`, with text content `listing` and no rawOutput; `end_turn` |
 //! | `sleep` | (not an agent) what `ignore-cancel` spawns: ignores `SIGTERM`, sleeps 300 s |
 //!
 //! Session history (`echo`, `no-load`) is kept in `<cwd>/.acp-test-agent/<sessionId>.json`,
@@ -74,8 +79,9 @@ use agent_client_protocol::v1::schema::{
     InitializeResponse, IntegerPropertySchema, LoadSessionRequest, LoadSessionResponse,
     NewSessionRequest, NewSessionResponse, PermissionOption, PermissionOptionKind, PromptRequest,
     PromptResponse, ReadTextFileRequest, RequestPermissionOutcome, RequestPermissionRequest,
-    SessionNotification, SessionUpdate, StopReason, TextContent, ToolCall, ToolCallStatus,
-    ToolCallUpdate, ToolCallUpdateFields, ToolKind, UsageUpdate, WriteTextFileRequest,
+    SessionNotification, SessionUpdate, StopReason, TextContent, ToolCall, ToolCallContent,
+    ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind, UsageUpdate,
+    WriteTextFileRequest,
 };
 use agent_client_protocol::v1::{ConnectionTo, Responder};
 use agent_client_protocol::{Client, Error, ErrorCode, JsonRpcResponse, Lines};
@@ -113,6 +119,11 @@ enum Mode {
     Flood,
     FloodInit,
     Detach,
+    BadShape,
+    BadId,
+    DoubleAsk,
+    OrphanCrash,
+    ToolContent,
     Sleep,
 }
 
@@ -150,6 +161,11 @@ impl Mode {
             "flood" => Self::Flood,
             "flood-init" => Self::FloodInit,
             "detach" => Self::Detach,
+            "bad-shape" => Self::BadShape,
+            "bad-id" => Self::BadId,
+            "double-ask" => Self::DoubleAsk,
+            "orphan-crash" => Self::OrphanCrash,
+            "tool-content" => Self::ToolContent,
             "sleep" => Self::Sleep,
             _ => return None,
         })
@@ -612,6 +628,47 @@ impl TestAgent {
                     .map_err(Error::into_internal_error)?;
                 never_answer(responder).await
             }
+            Mode::BadShape | Mode::BadId => {
+                let before = self.out.flushed();
+                turn.say("about to misshape")?;
+                self.out.flushed_past(before).await;
+                let line = if self.mode == Mode::BadShape {
+                    json!({
+                        "jsonrpc": "2.0",
+                        "method": "session/update",
+                        "params": SessionNotification::new(id.clone(), message("odd".to_owned())),
+                        "result": {},
+                    })
+                } else {
+                    let call = pending_edit("t1", "write", json!({ "call": "t1" }));
+                    json!({
+                        "jsonrpc": "2.0",
+                        "id": true,
+                        "method": "session/request_permission",
+                        "params": RequestPermissionRequest::new(
+                            id.clone(),
+                            call.into(),
+                            permission_options(["yes", "no"]),
+                        ),
+                    })
+                };
+                self.out
+                    .send(line.to_string())
+                    .map_err(Error::into_internal_error)?;
+                turn.say("after")?;
+                responder.respond(PromptResponse::new(StopReason::EndTurn))
+            }
+            Mode::OrphanCrash => {
+                // Inherits stdout and stderr: holds the pipe open once the agent is gone.
+                self.sleeper()?
+                    .spawn()
+                    .map(drop)
+                    .map_err(Error::into_internal_error)?;
+                let before = self.out.flushed();
+                turn.say("about to crash")?;
+                self.out.flushed_past(before).await;
+                std::process::exit(3);
+            }
             Mode::Binary => {
                 let before = self.out.flushed();
                 turn.say("about to send bytes")?;
@@ -713,6 +770,34 @@ impl TestAgent {
                 StopReason::EndTurn
             }
             Mode::Flood => flood(turn).await?,
+            Mode::DoubleAsk => {
+                let mut asked = Vec::new();
+                for id in ["t1", "t2"] {
+                    let call = pending_edit(id, "write", json!({ "call": id }));
+                    let request = announce(turn, call, ["yes", "no"])?;
+                    asked.push(turn.cx.send_request(request));
+                }
+                let mut cancelled = false;
+                for answer in asked {
+                    let response = answer.block_task().await?;
+                    cancelled |= !matches!(response.outcome, RequestPermissionOutcome::Selected(_));
+                }
+                if cancelled {
+                    StopReason::Cancelled
+                } else {
+                    turn.say("both answered")?;
+                    StopReason::EndTurn
+                }
+            }
+            Mode::ToolContent => {
+                turn.send(SessionUpdate::ToolCall(
+                    ToolCall::new("t1", "list")
+                        .kind(ToolKind::Read)
+                        .status(ToolCallStatus::Completed)
+                        .content(vec![ToolCallContent::from("listing")]),
+                ))?;
+                StopReason::EndTurn
+            }
             Mode::Detach => {
                 turn.say("detached")?;
                 StopReason::EndTurn
