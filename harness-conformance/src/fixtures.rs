@@ -314,6 +314,12 @@ pub static FIXTURES: &[Fixture] = &[
     ),
 ];
 
+/// One tool approval over one call, no edit: the behaviour most action fixtures pause on.
+const ONE_APPROVAL: Behaviour = Behaviour::ToolApproval {
+    calls: 1,
+    editable: false,
+};
+
 /// Fixtures this suite version cannot test even when the capability is declared.
 const UNCERTIFIABLE: &[&str] = &[
     "mcp.partial_failure",
@@ -494,13 +500,7 @@ async fn body<Kn: Knobs>(knobs: &Kn, id: &str) -> Result<Verdict, Skip> {
             .await
         }
         "tool.approval.approve" => {
-            let r = req(
-                knobs,
-                Behaviour::ToolApproval {
-                    calls: 1,
-                    editable: false,
-                },
-            )?;
+            let r = req(knobs, ONE_APPROVAL)?;
             approval(knobs, r, &[DecisionKind::Approve]).await
         }
         "tool.approval.edit" => {
@@ -512,24 +512,12 @@ async fn body<Kn: Knobs>(knobs: &Kn, id: &str) -> Result<Verdict, Skip> {
             };
             let r = match knobs.request_for(&editable) {
                 Some(r) => r,
-                None => req(
-                    knobs,
-                    Behaviour::ToolApproval {
-                        calls: 1,
-                        editable: false,
-                    },
-                )?,
+                None => req(knobs, ONE_APPROVAL)?,
             };
             approval(knobs, r, &[DecisionKind::Edit]).await
         }
         "tool.approval.reject" => {
-            let r = req(
-                knobs,
-                Behaviour::ToolApproval {
-                    calls: 1,
-                    editable: false,
-                },
-            )?;
+            let r = req(knobs, ONE_APPROVAL)?;
             approval(knobs, r, &[DecisionKind::Reject]).await
         }
         "tool.approval.multi" => {
@@ -559,23 +547,11 @@ async fn body<Kn: Knobs>(knobs: &Kn, id: &str) -> Result<Verdict, Skip> {
         }
         "action.form_input" => form_input(knobs, req(knobs, Behaviour::FormInput)?).await,
         "action.duplicate_resume" => {
-            let r = req(
-                knobs,
-                Behaviour::ToolApproval {
-                    calls: 1,
-                    editable: false,
-                },
-            )?;
+            let r = req(knobs, ONE_APPROVAL)?;
             duplicate_resume(knobs, r).await
         }
         "action.conflicting_resume" => {
-            let r = req(
-                knobs,
-                Behaviour::ToolApproval {
-                    calls: 1,
-                    editable: false,
-                },
-            )?;
+            let r = req(knobs, ONE_APPROVAL)?;
             conflicting_resume(knobs, r).await
         }
         "action.form_submit" => {
@@ -597,13 +573,7 @@ async fn body<Kn: Knobs>(knobs: &Kn, id: &str) -> Result<Verdict, Skip> {
         "cancel.after_run" => cancel_after(knobs).await,
         "cancel.while_streaming" => cancel_streaming(knobs, req(knobs, Behaviour::Hang)?).await,
         "cancel.while_awaiting" => {
-            let r = req(
-                knobs,
-                Behaviour::ToolApproval {
-                    calls: 1,
-                    editable: false,
-                },
-            )?;
+            let r = req(knobs, ONE_APPROVAL)?;
             cancel_awaiting(knobs, r).await
         }
         "faults.provider_error" => {
@@ -1447,10 +1417,7 @@ async fn sequence_contiguous<Kn: Knobs>(knobs: &Kn) -> Verdict {
     let obs = probe::run_to_end(&service, knobs.plain_request(), b).await?;
     obs.check_log()?;
     let mut evidence = vec![format!("1..{}", obs.events.len())];
-    if let Some(request) = knobs.request_for(&Behaviour::ToolApproval {
-        calls: 1,
-        editable: false,
-    }) {
+    if let Some(request) = knobs.request_for(&ONE_APPROVAL) {
         let handle = probe::start(&service, request).await?;
         let action = probe::wait_action(&handle, b).await?;
         if let ActionKind::ToolApproval(a) = &action.kind {
