@@ -202,7 +202,10 @@ async fn main() -> ExitCode {
             ExitCode::from(1)
         }
         Outcome::Cancelled(r) => {
-            println!("{}", json!({"outcome": "cancelled", "reason": r.reason}));
+            println!(
+                "{}",
+                json!({"outcome": "cancelled", "source": r.source, "reason": r.reason})
+            );
             ExitCode::from(1)
         }
     }

@@ -91,7 +91,9 @@ async fn main() -> ExitCode {
     let line = match &outcome {
         Outcome::Succeeded(s) => json!({"outcome": "succeeded", "summary": s.summary}),
         Outcome::Failed(err) => json!({"outcome": "failed", "error": err.public()}),
-        Outcome::Cancelled(r) => json!({"outcome": "cancelled", "reason": r.reason}),
+        Outcome::Cancelled(r) => {
+            json!({"outcome": "cancelled", "source": r.source, "reason": r.reason})
+        }
     };
     println!("{line}");
     if matches!(outcome, Outcome::Succeeded(_)) {

@@ -315,22 +315,91 @@ pub struct AwaitingAction {
     pub action_id: ActionId,
 }
 
-/// Why an execution is being cancelled.
+/// Who asked for a cancellation: recorded on `run.cancelling` and `run.cancelled`, so that
+/// metrics and traces read a field, never the free text of [`CancelReason::reason`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum CancelSource {
+    /// A caller, through the execution's handle.
+    #[default]
+    Caller,
+    /// The request's deadline passed while the execution awaited an action (a running
+    /// execution past its deadline fails with `timeout` instead).
+    Deadline,
+    /// The application is shutting down (a shutdown layer's token).
+    Shutdown,
+    /// Every handle was dropped while the execution awaited an action: nobody can answer.
+    Abandoned,
+}
+
+impl CancelSource {
+    /// The wire name (`caller`, `deadline`, `shutdown`, `abandoned`), also the metrics label.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Caller => "caller",
+            Self::Deadline => "deadline",
+            Self::Shutdown => "shutdown",
+            Self::Abandoned => "abandoned",
+        }
+    }
+}
+
+impl fmt::Display for CancelSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why an execution is being cancelled: who asked ([`CancelSource`]) and, optionally, a short
+/// text.
+///
+/// ```
+/// use harness_core::event::{CancelReason, CancelSource};
+/// let caller = CancelReason::new("the user pressed stop");
+/// assert_eq!(caller.source, CancelSource::Caller);
+/// // The text never decides the source: a caller's "shutdown" is still the caller's.
+/// assert_eq!(CancelReason::new("shutdown").source, CancelSource::Caller);
+/// assert_eq!(CancelReason::from_source(CancelSource::Shutdown).reason, None);
+/// let wire = serde_json::to_value(CancelReason::from_source(CancelSource::Deadline)).unwrap();
+/// assert_eq!(wire, serde_json::json!({"source": "deadline"}));
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CancelReason {
-    /// A short reason from the caller.
+    /// Who asked. Absent on the wire means `caller`.
+    #[serde(default)]
+    pub source: CancelSource,
+    /// A short reason from whoever asked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
 
 impl CancelReason {
-    /// A reason with text.
+    /// A caller's reason with text.
     #[must_use]
     pub fn new(reason: impl Into<String>) -> Self {
         Self {
+            source: CancelSource::Caller,
             reason: Some(reason.into()),
         }
+    }
+
+    /// A reason with a source and no text.
+    #[must_use]
+    pub const fn from_source(source: CancelSource) -> Self {
+        Self {
+            source,
+            reason: None,
+        }
+    }
+
+    /// The same reason with another source.
+    #[must_use]
+    pub fn with_source(mut self, source: CancelSource) -> Self {
+        self.source = source;
+        self
     }
 }
 

@@ -13,7 +13,7 @@
 //!
 //! The request's `deadline` is enforced by the driver too: past it, a starting or running
 //! execution fails with the `timeout` category (the runtime is cancelled and cleaned up); an
-//! execution awaiting an action is cancelled with the reason `deadline exceeded`, because
+//! execution awaiting an action is cancelled with the source `deadline`, because
 //! the runtime model draws no edge from an awaiting state to `failed`.
 
 use std::fmt;
@@ -138,7 +138,7 @@ impl Chain {
     }
 }
 
-/// Extension: cancelling this token cancels the execution (with reason `shutdown` unless a
+/// Extension: cancelling this token cancels the execution (with source `shutdown` unless a
 /// caller already gave one).
 #[derive(Debug, Clone)]
 pub struct ParentCancellation(pub CancellationToken);

@@ -28,7 +28,7 @@
 //!
 //! Decisions where the spec is silent:
 //! - If every handle of an execution is dropped while it awaits an action, nobody can answer
-//!   it any more: the driver cancels it (reason `abandoned`), which runs cleanup.
+//!   it any more: the driver cancels it (source `abandoned`), which runs cleanup.
 //! - An adapter error after output was emitted is marked "side effects may have occurred",
 //!   so retry policies never repeat it.
 //! - The request's deadline is enforced here (see [`policy`](crate::policy)); the timeout
@@ -98,7 +98,7 @@ use crate::adapter::{
 use crate::artifact::ArtifactDescriptor;
 use crate::capability::Requirement;
 use crate::error::{ErrorCategory, ErrorCode, HarnessError};
-use crate::event::{CancelReason, RunSucceeded};
+use crate::event::{CancelReason, CancelSource, RunSucceeded};
 use crate::extensions::Extensions;
 use crate::id::{ActionId, AdapterId, ConversationId, Cursor, ExecutionId, IdempotencyKey};
 use crate::lifecycle::{Execution, ExecutionState, NonTerminal, state};
@@ -760,19 +760,6 @@ fn timeout_error(what: &str) -> HarnessError {
     )
 }
 
-/// The reasons the service itself gives when it cancels, so observers can tell them apart from a
-/// caller's own reason.
-pub mod reasons {
-    /// The request's deadline passed while the execution awaited an action.
-    pub const DEADLINE_EXCEEDED: &str = "deadline exceeded";
-    /// The parent (shutdown) token was cancelled.
-    pub const SHUTDOWN: &str = "shutdown";
-    /// Every handle was dropped while the execution awaited an action.
-    pub const ABANDONED: &str = "abandoned";
-}
-
-const DEADLINE_REASON: &str = reasons::DEADLINE_EXCEEDED;
-
 /// Resolves when the execution must stop waiting: cancelled, or past `deadline`.
 async fn stop(cancel: &CancellationToken, deadline: Option<tokio::time::Instant>) -> Stop {
     tokio::select! {
@@ -795,7 +782,7 @@ impl<A: HarnessAdapter> Driver<A> {
                 .as_ref()
                 .is_some_and(CancellationToken::is_cancelled)
             {
-                CancelReason::new(reasons::SHUTDOWN)
+                CancelReason::from_source(CancelSource::Shutdown)
             } else {
                 CancelReason::default()
             }
@@ -808,7 +795,7 @@ impl<A: HarnessAdapter> Driver<A> {
         self.shared
             .snapshot()
             .cancel_reason
-            .get_or_insert_with(|| CancelReason::new(DEADLINE_REASON));
+            .get_or_insert_with(|| CancelReason::from_source(CancelSource::Deadline));
         self.shared.cancel.cancel();
     }
 
@@ -1064,8 +1051,11 @@ impl<A: HarnessAdapter> Driver<A> {
                 }
                 SegmentEnd::Stopped(Stop::Deadline) => {
                     self.deadline_passed();
-                    self.cancel_runtime(&mut runtime, CancelReason::new(DEADLINE_REASON))
-                        .await;
+                    self.cancel_runtime(
+                        &mut runtime,
+                        CancelReason::from_source(CancelSource::Deadline),
+                    )
+                    .await;
                     return self
                         .fail(running, timeout_error("deadline"), Some(&mut runtime))
                         .await;
@@ -1114,7 +1104,7 @@ impl<A: HarnessAdapter> Driver<A> {
             SegmentEnd::Stopped(Stop::Deadline) => {
                 self.deadline_passed();
                 if let Some(runtime) = runtime.as_mut() {
-                    self.cancel_runtime(runtime, CancelReason::new(DEADLINE_REASON))
+                    self.cancel_runtime(runtime, CancelReason::from_source(CancelSource::Deadline))
                         .await;
                 }
                 let err = timeout_error("initialization deadline");
@@ -1405,7 +1395,7 @@ impl<A: HarnessAdapter> Driver<A> {
         self.shared
             .snapshot()
             .cancel_reason
-            .get_or_insert_with(|| CancelReason::new(reasons::ABANDONED));
+            .get_or_insert_with(|| CancelReason::from_source(CancelSource::Abandoned));
         self.shared.cancel.cancel();
         awaiting.begin_cancel(self.cancel_reason())
     }

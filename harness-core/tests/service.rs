@@ -21,7 +21,9 @@ use harness_core::adapter::{
 };
 use harness_core::capability::{Capability, CapabilityKey};
 use harness_core::error::{ErrorCategory, ErrorCode, HarnessError};
-use harness_core::event::{CancelReason, Content, EventPayload, RunSucceeded, TextDelta};
+use harness_core::event::{
+    CancelReason, CancelSource, Content, EventPayload, RunSucceeded, TextDelta,
+};
 use harness_core::extensions::Extensions;
 use harness_core::id::{ActionId, Cursor, ToolCallId};
 use harness_core::lifecycle::ExecutionState;
@@ -598,7 +600,7 @@ async fn abandoned_executions_awaiting_an_answer_are_cancelled() {
     let EventPayload::RunCancelled(reason) = terminal.payload() else {
         panic!("expected run.cancelled, got {:?}", terminal.kind());
     };
-    assert_eq!(reason.reason.as_deref(), Some("abandoned"));
+    assert_eq!(reason.source, CancelSource::Abandoned);
     assert_eq!(counters.cleanups.load(Ordering::SeqCst), 1);
 }
 
@@ -736,7 +738,7 @@ async fn a_deadline_while_awaiting_cancels_because_no_edge_leads_to_failed() {
     let Outcome::Cancelled(reason) = handle.outcome().await else {
         panic!("expected cancellation");
     };
-    assert_eq!(reason.reason.as_deref(), Some("deadline exceeded"));
+    assert_eq!(reason.source, CancelSource::Deadline);
 }
 
 #[tokio::test]
@@ -841,7 +843,7 @@ async fn the_parent_token_cancels_every_execution_as_shutdown() {
         let Outcome::Cancelled(reason) = handle.outcome().await else {
             panic!("expected cancellation");
         };
-        assert_eq!(reason.reason.as_deref(), Some("shutdown"));
+        assert_eq!(reason.source, CancelSource::Shutdown);
     }
 }
 
@@ -873,7 +875,7 @@ async fn handles_dropped_before_the_run_pauses_still_abandon_it() {
     let EventPayload::RunCancelled(reason) = terminal.payload() else {
         panic!("expected run.cancelled, got {:?}", terminal.kind());
     };
-    assert_eq!(reason.reason.as_deref(), Some("abandoned"));
+    assert_eq!(reason.source, CancelSource::Abandoned);
     assert_eq!(counters.cleanups.load(Ordering::SeqCst), 1);
 }
 
@@ -964,7 +966,7 @@ async fn cancel_after_a_shutdown_reports_already_requested() {
     let Outcome::Cancelled(reason) = handle.outcome().await else {
         panic!("expected cancellation");
     };
-    assert_eq!(reason.reason.as_deref(), Some("shutdown"));
+    assert_eq!(reason.source, CancelSource::Shutdown);
 }
 
 #[tokio::test]

@@ -15,7 +15,7 @@
 //! let execution = service.oneshot(ExecutionRequest::new("go")).await.unwrap();
 //! shutdown.cancel();
 //! let Outcome::Cancelled(reason) = execution.outcome().await else { panic!() };
-//! assert_eq!(reason.reason.as_deref(), Some("shutdown"));
+//! assert_eq!(reason.source, harness_core::event::CancelSource::Shutdown);
 //! # });
 //! ```
 //!

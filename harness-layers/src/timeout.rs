@@ -24,7 +24,7 @@
 //!
 //! - **turn**: the request's `deadline` becomes the earlier of its own and now + `turn`.
 //!   Past it, a starting or running execution fails with `timeout` after the runtime's cancel
-//!   hook and cleanup ran; one awaiting an action is cancelled (`deadline exceeded`), since
+//!   hook and cleanup ran; one awaiting an action is cancelled (source `deadline`), since
 //!   the runtime model draws no edge from awaiting to failed.
 //! - **init**: creating and initializing the runtime past this fails with `timeout`.
 //!

@@ -731,7 +731,8 @@ fn redactions_and_cancellations_are_counted_by_kind_and_source() {
         let hang = || Script::builder().hang().build();
         let by_caller = start(&mut service, hang()).await;
         let by_shutdown = start(&mut service, hang()).await;
-        by_caller.cancel(CancelReason::new("user"));
+        // The text is the caller's own: it never decides the source.
+        by_caller.cancel(CancelReason::new("shutdown"));
         by_caller.outcome().await;
         shutdown_in.cancel();
         by_shutdown.outcome().await;

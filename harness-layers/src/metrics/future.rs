@@ -11,7 +11,7 @@ use harness_core::error::HarnessError;
 use harness_core::event::{EventKind, EventPayload};
 use harness_core::id::Cursor;
 use harness_core::log::LogReader;
-use harness_core::service::{ExecutionHandle, reasons};
+use harness_core::service::ExecutionHandle;
 use pin_project_lite::pin_project;
 
 use super::names::{
@@ -170,7 +170,7 @@ async fn watch(reader: LogReader, adapter: SharedString, started: Instant, in_fl
                 .record(started.elapsed().as_secs_f64());
         }
         if let EventPayload::RunCancelling(reason) = event.payload() {
-            names::record_cancellation(&adapter, cancel_source(reason.reason.as_deref()));
+            names::record_cancellation(&adapter, reason.source);
         }
         if kind.is_terminal() {
             finished(&adapter, event.payload(), started);
@@ -178,16 +178,6 @@ async fn watch(reader: LogReader, adapter: SharedString, started: Instant, in_fl
         }
     }
     drop(in_flight);
-}
-
-/// Who asked for a cancellation, from the reason the service recorded.
-fn cancel_source(reason: Option<&str>) -> names::CancelSource {
-    match reason {
-        Some(reasons::SHUTDOWN) => names::CancelSource::Shutdown,
-        Some(reasons::DEADLINE_EXCEEDED) => names::CancelSource::Deadline,
-        Some(reasons::ABANDONED) => names::CancelSource::Abandoned,
-        _ => names::CancelSource::Caller,
-    }
 }
 
 fn finished(adapter: &SharedString, payload: &EventPayload, started: Instant) {

@@ -277,32 +277,9 @@ pub fn describe() {
     }
 }
 
-/// Who asked for a cancellation: the `source` label of [`CANCELLATIONS`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum CancelSource {
-    /// A caller through the execution's handle.
-    Caller,
-    /// A deadline passed while the execution awaited an action.
-    Deadline,
-    /// The application is shutting down (parent cancellation).
-    Shutdown,
-    /// Every handle was dropped while the execution awaited an action.
-    Abandoned,
-}
-
-impl CancelSource {
-    /// The label value.
-    #[must_use]
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Caller => "caller",
-            Self::Deadline => "deadline",
-            Self::Shutdown => "shutdown",
-            Self::Abandoned => "abandoned",
-        }
-    }
-}
+/// Who asked for a cancellation: the `source` label of [`CANCELLATIONS`] is
+/// [`CancelSource::as_str`], read from the field that `run.cancelling` carries.
+pub use harness_core::event::CancelSource;
 
 /// The kind of rule that redacted a value: the `rule` label of [`REDACTIONS`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
