@@ -12,7 +12,10 @@
 //!
 //! Events are stored once and shared (`Arc<Event>`), so readers never copy payloads and the
 //! writer never waits for a reader: a slow reader only falls behind, it neither blocks the
-//! writer nor loses an event. Which lifecycle transitions are legal is not the log's business:
+//! writer nor loses an event. Code that must act *as* events are appended, or at the end of
+//! an execution, without a task of its own registers an observer
+//! ([`LogReader::observe`], [`LogReader::on_terminal`]): the writer calls it right after each
+//! append and drops it after the terminal event. Which lifecycle transitions are legal is not the log's business:
 //! the typestate [`lifecycle`](crate::lifecycle) makes illegal ones unrepresentable.
 //!
 //! ```
@@ -43,7 +46,7 @@ use std::collections::HashSet;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 
@@ -214,6 +217,34 @@ struct Shared {
     execution_id: ExecutionId,
     state: Mutex<State>,
     next_waiter: AtomicU64,
+    /// Set before an observer first reads the log, so a writer that appends after that read
+    /// always notifies (see [`Shared::notify`]).
+    observed: AtomicBool,
+    observers: Mutex<Observers>,
+}
+
+/// The observers of one log and a reusable buffer of the events they have not seen yet.
+#[derive(Default)]
+struct Observers {
+    list: Vec<Observing>,
+    scratch: Vec<Arc<Event>>,
+}
+
+struct Observing {
+    /// Index of the next event this observer has not seen.
+    next: usize,
+    observer: Box<dyn LogObserver>,
+}
+
+/// Feeds `events` to `observer`; `false` if it panicked (it is then dropped, never called
+/// again: the writer's thread must not unwind through the driver).
+fn feed(observer: &mut dyn LogObserver, events: &[Arc<Event>]) -> bool {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        for event in events {
+            observer.on_event(event);
+        }
+    }))
+    .is_ok()
 }
 
 impl Shared {
@@ -237,6 +268,51 @@ impl Shared {
     fn unpark(&self, id: u64) {
         let mut state = self.lock();
         state.waiters.retain(|(w, _)| *w != id);
+    }
+
+    fn observers(&self) -> MutexGuard<'_, Observers> {
+        // An observer's panic is caught inside `feed`, so the list is never left half-updated.
+        self.observers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Hands every observer the events appended since it last saw one. Called by the writer
+    /// after each append, outside the state lock.
+    fn notify(&self) {
+        if !self.observed.load(Ordering::SeqCst) {
+            return;
+        }
+        let mut observers = self.observers();
+        let Observers { list, scratch } = &mut *observers;
+        let Some(from) = list.iter().map(|o| o.next).min() else {
+            return;
+        };
+        scratch.extend(self.lock().events.range(from, usize::MAX).cloned());
+        let end = from + scratch.len();
+        let terminal = scratch.last().is_some_and(|e| e.kind().is_terminal());
+        list.retain_mut(|o| {
+            let fed = feed(&mut *o.observer, &scratch[o.next - from..]);
+            o.next = end;
+            fed && !terminal
+        });
+        scratch.clear();
+    }
+
+    /// Registers `observer` and replays the log to it (see [`LogReader::observe`]).
+    fn observe(&self, mut observer: Box<dyn LogObserver>) {
+        let mut observers = self.observers();
+        // Before reading: a writer that appends after the read below then sees the flag and
+        // waits on the observers' lock, behind this registration.
+        self.observed.store(true, Ordering::SeqCst);
+        let replay: Vec<Arc<Event>> = self.lock().events.range(0, usize::MAX).cloned().collect();
+        let terminal = replay.last().is_some_and(|e| e.kind().is_terminal());
+        if feed(&mut *observer, &replay) && !terminal {
+            observers.list.push(Observing {
+                next: replay.len(),
+                observer,
+            });
+        }
     }
 }
 
@@ -269,6 +345,8 @@ impl EventLog {
                     waiters: Vec::new(),
                 }),
                 next_waiter: AtomicU64::new(0),
+                observed: AtomicBool::new(false),
+                observers: Mutex::new(Observers::default()),
             }),
         }
     }
@@ -316,6 +394,7 @@ impl EventLog {
             (event, std::mem::take(&mut state.waiters))
         };
         wake(waiters);
+        shared.notify();
         Ok(event)
     }
 
@@ -357,6 +436,9 @@ impl EventLog {
             (count, waiters)
         };
         wake(waiters);
+        if count > 0 {
+            shared.notify();
+        }
         Ok(count)
     }
 
@@ -390,6 +472,15 @@ impl EventLog {
     #[must_use]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+impl Drop for EventLog {
+    fn drop(&mut self) {
+        // Nothing more will be appended: observers waiting for the end let go of what they
+        // hold (readers may keep the log itself alive much longer).
+        let list = std::mem::take(&mut self.shared.observers().list);
+        drop(list);
     }
 }
 
@@ -444,6 +535,49 @@ impl LogReader {
             shared: Arc::clone(&self.shared),
             waiter: self.shared.waiter_id(),
         }
+    }
+
+    /// Calls `observer` with every event of the log, in order, each exactly once: first
+    /// those already appended, then each new one right after it is appended, on the
+    /// writer's thread. After the terminal event (or when the writer is dropped without one)
+    /// the observer is dropped, so what it owns (a permit, a span, a gauge guard) is released
+    /// when the execution ends, without a task of its own.
+    ///
+    /// An observer runs inside the writer's append: it must be quick and must not block. It
+    /// may read the log, but must not register another observer on it. If it panics it is
+    /// dropped and never called again; the writer carries on.
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use harness_core::event::{Event, EventPayload, RunSucceeded};
+    /// use harness_core::id::ExecutionId;
+    /// use harness_core::log::EventLog;
+    ///
+    /// let log = EventLog::new(ExecutionId::generate());
+    /// log.append(EventPayload::RunQueued).unwrap();
+    /// let kinds = Arc::new(Mutex::new(Vec::new()));
+    /// let seen = Arc::clone(&kinds);
+    /// log.reader().observe(move |e: &Event| seen.lock().unwrap().push(e.kind().as_str()));
+    /// log.append(EventPayload::RunSucceeded(RunSucceeded::default())).unwrap();
+    /// assert_eq!(*kinds.lock().unwrap(), ["run.queued", "run.succeeded"]);
+    /// assert_eq!(Arc::strong_count(&kinds), 1); // dropped after the terminal event
+    /// ```
+    pub fn observe(&self, observer: impl LogObserver) {
+        self.shared.observe(Box::new(observer));
+    }
+
+    /// Calls `f` once with the terminal event, right after it is appended (at once if it
+    /// already was); see [`observe`](Self::observe). If the writer is dropped without a
+    /// terminal event, `f` is dropped uncalled.
+    pub fn on_terminal(&self, f: impl FnOnce(&Event) + Send + 'static) {
+        let mut f = Some(f);
+        self.observe(move |event: &Event| {
+            if event.kind().is_terminal()
+                && let Some(f) = f.take()
+            {
+                f(event);
+            }
+        });
     }
 
     /// How many events the log holds.
@@ -511,6 +645,20 @@ impl fmt::Debug for LogReader {
         f.debug_struct("LogReader")
             .field("execution_id", &self.shared.execution_id)
             .finish_non_exhaustive()
+    }
+}
+
+/// Sees the events of one log as they are appended: see [`LogReader::observe`].
+///
+/// Closures `FnMut(&Event) + Send + 'static` are observers.
+pub trait LogObserver: Send + 'static {
+    /// One event, in sequence order; the terminal one is the last call.
+    fn on_event(&mut self, event: &Event);
+}
+
+impl<F: FnMut(&Event) + Send + 'static> LogObserver for F {
+    fn on_event(&mut self, event: &Event) {
+        self(event);
     }
 }
 

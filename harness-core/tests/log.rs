@@ -898,3 +898,146 @@ async fn aborted_reader_tasks_do_not_stop_the_others() {
     }
     assert_eq!(completed.load(Ordering::SeqCst), TASKS / 2);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Observers: every event once, in order, on the writer's thread; dropped at the end
+// ---------------------------------------------------------------------------------------------
+
+/// Records the sequence numbers it sees; `done` is set when it is dropped.
+struct Recorder {
+    seen: Arc<std::sync::Mutex<Vec<u64>>>,
+    dropped: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl harness_core::log::LogObserver for Recorder {
+    fn on_event(&mut self, event: &Event) {
+        self.seen.lock().unwrap().push(event.seq().get());
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        self.dropped.store(true, Ordering::SeqCst);
+    }
+}
+
+#[allow(clippy::type_complexity)]
+fn recorder() -> (
+    Recorder,
+    Arc<std::sync::Mutex<Vec<u64>>>,
+    Arc<std::sync::atomic::AtomicBool>,
+) {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let r = Recorder {
+        seen: Arc::clone(&seen),
+        dropped: Arc::clone(&dropped),
+    };
+    (r, seen, dropped)
+}
+
+#[test]
+fn observers_registered_while_the_writer_appends_see_every_event_exactly_once() {
+    // Registration races single and batched appends: an observer registered at any point
+    // sees 1..=N, in order, and is dropped after the terminal event.
+    for round in 0..300u64 {
+        let log = EventLog::new(ExecutionId::generate());
+        let reader = log.reader();
+        let total = 40 + round % 17;
+        let registrar = std::thread::spawn(move || {
+            let mut observed = Vec::new();
+            for _ in 0..4 {
+                let (r, seen, dropped) = recorder();
+                reader.observe(r);
+                observed.push((seen, dropped));
+                std::thread::yield_now();
+            }
+            observed
+        });
+        let mut seq = 0;
+        while seq < total {
+            if seq % 3 == 0 {
+                log.append(text(seq)).unwrap();
+                seq += 1;
+            } else {
+                let n = log
+                    .append_content((0..5).map(|i| {
+                        harness_core::event::Content::MessageDelta(TextDelta::new(i.to_string()))
+                    }))
+                    .unwrap();
+                seq += n as u64;
+            }
+        }
+        log.append(terminal(round as u8)).unwrap();
+        let last = seq + 1;
+        for (seen, dropped) in registrar.join().unwrap() {
+            assert_eq!(
+                *seen.lock().unwrap(),
+                (1..=last).collect::<Vec<_>>(),
+                "round {round}"
+            );
+            assert!(
+                dropped.load(Ordering::SeqCst),
+                "kept after the terminal event"
+            );
+        }
+    }
+}
+
+#[test]
+fn an_observer_registered_after_the_end_sees_the_whole_log_at_once_and_is_not_kept() {
+    let log = EventLog::new(ExecutionId::generate());
+    log.append(EventPayload::RunQueued).unwrap();
+    log.append(terminal(0)).unwrap();
+    let (r, seen, dropped) = recorder();
+    log.reader().observe(r);
+    assert_eq!(*seen.lock().unwrap(), [1, 2]);
+    assert!(dropped.load(Ordering::SeqCst));
+    let fired = Arc::new(AtomicUsize::new(0));
+    let f = Arc::clone(&fired);
+    log.reader().on_terminal(move |e| {
+        assert_eq!(e.seq().get(), 2);
+        f.fetch_add(1, Ordering::SeqCst);
+    });
+    assert_eq!(fired.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn a_panicking_observer_is_dropped_and_neither_the_writer_nor_other_observers_notice() {
+    let log = EventLog::new(ExecutionId::generate());
+    let (r, seen, _) = recorder();
+    log.reader().observe(r);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = Arc::clone(&calls);
+    log.reader().observe(move |e: &Event| {
+        c.fetch_add(1, Ordering::SeqCst);
+        assert!(e.seq().get() < 2, "observer panics on the second event");
+    });
+    for i in 0..4 {
+        log.append(text(i)).unwrap();
+    }
+    log.append(terminal(1)).unwrap();
+    assert_eq!(*seen.lock().unwrap(), [1, 2, 3, 4, 5]);
+    // Called for events 1 and 2 (where it panicked), never again.
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+}
+
+#[test]
+fn a_writer_dropped_without_a_terminal_event_drops_its_observers_uncalled() {
+    let log = EventLog::new(ExecutionId::generate());
+    let reader = log.reader();
+    let (r, _, dropped) = recorder();
+    reader.observe(r);
+    let fired = Arc::new(AtomicUsize::new(0));
+    let f = Arc::clone(&fired);
+    reader.on_terminal(move |_| {
+        f.fetch_add(1, Ordering::SeqCst);
+    });
+    log.append(EventPayload::RunQueued).unwrap();
+    assert!(!dropped.load(Ordering::SeqCst));
+    drop(log);
+    // The reader still holds the log; the observers are gone anyway.
+    assert!(dropped.load(Ordering::SeqCst));
+    assert_eq!(fired.load(Ordering::SeqCst), 0);
+    assert_eq!(reader.len(), 1);
+}

@@ -19,14 +19,14 @@
 //! // The permit comes back when the execution ends.
 //! first.cancel(Default::default());
 //! first.outcome().await;
-//! # tokio::task::yield_now().await;
 //! assert!(service.oneshot(ExecutionRequest::new("three")).await.is_ok());
 //! # });
 //! ```
 //!
 //! Each execution holds a permit from the moment its request passes this layer until its
-//! terminal event is appended (a small task watches the log; it holds a log reader, not the
-//! handle, so an execution whose handles are all dropped is still detected as abandoned). A
+//! terminal event is appended (a [terminal hook](harness_core::log::LogReader::on_terminal) on
+//! its log releases it: no task, and no handle clone, so an execution whose handles are all
+//! dropped is still detected as abandoned). A
 //! request that finds no permit is refused at once with a retryable `capacity` error that
 //! advises a retry interval: callers or an outer retry layer decide whether to wait; nothing
 //! queues without bound. A request the inner service refuses gives its permit back at once.
@@ -167,7 +167,7 @@ where
 
 pin_project! {
     /// The response future of [`Capacity`]: holds the permit until the execution exists,
-    /// then hands it to a watcher that releases it at the terminal event.
+    /// then hands it to a terminal hook that releases it at the terminal event.
     #[derive(Debug)]
     pub struct ResponseFuture<F> {
         #[pin]
@@ -209,18 +209,7 @@ where
     }
 }
 
-/// Keeps `permit` until the execution's terminal event.
+/// Keeps `permit` until the execution's terminal event (or until its log's writer is gone).
 fn hold_until_terminal(handle: &ExecutionHandle, permit: OwnedSemaphorePermit) {
-    let terminal = handle.log().terminal();
-    match tokio::runtime::Handle::try_current() {
-        Ok(runtime) => {
-            runtime.spawn(async move {
-                terminal.await;
-                drop(permit);
-            });
-        }
-        // Without a runtime nobody can watch; the execution cannot run either (the service
-        // needs one), so release at once rather than leak the permit.
-        Err(_) => drop(permit),
-    }
+    handle.log().on_terminal(move |_| drop(permit));
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use harness_core::capability::CapabilityKey;
 use harness_core::error::{ErrorCategory, ErrorCode, HarnessError};
-use harness_core::event::CancelReason;
+use harness_core::event::{CancelReason, CancelSource};
 use harness_core::service::{AdapterService, ExecutionHandle, ExecutionRequest, Outcome};
 use harness_layers::cancellation::CancellationLayer;
 use harness_layers::capacity::CapacityLayer;
@@ -302,8 +302,12 @@ async fn shutdown_cancels_every_execution() {
         let Outcome::Cancelled(reason) = execution.outcome().await else {
             panic!("expected cancellation");
         };
-        let expected = if i == 0 { "user" } else { "shutdown" };
-        assert_eq!(reason.reason.as_deref(), Some(expected));
+        let expected = if i == 0 {
+            CancelReason::new("user")
+        } else {
+            CancelReason::from_source(CancelSource::Shutdown)
+        };
+        assert_eq!(reason, expected);
     }
 }
 

@@ -6,11 +6,9 @@ use std::task::{Context, Poll, ready};
 use std::time::Instant;
 
 use ::metrics::{Counter, Gauge, SharedString};
-use futures_util::StreamExt;
 use harness_core::error::HarnessError;
-use harness_core::event::{EventKind, EventPayload};
-use harness_core::id::Cursor;
-use harness_core::log::LogReader;
+use harness_core::event::{Event, EventKind, EventPayload};
+use harness_core::log::LogObserver;
 use harness_core::service::ExecutionHandle;
 use pin_project_lite::pin_project;
 
@@ -27,7 +25,7 @@ pin_project! {
     ///
     /// It holds the call's in-flight guard: dropping the future before it resolves, or an
     /// error from the inner service, takes the in-flight gauge back down; a new execution
-    /// hands the guard to the task that follows it.
+    /// hands the guard to the observer that follows its log.
     pub struct ResponseFuture<F> {
         #[pin]
         inner: F,
@@ -124,10 +122,13 @@ impl Call {
             adapter
         };
         ::metrics::counter!(EXECUTIONS_STARTED, LABEL_ADAPTER => adapter.clone()).increment(1);
-        // No runtime, no watcher: the guard drops here rather than leak a count.
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(watch(handle.log().clone(), adapter, started, in_flight));
-        }
+        handle.log().observe(Follow {
+            kinds: KindCounters::new(adapter.clone()),
+            adapter,
+            started,
+            awaiting_first: true,
+            _in_flight: in_flight,
+        });
     }
 }
 
@@ -155,29 +156,32 @@ impl Drop for InFlight {
     }
 }
 
-/// Follows one execution's log to its end; the in-flight guard drops with this task.
-async fn watch(reader: LogReader, adapter: SharedString, started: Instant, in_flight: InFlight) {
-    let mut kinds = KindCounters::new(adapter.clone());
-    let mut awaiting_first = true;
-    let mut events = reader.subscribe(Cursor::START);
-    drop(reader);
-    while let Some(event) = events.next().await {
+/// Follows one execution's log as it is appended (a log observer, not a task); dropped after
+/// the terminal event, and the in-flight guard with it.
+struct Follow {
+    adapter: SharedString,
+    started: Instant,
+    kinds: KindCounters,
+    awaiting_first: bool,
+    _in_flight: InFlight,
+}
+
+impl LogObserver for Follow {
+    fn on_event(&mut self, event: &Event) {
         let kind = event.kind();
-        kinds.increment(kind);
-        if awaiting_first && !kind.is_lifecycle() {
-            awaiting_first = false;
-            ::metrics::histogram!(TIME_TO_FIRST_EVENT, LABEL_ADAPTER => adapter.clone())
-                .record(started.elapsed().as_secs_f64());
+        self.kinds.increment(kind);
+        if self.awaiting_first && !kind.is_lifecycle() {
+            self.awaiting_first = false;
+            ::metrics::histogram!(TIME_TO_FIRST_EVENT, LABEL_ADAPTER => self.adapter.clone())
+                .record(self.started.elapsed().as_secs_f64());
         }
         if let EventPayload::RunCancelling(reason) = event.payload() {
-            names::record_cancellation(&adapter, reason.source);
+            names::record_cancellation(&self.adapter, reason.source);
         }
         if kind.is_terminal() {
-            finished(&adapter, event.payload(), started);
-            break;
+            finished(&self.adapter, event.payload(), self.started);
         }
     }
-    drop(in_flight);
 }
 
 fn finished(adapter: &SharedString, payload: &EventPayload, started: Instant) {

@@ -21,7 +21,6 @@
 //!     .with_options(harness_scripted::ScriptedOptions::with_script(script).to_value());
 //! let execution = service.oneshot(request).await.unwrap();
 //! execution.outcome().await;
-//! # for _ in 0..100 { tokio::task::yield_now().await; } // let the watcher see the end
 //! # });
 //! # });
 //! # let snapshot = snapshotter.snapshot().into_vec();
@@ -43,12 +42,12 @@
 //!   takes it down again; a failed call also counts in `harness_errors_total` with
 //!   `stage="call"`.
 //! - When the inner service returns a new execution: `harness_executions_started_total`, and
-//!   one small task per execution follows its log from the start (through a
-//!   [`LogReader`](harness_core::log::LogReader), never a handle clone, so the driver still
+//!   a [log observer](harness_core::log::LogReader::observe) follows its log from the start
+//!   (on the driver's own task: no task of its own, and no handle clone, so the driver still
 //!   notices when every caller has let go). It counts events by kind, records the time to the
-//!   first non-lifecycle event, and on the terminal event records the outcome, the duration
-//!   (from the call) and, for a failure, the error category; then the in-flight guard drops.
-//!   If the runtime shuts down first, the task is dropped and so is the guard.
+//!   first non-lifecycle event and each cancellation by its typed source, and on the terminal
+//!   event records the outcome, the duration (from the call) and, for a failure, the error
+//!   category; then the observer, and the in-flight guard it holds, are dropped.
 //!
 //! # Neighbours
 //!
@@ -65,8 +64,6 @@
 //!   so its span covers this layer too.
 //! - **Retries inside the driver** are one execution: they count in `harness_retries_total`
 //!   (recorded by the retry policy), not as more starts.
-//! - It needs a Tokio runtime for its watcher task (the core service needs one anyway);
-//!   without one, starts are counted and nothing is followed.
 
 mod future;
 mod layer;

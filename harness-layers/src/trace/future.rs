@@ -4,8 +4,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
 use harness_core::error::HarnessError;
-use harness_core::event::EventPayload;
-use harness_core::log::LogReader;
+use harness_core::event::{Event, EventPayload};
 use harness_core::service::ExecutionHandle;
 use pin_project_lite::pin_project;
 use tracing::Span;
@@ -53,9 +52,10 @@ where
                 span.record("execution_id", handle.id().as_str());
                 if !span.is_disabled() {
                     // Keep the span open until the execution ends, and say how it ended.
-                    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                        runtime.spawn(follow(handle.log().clone(), span.clone()));
-                    }
+                    let span = span.clone();
+                    handle
+                        .log()
+                        .on_terminal(move |terminal| record(&span, terminal));
                 }
             }
             Err(err) => {
@@ -68,9 +68,9 @@ where
     }
 }
 
-/// Holds `span` until the execution's terminal event, then records its outcome.
-async fn follow(reader: LogReader, span: Span) {
-    let terminal = reader.terminal().await;
+/// Records how the execution ended on its span; the span closes when the observer holding
+/// it is dropped, right after.
+fn record(span: &Span, terminal: &Event) {
     match terminal.payload() {
         EventPayload::RunSucceeded(_) => {
             span.record("outcome", "succeeded");

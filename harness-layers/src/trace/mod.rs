@@ -44,10 +44,10 @@
 //!
 //! The span is entered while the inner service's `call` and its future run, so whatever the
 //! layers below and the service log while starting the execution is inside it. It stays open
-//! until the execution's terminal event (a small task follows the execution's
-//! [`LogReader`](harness_core::log::LogReader), not a handle clone, and records the outcome),
-//! so its duration is the execution's. That task is only spawned when a subscriber records the
-//! span.
+//! until the execution's terminal event (a [terminal hook](harness_core::log::LogReader::on_terminal)
+//! on the execution's log, not a task and not a handle clone, records the outcome and lets the
+//! span go), so its duration is the execution's. The hook is only registered when a subscriber
+//! records the span.
 //!
 //! # Trace context
 //!
