@@ -22,7 +22,7 @@ use harness::id::Cursor;
 use harness::layers::stack::StackService;
 use harness::scripted::{Script, ScriptedAdapter};
 use harness::{AdapterService, ExecutionRequest, HarnessStack, Outcome};
-use tower::{Layer, ServiceExt};
+use tower::ServiceExt;
 
 fn quick() -> bool {
     std::env::var_os("HARNESS_BENCH_QUICK").is_some()
@@ -39,7 +39,7 @@ impl Target {
         let adapter = ScriptedAdapter::new(script);
         if stacked {
             let stack = HarnessStack::defaults_for(&adapter).expect("the default stack builds");
-            Self::Stack(stack.layer(AdapterService::new(adapter)))
+            Self::Stack(stack.service(adapter))
         } else {
             Self::Bare(AdapterService::new(adapter))
         }

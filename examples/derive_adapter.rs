@@ -25,9 +25,9 @@ use harness::event::{Content, RunSucceeded, TextDelta, Usage};
 use harness::id::{AdapterId, Cursor};
 use harness::manifest::{AdapterManifest, HarnessDescriptor};
 use harness::registry::Registry;
-use harness::{Adapter, AdapterOptions, AdapterService, ExecutionRequest, HarnessStack, Outcome};
+use harness::{Adapter, AdapterOptions, ExecutionRequest, HarnessStack, Outcome};
 use serde_json::json;
-use tower::{Layer, ServiceExt};
+use tower::ServiceExt;
 
 /// The echo adapter's options. `deny_unknown_fields` is required: without it,
 /// `#[derive(AdapterOptions)]` does not compile.
@@ -167,7 +167,7 @@ async fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let service = stack.layer(AdapterService::new(adapter));
+    let service = stack.service(adapter);
 
     // Preflight refuses options the derived schema rejects, before any adapter work.
     let refused = service

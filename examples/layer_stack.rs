@@ -1,4 +1,4 @@
-//! The full layer stack over the scripted adapter, composed by hand in the default order.
+//! Both layer stacks over the scripted adapter, composed by hand in the default order.
 //!
 //! ```sh
 //! cargo run --example layer_stack
@@ -7,8 +7,10 @@
 //! It runs four executions and prints one line for each: a normal run, a retried idempotent
 //! request (the same execution comes back), a run whose output carries a credential (the
 //! redaction layer scrubs it before it is stored), and a request preflight refuses.
-//! `HarnessStack::defaults_for` builds the same stack in one call; composing it by hand shows
-//! the order and lets an application reorder or drop layers.
+//! `HarnessStack::defaults_for` builds the same stacks in one call; composing them by hand
+//! shows the order and lets an application reorder or drop layers. The runtime stack is
+//! configured on the adapter service (its driver calls it once per run segment); the
+//! admission stack wraps the service.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,13 +18,13 @@ use std::time::Duration;
 use harness::adapter::HarnessAdapter;
 use harness::capability::CapabilityKey;
 use harness::id::Cursor;
-use harness::layers::cancellation::CancellationLayer;
 use harness::layers::capacity::CapacityLayer;
 use harness::layers::idempotency::IdempotencyLayer;
 use harness::layers::metrics::MetricsLayer;
 use harness::layers::preflight::PreflightLayer;
 use harness::layers::redaction::{RedactionLayer, Redactor};
 use harness::layers::retry::{Backoff, RetryLayer};
+use harness::layers::shutdown::ShutdownLayer;
 use harness::layers::timeout::TimeoutLayer;
 use harness::layers::trace::TraceLayer;
 use harness::scripted::{Script, ScriptedAdapter};
@@ -45,17 +47,22 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let shutdown = CancellationToken::new();
     let redactor = Redactor::builder().secret(CREDENTIAL).build()?;
 
+    let preflight = PreflightLayer::for_adapter(&adapter)?;
+    // The runtime stack, outermost first: what the adapter yields passes redaction first.
+    let adapter_service = AdapterService::builder(adapter)
+        .layer(RetryLayer::new(Backoff::new()).adapter(&id))
+        .layer(TimeoutLayer::new().turn(Duration::from_secs(30)))
+        .layer(ShutdownLayer::new(shutdown.clone()))
+        .layer(RedactionLayer::new(Arc::new(redactor)))
+        .build();
+    // The admission stack, outermost first.
     let service = ServiceBuilder::new()
         .layer(TraceLayer::new())
         .layer(MetricsLayer::new().with_adapter(id.as_str()))
         .layer(IdempotencyLayer::default())
-        .layer(PreflightLayer::for_adapter(&adapter)?)
+        .layer(preflight)
         .layer(CapacityLayer::new(16))
-        .layer(RetryLayer::new(Backoff::new()).adapter(&id))
-        .layer(TimeoutLayer::new().turn(Duration::from_secs(30)))
-        .layer(RedactionLayer::new(Arc::new(redactor)))
-        .layer(CancellationLayer::new(shutdown.clone()))
-        .service(AdapterService::new(adapter));
+        .service(adapter_service);
 
     // 1. A normal run.
     let execution = service.clone().oneshot(ExecutionRequest::new("hi")).await?;

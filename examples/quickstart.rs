@@ -20,9 +20,9 @@ use harness::action::{
 use harness::event::EventPayload;
 use harness::id::Cursor;
 use harness::scripted::{Script, ScriptedAdapter};
-use harness::{AdapterService, ExecutionRequest, HarnessStack, Outcome};
+use harness::{ExecutionRequest, HarnessStack, Outcome};
 use serde_json::json;
-use tower::{Layer, ServiceExt};
+use tower::ServiceExt;
 
 fn answer(request: &ActionRequest) -> harness::action::ActionResponse {
     match &request.kind {
@@ -65,7 +65,7 @@ async fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let service = stack.layer(AdapterService::new(adapter));
+    let service = stack.service(adapter);
     let execution = match service
         .oneshot(ExecutionRequest::new("Summarize my notes"))
         .await

@@ -10,7 +10,7 @@ use harness_core::adapter::{AdapterEvent, HarnessAdapter, InterruptKind, ResumeD
 use harness_core::capability::CapabilityKey as K;
 use harness_core::error::{ErrorCategory, ErrorCode};
 use harness_core::event::{CancelReason, EventPayload, ToolCallOutcome};
-use harness_core::service::{CancelRequest, ExecutionRequest, Outcome};
+use harness_core::service::{CancelStatus, ExecutionRequest, Outcome};
 use serde_json::Value;
 
 use crate::{Behaviour, Fixture, FixtureOutcome, Group, Knobs, SUITE_VERSION};
@@ -1105,7 +1105,7 @@ async fn cancel_after<Kn: Knobs>(knobs: &Kn) -> Verdict {
     let handle = probe::start(&service, knobs.plain_request()).await?;
     let before = probe::finish(&handle, b).await?;
     let request = handle.cancel(CancelReason::new("conformance"));
-    if !matches!(request, CancelRequest::AlreadyEnded(_)) {
+    if !matches!(request, CancelStatus::AlreadyEnded(_)) {
         return Err(format!("cancel after the end returned {request:?}"));
     }
     if handle.log().len() != before.events.len() {
@@ -1440,12 +1440,12 @@ async fn sequence_contiguous<Kn: Knobs>(knobs: &Kn) -> Verdict {
 }
 
 async fn timeout<Kn: Knobs>(knobs: &Kn, request: ExecutionRequest) -> Verdict {
-    use tower::{Layer, ServiceExt};
+    use tower::ServiceExt;
     let b = knobs.bounds();
     let limit = b.grace / 5;
-    let service = harness_layers::timeout::TimeoutLayer::new()
-        .turn(limit)
-        .layer(probe::service(knobs.adapter(), b));
+    let service = probe::builder(knobs.adapter(), b)
+        .layer(harness_layers::timeout::TimeoutLayer::new().turn(limit))
+        .build();
     let handle = service
         .oneshot(request)
         .await

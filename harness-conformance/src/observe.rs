@@ -26,6 +26,7 @@ use harness_core::service::{ExecutionRequest, Outcome};
 use harness_core::trace::TraceContext;
 use harness_layers::metrics::{MetricsLayer, names};
 use harness_layers::redaction::{RedactionLayer, Redactor};
+use harness_layers::stack::RuntimeLayers;
 use harness_layers::trace::{SPAN_NAME, TraceLayer};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use serde_json::Value;
@@ -678,21 +679,20 @@ async fn traced<A: HarnessAdapter>(
     b: Bounds,
 ) -> Result<(ExecutionId, Observed), String> {
     let id = adapter.descriptor().id().clone();
-    let service = probe::service(
-        Spied {
-            inner: adapter,
-            spy: spy.clone(),
-        },
-        b,
-    );
-    let handle = match redactor {
-        Some(redactor) => {
-            let service = RedactionLayer::new(redactor).adapter(&id).layer(service);
-            TraceLayer::new().layer(service).oneshot(request).await
-        }
-        None => TraceLayer::new().layer(service).oneshot(request).await,
+    let spied = Spied {
+        inner: adapter,
+        spy: spy.clone(),
+    };
+    let mut layers = RuntimeLayers::new();
+    if let Some(redactor) = redactor {
+        layers = layers.redaction(RedactionLayer::new(redactor).adapter(&id));
     }
-    .map_err(|e| format!("the service refused the request: {}", e.message()))?;
+    let service = probe::builder(spied, b).layer(layers).build();
+    let handle = TraceLayer::new()
+        .layer(service)
+        .oneshot(request)
+        .await
+        .map_err(|e| format!("the service refused the request: {}", e.message()))?;
     let observed = probe::finish(&handle, b).await?;
     let execution = handle.id().clone();
     drop(handle);

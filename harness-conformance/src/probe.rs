@@ -220,13 +220,22 @@ pub(crate) async fn drain<'a>(
 
 /// The service the suite drives an adapter through.
 pub(crate) fn service<A: HarnessAdapter>(adapter: A, bounds: Bounds) -> AdapterService<A> {
-    AdapterService::with_config(
-        adapter,
-        ServiceConfig {
-            cancel_grace: bounds.grace,
-            cleanup_deadline: bounds.grace,
-        },
-    )
+    builder(adapter, bounds).build()
+}
+
+/// The service builder with the suite's bounds, for fixtures that add runtime layers.
+pub(crate) fn builder<A: HarnessAdapter>(
+    adapter: A,
+    bounds: Bounds,
+) -> harness_core::service::AdapterServiceBuilder<A, tower::layer::util::Identity> {
+    AdapterService::builder(adapter).config(config(bounds))
+}
+
+fn config(bounds: Bounds) -> ServiceConfig {
+    ServiceConfig {
+        cancel_grace: bounds.grace,
+        cleanup_deadline: bounds.grace,
+    }
 }
 
 /// A finished execution as the suite observed it.

@@ -170,6 +170,14 @@ impl ErrorCode {
     pub const EVENT_ORDER_VIOLATION: Self = Self::from_static("EVENT_ORDER_VIOLATION");
     /// The adapter panicked.
     pub const ADAPTER_PANICKED: Self = Self::from_static("ADAPTER_PANICKED");
+    /// Creating and initializing the runtime took longer than its initialization deadline.
+    pub const INIT_TIMEOUT: Self = Self::from_static("INIT_TIMEOUT");
+    /// A run segment took longer than its turn deadline.
+    pub const TURN_TIMEOUT: Self = Self::from_static("TURN_TIMEOUT");
+    /// The request's deadline passed while the execution was starting or running.
+    pub const DEADLINE_EXCEEDED: Self = Self::from_static("DEADLINE_EXCEEDED");
+    /// A layer of the runtime stack panicked.
+    pub const LAYER_PANICKED: Self = Self::from_static("LAYER_PANICKED");
     /// The execution has already ended.
     pub const EXECUTION_TERMINAL: Self = Self::from_static("EXECUTION_TERMINAL");
 

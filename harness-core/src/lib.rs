@@ -11,7 +11,6 @@ pub mod id;
 pub mod lifecycle;
 pub mod log;
 pub mod manifest;
-pub mod policy;
 pub mod registry;
 pub mod schema;
 pub mod service;

@@ -28,15 +28,13 @@ use harness_core::extensions::Extensions;
 use harness_core::id::{ActionId, Cursor, ToolCallId};
 use harness_core::lifecycle::ExecutionState;
 use harness_core::manifest::{ContractVersion, ExecutionMode, HarnessDescriptor};
-use harness_core::policy::{
-    InitTimeout, Interceptor, Interceptors, ParentCancellation, Retry, RetryPolicy,
-};
 use harness_core::service::{
-    AdapterService, CancelRequest, ExecutionHandle, ExecutionRequest, Outcome, ServiceConfig,
+    AdapterService, CancelStatus, ExecutionHandle, ExecutionRequest, Outcome, SegmentKind,
+    SegmentStream, ServiceConfig,
 };
 use tokio_util::sync::CancellationToken;
 
-type Segment = Arc<dyn Fn(Option<&ResumeDecision>) -> Vec<Step> + Send + Sync>;
+type Script = Arc<dyn Fn(Option<&ResumeDecision>) -> Vec<Step> + Send + Sync>;
 
 /// One item of a scripted segment.
 #[derive(Clone)]
@@ -56,7 +54,7 @@ struct Counters {
 
 struct Controlled {
     descriptor: HarnessDescriptor,
-    segment: Segment,
+    segment: Script,
     counters: Arc<Counters>,
     panic_on_create: bool,
     hang_on_create: bool,
@@ -113,7 +111,7 @@ impl HarnessAdapter for Controlled {
 }
 
 struct ControlledRuntime {
-    segment: Segment,
+    segment: Script,
     counters: Arc<Counters>,
     token: CancellationToken,
     context: RuntimeContext,
@@ -300,7 +298,7 @@ async fn a_thousand_concurrent_cancels_give_one_hook_one_cleanup_one_cancelled()
     let results = futures_util::future::join_all(cancels).await;
     let accepted = results
         .iter()
-        .filter(|r| matches!(r, Ok(CancelRequest::Accepted)))
+        .filter(|r| matches!(r, Ok(CancelStatus::Accepted)))
         .count();
     assert_eq!(accepted, 1);
 
@@ -317,7 +315,7 @@ async fn a_thousand_concurrent_cancels_give_one_hook_one_cleanup_one_cancelled()
     // After the end, cancel reports the terminal state and changes nothing.
     assert_eq!(
         handle.cancel(CancelReason::default()),
-        CancelRequest::AlreadyEnded(ExecutionState::Cancelled)
+        CancelStatus::AlreadyEnded(ExecutionState::Cancelled)
     );
     assert_eq!(counters.cleanups.load(Ordering::SeqCst), 1);
 }
@@ -334,7 +332,7 @@ async fn cancel_while_awaiting_approval() {
     assert_eq!(handle.pending_actions().len(), 1);
     assert_eq!(
         handle.cancel(CancelReason::new("changed my mind")),
-        CancelRequest::Accepted
+        CancelStatus::Accepted
     );
     assert!(matches!(handle.outcome().await, Outcome::Cancelled(_)));
     assert!(handle.pending_actions().is_empty());
@@ -369,7 +367,7 @@ async fn cancel_before_start_creates_no_runtime() {
         .unwrap();
     assert_eq!(
         handle.cancel(CancelReason::default()),
-        CancelRequest::Accepted
+        CancelStatus::Accepted
     );
     assert!(matches!(handle.outcome().await, Outcome::Cancelled(_)));
     assert_eq!(
@@ -391,7 +389,7 @@ async fn cancel_after_the_end_changes_nothing() {
     let before = handle.log().len();
     assert_eq!(
         handle.cancel(CancelReason::default()),
-        CancelRequest::AlreadyEnded(ExecutionState::Succeeded)
+        CancelStatus::AlreadyEnded(ExecutionState::Succeeded)
     );
     assert_eq!(handle.log().len(), before);
 }
@@ -614,45 +612,79 @@ fn the_service_outside_a_runtime_errors_instead_of_panicking() {
     assert_eq!(err.category(), ErrorCategory::Internal);
 }
 
-/// Holds back all message text until the segment ends, then emits it upper-cased in one
-/// delta; scrubs "secret" from errors. Proves hold-back, flush order and error rewriting.
+/// A runtime layer's stream that holds back all message text until the segment ends (its
+/// terminal item, an error, the end, or a drain), then emits it upper-cased in one delta;
+/// scrubs "secret" from errors. Proves that the driver appends what a layer gives back, in
+/// order, and drains a stream it stops reading.
 struct Shout {
+    inner: harness_core::service::AdapterStream,
     held: String,
+    out: std::collections::VecDeque<EventResult>,
 }
 
-impl Interceptor for Shout {
-    fn on_event(&mut self, event: AdapterEvent, out: &mut Vec<AdapterEvent>) {
-        match event {
-            AdapterEvent::Content(Content::MessageDelta(d)) => self.held.push_str(&d.text),
-            other => out.push(other),
-        }
-    }
-    fn on_segment_end(&mut self, out: &mut Vec<AdapterEvent>) {
+impl Shout {
+    fn flush(&mut self) {
         if !self.held.is_empty() {
             let text = std::mem::take(&mut self.held).to_uppercase();
-            out.push(AdapterEvent::Content(Content::MessageDelta(
-                TextDelta::new(text),
-            )));
+            let delta = Content::MessageDelta(TextDelta::new(text));
+            self.out.push_back(Ok(AdapterEvent::Content(delta)));
         }
-    }
-    fn on_error(&mut self, error: HarnessError) -> HarnessError {
-        HarnessError::new(
-            error.category(),
-            error.message().replace("secret", "[redacted]"),
-        )
     }
 }
 
-fn with_shout(request: ExecutionRequest) -> ExecutionRequest {
-    let mut interceptors = Interceptors::default();
-    interceptors.push(Arc::new(|| {
-        Box::new(Shout {
-            held: String::new(),
-        }) as Box<dyn Interceptor>
-    }));
-    let mut request = request;
-    request.extensions.insert(interceptors);
-    request
+impl futures_util::Stream for Shout {
+    type Item = EventResult;
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<EventResult>> {
+        let this = &mut *self;
+        loop {
+            if let Some(item) = this.out.pop_front() {
+                return std::task::Poll::Ready(Some(item));
+            }
+            match std::task::ready!(this.inner.poll_next_unpin(cx)) {
+                Some(Ok(AdapterEvent::Content(Content::MessageDelta(d)))) => {
+                    this.held.push_str(&d.text);
+                }
+                Some(Err(err)) => {
+                    this.flush();
+                    let message = err.message().replace("secret", "[redacted]");
+                    this.out
+                        .push_back(Err(HarnessError::new(err.category(), message)));
+                }
+                Some(Ok(other)) => {
+                    this.flush();
+                    this.out.push_back(Ok(other));
+                }
+                None => {
+                    this.flush();
+                    if this.out.is_empty() {
+                        return std::task::Poll::Ready(None);
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl SegmentStream for Shout {
+    fn drain(mut self: std::pin::Pin<&mut Self>, out: &mut Vec<AdapterEvent>) {
+        self.flush();
+        out.extend(self.out.drain(..).filter_map(Result::ok));
+    }
+}
+
+fn shouting(adapter: Controlled) -> AdapterService<Controlled> {
+    AdapterService::builder(adapter)
+        .layer(tower::util::MapResponseLayer::new(
+            |inner: harness_core::service::AdapterStream| Shout {
+                inner,
+                held: String::new(),
+                out: std::collections::VecDeque::new(),
+            },
+        ))
+        .build()
 }
 
 async fn texts(handle: &ExecutionHandle) -> Vec<String> {
@@ -668,13 +700,13 @@ async fn texts(handle: &ExecutionHandle) -> Vec<String> {
 }
 
 #[tokio::test]
-async fn interceptors_hold_back_and_flush_before_the_terminal_item() {
+async fn what_a_layer_holds_back_is_appended_before_the_terminal_item() {
     let adapter = Controlled::new(|decision| match decision {
         None => vec![delta("hel"), delta("lo "), approval_interrupt()],
         Some(_) => vec![delta("wor"), delta("ld"), complete()],
     });
-    let handle = AdapterService::new(adapter)
-        .start(with_shout(ExecutionRequest::new("go")))
+    let handle = shouting(adapter)
+        .start(ExecutionRequest::new("go"))
         .await
         .unwrap();
     wait_for(&handle, ExecutionState::AwaitingApproval).await;
@@ -691,11 +723,11 @@ async fn interceptors_hold_back_and_flush_before_the_terminal_item() {
 }
 
 #[tokio::test]
-async fn interceptors_rewrite_errors_and_flush_before_them() {
+async fn a_layer_rewrites_errors_and_gives_back_what_it_held_before_them() {
     let err = HarnessError::new(ErrorCategory::Unavailable, "the secret backend is down");
     let adapter = Controlled::new(move |_| vec![delta("partial"), Step::Event(Err(err.clone()))]);
-    let handle = AdapterService::new(adapter)
-        .start(with_shout(ExecutionRequest::new("go")))
+    let handle = shouting(adapter)
+        .start(ExecutionRequest::new("go"))
         .await
         .unwrap();
     let Outcome::Failed(err) = handle.outcome().await else {
@@ -703,6 +735,29 @@ async fn interceptors_rewrite_errors_and_flush_before_them() {
     };
     assert_eq!(err.message(), "the [redacted] backend is down");
     assert_eq!(texts(&handle).await, ["PARTIAL"]);
+}
+
+#[tokio::test]
+async fn a_stream_the_driver_stops_reading_is_drained_before_run_cancelled() {
+    let adapter = Controlled::new(|_| vec![delta("held "), delta("back"), Step::Hang]);
+    let handle = shouting(adapter)
+        .start(ExecutionRequest::new("go"))
+        .await
+        .unwrap();
+    wait_for(&handle, ExecutionState::Running).await;
+    // Let the two deltas reach the layer (it holds them: nothing is appended yet).
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+    assert!(texts(&handle).await.is_empty());
+    handle.cancel(CancelReason::new("stop"));
+    assert!(matches!(handle.outcome().await, Outcome::Cancelled(_)));
+    assert_eq!(texts(&handle).await, ["HELD BACK"]);
+    let kinds = kinds(&handle).await;
+    assert_eq!(
+        &kinds[kinds.len() - 3..],
+        ["message.delta", "run.cancelling", "run.cancelled"]
+    );
 }
 
 fn in_ms(ms: i64) -> harness_core::time::Timestamp {
@@ -741,121 +796,83 @@ async fn a_deadline_while_awaiting_cancels_because_no_edge_leads_to_failed() {
     assert_eq!(reason.source, CancelSource::Deadline);
 }
 
-#[tokio::test]
-async fn an_init_timeout_fails_a_hung_start_with_timeout() {
-    let mut adapter = approval_then_complete();
-    adapter.hang_on_create = true;
-    let mut request = ExecutionRequest::new("go");
-    request
-        .extensions
-        .insert(InitTimeout(std::time::Duration::from_millis(20)));
-    let handle = AdapterService::new(adapter).start(request).await.unwrap();
-    let Outcome::Failed(err) = handle.outcome().await else {
-        panic!("expected failure");
-    };
-    assert_eq!(err.category(), ErrorCategory::Timeout);
-    assert_eq!(
-        kinds(&handle).await,
-        ["run.queued", "run.starting", "run.running", "run.failed"]
-    );
-}
-
-struct Times(u32);
-impl RetryPolicy for Times {
-    fn retry_after(&self, attempt: u32, _error: &HarnessError) -> Option<std::time::Duration> {
-        (attempt < self.0).then_some(std::time::Duration::from_millis(1))
-    }
-}
-
-fn with_retry(request: ExecutionRequest, times: u32) -> ExecutionRequest {
-    let mut request = request;
-    request.extensions.insert(Retry(Arc::new(Times(times))));
-    request
+/// A runtime layer that ties each execution to `token` (what the shutdown layer of
+/// `harness-layers` does), through the segment: no request extension involved.
+fn linked(adapter: Controlled, token: &CancellationToken) -> AdapterService<Controlled> {
+    let token = token.clone();
+    AdapterService::builder(adapter)
+        .layer(tower::util::MapRequestLayer::new(
+            move |segment: harness_core::service::Segment| {
+                if segment.kind() == SegmentKind::Turn {
+                    segment.cancel_on(&token, CancelSource::Shutdown);
+                }
+                segment
+            },
+        ))
+        .build()
 }
 
 #[tokio::test]
-async fn failures_before_output_are_retried_on_a_fresh_runtime() {
-    static SEGMENTS: AtomicUsize = AtomicUsize::new(0);
-    let adapter = Controlled::new(|_| {
-        if SEGMENTS.fetch_add(1, Ordering::SeqCst) < 2 {
-            vec![Step::Event(Err(HarnessError::new(
-                ErrorCategory::Unavailable,
-                "down",
-            )))]
-        } else {
-            vec![delta("ok"), complete()]
-        }
-    });
-    let counters = Arc::clone(&adapter.counters);
-    let handle = AdapterService::new(adapter)
-        .start(with_retry(ExecutionRequest::new("go"), 5))
-        .await
-        .unwrap();
-    assert!(matches!(handle.outcome().await, Outcome::Succeeded(_)));
-    assert_eq!(counters.runtimes.load(Ordering::SeqCst), 3);
-    assert_eq!(
-        counters.cleanups.load(Ordering::SeqCst),
-        3,
-        "every runtime cleaned once"
-    );
-    // Retries are invisible in the lifecycle: one start, one run.
-    assert_eq!(
-        kinds(&handle).await,
-        [
-            "run.queued",
-            "run.starting",
-            "run.running",
-            "message.delta",
-            "run.succeeded"
-        ]
-    );
-}
-
-#[rstest::rstest]
-#[case::after_output(vec![delta("partial"), Step::Event(Err(HarnessError::new(ErrorCategory::Unavailable, "down")))])]
-#[case::not_retryable(vec![Step::Event(Err(HarnessError::new(ErrorCategory::Authorization, "denied")))])]
-#[tokio::test]
-async fn no_retry_after_output_or_for_non_retryable_errors(#[case] steps: Vec<Step>) {
-    let adapter = Controlled::new(move |_| steps.clone());
-    let counters = Arc::clone(&adapter.counters);
-    let handle = AdapterService::new(adapter)
-        .start(with_retry(ExecutionRequest::new("go"), 5))
-        .await
-        .unwrap();
-    assert!(matches!(handle.outcome().await, Outcome::Failed(_)));
-    assert_eq!(counters.runtimes.load(Ordering::SeqCst), 1);
-}
-
-#[tokio::test]
-async fn the_parent_token_cancels_every_execution_as_shutdown() {
+async fn a_linked_token_cancels_running_and_awaiting_executions_as_shutdown() {
     let shutdown = CancellationToken::new();
-    let service = AdapterService::new(Controlled::new(|_| vec![delta("w"), Step::Hang]));
+    let hanging = linked(Controlled::new(|_| vec![delta("w"), Step::Hang]), &shutdown);
+    let awaiting = linked(approval_then_complete(), &shutdown);
     let mut handles = Vec::new();
-    for _ in 0..10 {
-        let mut request = ExecutionRequest::new("go");
-        request
-            .extensions
-            .insert(ParentCancellation(shutdown.clone()));
-        handles.push(service.start(request).await.unwrap());
+    for i in 0..10 {
+        let service = if i % 2 == 0 { &hanging } else { &awaiting };
+        handles.push(service.start(ExecutionRequest::new("go")).await.unwrap());
+    }
+    for (i, handle) in handles.iter().enumerate() {
+        let state = if i % 2 == 0 {
+            ExecutionState::Running
+        } else {
+            ExecutionState::AwaitingApproval
+        };
+        wait_for(handle, state).await;
     }
     shutdown.cancel();
     for handle in handles {
         let Outcome::Cancelled(reason) = handle.outcome().await else {
             panic!("expected cancellation");
         };
-        assert_eq!(reason.source, CancelSource::Shutdown);
+        assert_eq!(reason, CancelReason::from_source(CancelSource::Shutdown));
     }
+    // An execution started after the token was cancelled ends at once.
+    let late = hanging.start(ExecutionRequest::new("late")).await.unwrap();
+    assert!(matches!(late.outcome().await, Outcome::Cancelled(_)));
 }
+
+/// Caller data in the request's extensions, as an application's own layer would put there.
+#[derive(Debug, PartialEq)]
+struct Tenant(&'static str);
 
 #[test]
 fn extensions_are_not_part_of_the_wire_form() {
     let mut request = ExecutionRequest::new("go");
-    request
-        .extensions
-        .insert(InitTimeout(std::time::Duration::from_secs(1)));
+    request.extensions.insert(Tenant("acme"));
     let json = serde_json::to_value(&request).unwrap();
     assert_eq!(json, serde_json::json!({"message": "go"}));
     let _unused: Extensions = Extensions::new();
+}
+
+#[tokio::test]
+async fn runtime_layers_read_the_callers_extensions() {
+    let seen = Arc::new(std::sync::Mutex::new(None));
+    let record = Arc::clone(&seen);
+    let service = AdapterService::builder(approval_then_complete())
+        .layer(tower::util::MapRequestLayer::new(
+            move |segment: harness_core::service::Segment| {
+                *record.lock().unwrap() = segment.extensions().get::<Tenant>().map(|t| t.0);
+                segment
+            },
+        ))
+        .build();
+    let mut request = ExecutionRequest::new("go");
+    request.extensions.insert(Tenant("acme"));
+    let handle = service.start(request).await.unwrap();
+    wait_for(&handle, ExecutionState::AwaitingApproval).await;
+    assert_eq!(*seen.lock().unwrap(), Some("acme"));
+    handle.cancel(CancelReason::default());
 }
 
 // Defects found in review, each pinned by a test.
@@ -879,29 +896,46 @@ async fn handles_dropped_before_the_run_pauses_still_abandon_it() {
     assert_eq!(counters.cleanups.load(Ordering::SeqCst), 1);
 }
 
-struct Exploding;
-impl Interceptor for Exploding {
-    fn on_event(&mut self, _event: AdapterEvent, _out: &mut Vec<AdapterEvent>) {
-        panic!("an interceptor bug");
+/// A runtime layer whose stream panics on its first item.
+struct Exploding(harness_core::service::AdapterStream);
+
+impl futures_util::Stream for Exploding {
+    type Item = EventResult;
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<EventResult>> {
+        match std::task::ready!(self.0.poll_next_unpin(cx)) {
+            Some(_) => panic!("a layer bug"),
+            None => std::task::Poll::Ready(None),
+        }
     }
 }
 
+impl SegmentStream for Exploding {
+    fn drain(self: std::pin::Pin<&mut Self>, _out: &mut Vec<AdapterEvent>) {}
+}
+
 #[tokio::test]
-async fn a_panicking_policy_still_ends_the_execution_with_one_terminal_event() {
-    let mut request = ExecutionRequest::new("go");
-    let mut interceptors = Interceptors::default();
-    interceptors.push(Arc::new(|| Box::new(Exploding) as Box<dyn Interceptor>));
-    request.extensions.insert(interceptors);
-    let handle = AdapterService::new(Controlled::new(|_| vec![delta("x"), complete()]))
-        .start(request)
-        .await
-        .unwrap();
+async fn a_panicking_layer_ends_the_execution_with_one_terminal_event() {
+    let counters;
+    let handle = {
+        let adapter = Controlled::new(|_| vec![delta("x"), complete()]);
+        counters = Arc::clone(&adapter.counters);
+        AdapterService::builder(adapter)
+            .layer(tower::util::MapResponseLayer::new(Exploding))
+            .build()
+            .start(ExecutionRequest::new("go"))
+            .await
+            .unwrap()
+    };
     let Outcome::Failed(err) = handle.outcome().await else {
         panic!("expected failure");
     };
     assert_eq!(err.category(), ErrorCategory::Internal);
-    assert_eq!(err.code().as_str(), "EXECUTION_LOST");
+    assert_eq!(err.code(), &ErrorCode::LAYER_PANICKED);
     assert_eq!(terminal_count(&kinds(&handle).await), 1);
+    assert_eq!(counters.cleanups.load(Ordering::SeqCst), 1);
 }
 
 #[test]
@@ -918,50 +952,18 @@ fn a_runtime_without_timers_is_refused_up_front() {
 }
 
 #[tokio::test]
-async fn a_cancel_during_a_retry_pause_does_not_call_the_hook_of_a_cleaned_runtime() {
-    let adapter = Controlled::new(|_| {
-        vec![Step::Event(Err(HarnessError::new(
-            ErrorCategory::Unavailable,
-            "down",
-        )))]
-    });
-    let counters = Arc::clone(&adapter.counters);
-    let mut request = ExecutionRequest::new("go");
-    request
-        .extensions
-        .insert(Retry(Arc::new(|_: u32, _: &HarnessError| {
-            Some(std::time::Duration::from_secs(3600))
-        })));
-    let handle = AdapterService::new(adapter).start(request).await.unwrap();
-    // Wait until the first attempt failed and its runtime was cleaned (the pause began).
-    while counters.cleanups.load(Ordering::SeqCst) == 0 {
-        tokio::task::yield_now().await;
-    }
-    handle.cancel(CancelReason::new("stop"));
-    assert!(matches!(handle.outcome().await, Outcome::Cancelled(_)));
-    assert_eq!(
-        counters.cancels.load(Ordering::SeqCst),
-        0,
-        "no hook after cleanup"
-    );
-    assert_eq!(counters.cleanups.load(Ordering::SeqCst), 1);
-}
-
-#[tokio::test]
 async fn cancel_after_a_shutdown_reports_already_requested() {
     let shutdown = CancellationToken::new();
-    let mut request = ExecutionRequest::new("go");
-    request
-        .extensions
-        .insert(ParentCancellation(shutdown.clone()));
-    let handle = AdapterService::new(Controlled::new(|_| vec![Step::Hang]))
-        .start(request)
+    let handle = linked(Controlled::new(|_| vec![Step::Hang]), &shutdown)
+        .start(ExecutionRequest::new("go"))
         .await
         .unwrap();
+    wait_for(&handle, ExecutionState::Running).await;
     shutdown.cancel();
+    // At once, before the driver has run again: the token's cancellation is on record.
     assert_eq!(
         handle.cancel(CancelReason::new("late")),
-        CancelRequest::AlreadyRequested
+        CancelStatus::AlreadyRequested
     );
     let Outcome::Cancelled(reason) = handle.outcome().await else {
         panic!("expected cancellation");

@@ -23,7 +23,6 @@ use std::time::{Duration, Instant};
 
 use harness_core::adapter::AdapterEvent;
 use harness_core::event::{Content, TextDelta};
-use harness_core::policy::Interceptor;
 use harness_layers::redaction::{PatternRule, Redactor, StreamRedactor};
 
 const TARGET_MB_S: f64 = 200.0;

@@ -1,30 +1,35 @@
-//! Tower layers for harness executions.
+//! Tower layers for harness executions, in two stacks (see [`stack`]).
 //!
-//! Every layer here wraps a service of [`ExecutionRequest`] to [`ExecutionHandle`] with
-//! [`HarnessError`] as its error (the [`ExecutionService`] bound): every failure in this domain
-//! already has a category, a stable code and retry advice, so the layers share the one typed
-//! error instead of boxing their own.
+//! Every layer here has [`HarnessError`] as its error: every failure in this domain already
+//! has a category, a stable code and retry advice, so the layers share the one typed error
+//! instead of boxing their own.
 //!
-//! Where a layer acts:
-//! - on the request and the call (preflight, idempotency, capacity): before the inner service
-//!   is called, so a refusal costs no provider work;
-//! - on the handle it gets back (metrics, tracing): watching the execution's log;
-//! - inside the driver (redaction, retry, timeouts, shutdown cancellation): these policies must
-//!   see what the adapter yields *before* it is numbered and stored, which only the
-//!   service's driver does, so the layer puts a policy in the request's
-//!   [`extensions`](harness_core::extensions) (see [`harness_core::policy`]).
+//! - **The admission stack** wraps a service of [`ExecutionRequest`] to [`ExecutionHandle`]
+//!   (the [`ExecutionService`] bound). Its layers act on the request and the call
+//!   (preflight, idempotency, capacity: before the inner service is called, so a refusal
+//!   costs no provider work) or on the handle they get back (metrics, tracing, and the
+//!   capacity permit: through a terminal hook on the execution's log, not a task).
+//! - **The runtime stack** wraps a service of
+//!   [`Segment`](harness_core::service::Segment) to a
+//!   [`SegmentStream`](harness_core::service::SegmentStream): the adapter service's driver
+//!   calls it once per run segment, so its layers see what the adapter yields *before* it is
+//!   numbered and stored. Redaction maps the stream, retry starts it again before its first
+//!   item, timeouts bound the call and the stream, shutdown ties the execution to a token.
+//!   Configured on the service itself
+//!   ([`AdapterService::builder`](harness_core::service::AdapterService::builder)), none of
+//!   them travels in the request: rebuilding a request drops nothing.
 
 use harness_core::error::HarnessError;
 use harness_core::service::{ExecutionHandle, ExecutionRequest};
 use tower::Service;
 
-pub mod cancellation;
 pub mod capacity;
 pub mod idempotency;
 pub mod metrics;
 pub mod preflight;
 pub mod redaction;
 pub mod retry;
+pub mod shutdown;
 pub mod stack;
 pub mod timeout;
 pub mod trace;

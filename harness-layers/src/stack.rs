@@ -1,17 +1,16 @@
-//! [`HarnessStack`]: the default layer order in one call, any subset of it, one nameable type.
+//! [`HarnessStack`]: both default stacks in one call, any subset of them, one nameable type.
 //!
 //! ```
-//! use harness_core::service::{AdapterService, ExecutionRequest, Outcome};
+//! use harness_core::service::{ExecutionRequest, Outcome};
 //! use harness_layers::stack::HarnessStack;
 //! use harness_scripted::ScriptedAdapter;
-//! use tower::{Layer, ServiceExt};
+//! use tower::ServiceExt;
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 //! let adapter = ScriptedAdapter::new(
 //!     harness_scripted::Script::builder().text("token sk-live-0123456789abcdefghij").complete("ok").build(),
 //! );
-//! let stack = HarnessStack::defaults_for(&adapter).unwrap();
-//! let service = stack.layer(AdapterService::new(adapter));
+//! let service = HarnessStack::defaults_for(&adapter).unwrap().service(adapter);
 //! let execution = service.oneshot(ExecutionRequest::new("go")).await.unwrap();
 //! assert!(matches!(execution.outcome().await, Outcome::Succeeded(_)));
 //! let text = serde_json::to_string(&execution.log().snapshot(Default::default())).unwrap();
@@ -19,66 +18,101 @@
 //! # });
 //! ```
 //!
-//! The default order, outermost first (DESIGN.md):
+//! Two stacks, each in a meaningful order, outermost first. The **admission stack** wraps
+//! the adapter service, a `Service<ExecutionRequest, Response = ExecutionHandle>`:
 //!
 //! | layer | why here |
 //! |---|---|
 //! | [`trace`](crate::trace) | the span covers everything below, refusals included |
 //! | [`metrics`](crate::metrics) | counts every call and its outcome, refusals included |
 //! | [`idempotency`](crate::idempotency) | a replay or conflict costs nothing below |
-//! | [`preflight`](crate::preflight) | a refusal takes no permit and is never retried |
-//! | [`capacity`](crate::capacity) | a permit per execution, kept across its retries |
-//! | [`retry`](crate::retry) | only retryable failures before any output |
-//! | [`timeout`](crate::timeout) | the deadline covers every attempt |
-//! | [`redaction`](crate::redaction) | what the adapter yields is redacted before it is stored |
-//! | [`cancellation`](crate::cancellation) | shutdown reaches every execution |
+//! | [`preflight`](crate::preflight) | a refusal takes no permit and costs no provider work |
+//! | [`capacity`](crate::capacity) | a permit per execution, from admission to its terminal event |
+//!
+//! The **runtime stack** is configured on the adapter service
+//! ([`AdapterService::builder`](harness_core::service::AdapterService::builder)) and called
+//! by its driver once per run segment, a `Service<Segment>` whose response is the segment's
+//! stream of adapter items:
+//!
+//! | layer | why here |
+//! |---|---|
+//! | [`retry`](crate::retry) | only retryable failures before a turn's first item; outside the deadlines, so each attempt gets its own |
+//! | [`timeout`](crate::timeout) | init and turn deadlines, per attempt |
+//! | [`shutdown`](crate::shutdown) | ties every execution to the shutdown token |
+//! | [`redaction`](crate::redaction) | innermost: everything the adapter yields, errors and panics included, is redacted before any other layer or the log sees it |
 //!
 //! Every layer is optional: start from [`HarnessStack::new`] (none) or
 //! [`HarnessStack::defaults_for`] (all but timeout and shutdown, which need values only the
 //! application knows) and set or remove layers. For another *order*, compose the layers with
-//! `tower::ServiceBuilder` directly: each documents what it assumes of its neighbours.
+//! `tower::ServiceBuilder` and [`AdapterService::builder`] directly: each documents what it
+//! assumes of its neighbours.
 //!
-//! The stacked service is boxed ([`BoxCloneService`]): one allocation per *execution*, never
-//! per event, for a type applications can name and store.
+//! The stacked service is boxed ([`StackService`], `Clone + Send + Sync`, so it can be axum
+//! state): one allocation per *execution*, never per event, for a type applications can name
+//! and store.
+//!
+//! [`AdapterService::builder`]: harness_core::service::AdapterService::builder
 
 use std::sync::Arc;
 
 use harness_core::adapter::HarnessAdapter;
 use harness_core::error::HarnessError;
-use harness_core::service::{ExecutionHandle, ExecutionRequest};
-use tower::util::BoxCloneService;
-use tower::{Layer, Service, ServiceBuilder};
+use harness_core::service::{
+    AdapterService, BoxSegmentStream, ExecutionHandle, ExecutionRequest, RuntimeStack, Segment,
+    SegmentStream, ServiceConfig,
+};
+use tower::util::BoxCloneSyncService;
+use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 
-use crate::cancellation::CancellationLayer;
 use crate::capacity::CapacityLayer;
 use crate::idempotency::IdempotencyLayer;
 use crate::metrics::MetricsLayer;
 use crate::preflight::PreflightLayer;
 use crate::redaction::{RedactionLayer, Redactor};
 use crate::retry::{Backoff, RetryLayer};
+use crate::shutdown::ShutdownLayer;
 use crate::timeout::TimeoutLayer;
 use crate::trace::TraceLayer;
 
-/// The service a [`HarnessStack`] produces.
-pub type StackService = BoxCloneService<ExecutionRequest, ExecutionHandle, HarnessError>;
+/// The service a [`HarnessStack`] (or an [`AdmissionStack`]) produces.
+pub type StackService = BoxCloneSyncService<ExecutionRequest, ExecutionHandle, HarnessError>;
 
-/// The default stack of layers, each optional; see the [module docs](self).
+/// The default bound on concurrent executions of [`HarnessStack::defaults_for`].
+pub const DEFAULT_CAPACITY: usize = 256;
+
+/// The layers of the admission stack, each optional, in the order of the
+/// [module docs](self). A [`Layer`] over any service of executions.
 #[derive(Debug, Clone, Default)]
 #[must_use]
-pub struct HarnessStack {
+pub struct AdmissionStack {
     trace: Option<TraceLayer>,
     metrics: Option<MetricsLayer>,
     idempotency: Option<IdempotencyLayer>,
     preflight: Option<PreflightLayer>,
     capacity: Option<CapacityLayer>,
-    retry: Option<RetryLayer>,
-    timeout: Option<TimeoutLayer>,
-    redaction: Option<RedactionLayer>,
-    cancellation: Option<CancellationLayer>,
 }
 
-/// The default bound on concurrent executions of [`HarnessStack::defaults_for`].
-pub const DEFAULT_CAPACITY: usize = 256;
+/// The layers of the runtime stack, each optional, in the order of the
+/// [module docs](self). A [`Layer`] over any service of segments: give it to
+/// [`AdapterService::builder`](harness_core::service::AdapterService::builder).
+#[derive(Debug, Clone, Default)]
+#[must_use]
+pub struct RuntimeLayers {
+    retry: Option<RetryLayer>,
+    timeout: Option<TimeoutLayer>,
+    shutdown: Option<ShutdownLayer>,
+    redaction: Option<RedactionLayer>,
+}
+
+/// Both stacks, each layer optional, and the service's configuration; see the
+/// [module docs](self).
+#[derive(Debug, Clone, Default)]
+#[must_use]
+pub struct HarnessStack {
+    admission: AdmissionStack,
+    runtime: RuntimeLayers,
+    config: ServiceConfig,
+}
 
 macro_rules! setters {
     ($($field:ident: $ty:ty, $without:ident;)*) => {$(
@@ -96,8 +130,53 @@ macro_rules! setters {
     )*};
 }
 
+macro_rules! delegate {
+    ($part:ident: $($field:ident: $ty:ty, $without:ident;)*) => {$(
+        #[doc = concat!("Sets the `", stringify!($field), "` layer.")]
+        pub fn $field(mut self, layer: $ty) -> Self {
+            self.$part = self.$part.$field(layer);
+            self
+        }
+
+        #[doc = concat!("Removes the `", stringify!($field), "` layer.")]
+        pub fn $without(mut self) -> Self {
+            self.$part = self.$part.$without();
+            self
+        }
+    )*};
+}
+
+impl AdmissionStack {
+    /// No layer.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    setters! {
+        trace: TraceLayer, without_trace;
+        metrics: MetricsLayer, without_metrics;
+        idempotency: IdempotencyLayer, without_idempotency;
+        preflight: PreflightLayer, without_preflight;
+        capacity: CapacityLayer, without_capacity;
+    }
+}
+
+impl RuntimeLayers {
+    /// No layer.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    setters! {
+        retry: RetryLayer, without_retry;
+        timeout: TimeoutLayer, without_timeout;
+        shutdown: ShutdownLayer, without_shutdown;
+        redaction: RedactionLayer, without_redaction;
+    }
+}
+
 impl HarnessStack {
-    /// A stack with no layer.
+    /// No layer, the default [`ServiceConfig`].
     pub fn new() -> Self {
         Self::default()
     }
@@ -105,8 +184,8 @@ impl HarnessStack {
     /// Every layer with its defaults for `adapter`: tracing, metrics labelled with the
     /// adapter id, in-memory idempotency, preflight against its descriptor, a capacity of
     /// [`DEFAULT_CAPACITY`], [`Backoff`] retries, and redaction with the built-in rules.
-    /// Timeouts and shutdown cancellation need the application's values: add them with
-    /// [`timeout`](Self::timeout) and [`cancellation`](Self::cancellation).
+    /// Timeouts and shutdown need the application's values: add them with
+    /// [`timeout`](Self::timeout) and [`shutdown`](Self::shutdown).
     ///
     /// # Errors
     /// When the adapter's options schema does not compile (preflight) or the built-in
@@ -130,24 +209,54 @@ impl HarnessStack {
             .redaction(RedactionLayer::new(Arc::new(redactor)).adapter(&id)))
     }
 
-    setters! {
+    delegate! { admission:
         trace: TraceLayer, without_trace;
         metrics: MetricsLayer, without_metrics;
         idempotency: IdempotencyLayer, without_idempotency;
         preflight: PreflightLayer, without_preflight;
         capacity: CapacityLayer, without_capacity;
+    }
+
+    delegate! { runtime:
         retry: RetryLayer, without_retry;
         timeout: TimeoutLayer, without_timeout;
+        shutdown: ShutdownLayer, without_shutdown;
         redaction: RedactionLayer, without_redaction;
-        cancellation: CancellationLayer, without_cancellation;
+    }
+
+    /// Sets the adapter service's timing knobs.
+    pub fn config(mut self, config: ServiceConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// The admission layers.
+    pub fn admission(&self) -> &AdmissionStack {
+        &self.admission
+    }
+
+    /// The runtime layers.
+    pub fn runtime(&self) -> &RuntimeLayers {
+        &self.runtime
+    }
+
+    /// The adapter service over `adapter`, with the runtime layers, inside the admission
+    /// layers.
+    pub fn service<A: HarnessAdapter>(&self, adapter: A) -> StackService {
+        let service = AdapterService::builder(adapter)
+            .config(self.config)
+            .layer(self.runtime.clone())
+            .build();
+        self.admission.layer(service)
     }
 }
 
-impl<S> Layer<S> for HarnessStack
+impl<S> Layer<S> for AdmissionStack
 where
     S: Service<ExecutionRequest, Response = ExecutionHandle, Error = HarnessError>
         + Clone
         + Send
+        + Sync
         + 'static,
     S::Future: Send + 'static,
 {
@@ -160,11 +269,45 @@ where
             .option_layer(self.idempotency.clone())
             .option_layer(self.preflight.clone())
             .option_layer(self.capacity)
-            .option_layer(self.retry.clone())
-            .option_layer(self.timeout)
-            .option_layer(self.redaction.clone())
-            .option_layer(self.cancellation.clone())
             .service(inner);
-        BoxCloneService::new(service)
+        BoxCloneSyncService::new(service)
+    }
+}
+
+/// Boxes one layer of the runtime stack: the layers change the stream type, so optional
+/// ones cannot share a type without it (one allocation per segment call, one dynamic call
+/// per item and layer).
+fn boxed<S>(service: S) -> RuntimeStack
+where
+    S: Service<Segment, Error = HarnessError> + Clone + Send + Sync + 'static,
+    S::Response: SegmentStream + 'static,
+    S::Future: Send + 'static,
+{
+    RuntimeStack::new(service.map_response(|stream| Box::pin(stream) as BoxSegmentStream))
+}
+
+impl<S> Layer<S> for RuntimeLayers
+where
+    S: Service<Segment, Error = HarnessError> + Clone + Send + Sync + 'static,
+    S::Response: SegmentStream + 'static,
+    S::Future: Send + 'static,
+{
+    type Service = RuntimeStack;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        let mut service = boxed(inner);
+        if let Some(layer) = &self.redaction {
+            service = boxed(layer.layer(service));
+        }
+        if let Some(layer) = &self.shutdown {
+            service = boxed(layer.layer(service));
+        }
+        if let Some(layer) = &self.timeout {
+            service = boxed(layer.layer(service));
+        }
+        if let Some(layer) = &self.retry {
+            service = boxed(layer.layer(service));
+        }
+        service
     }
 }

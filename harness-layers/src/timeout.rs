@@ -6,40 +6,51 @@
 //! use harness_core::service::{AdapterService, ExecutionRequest, Outcome};
 //! use harness_layers::timeout::TimeoutLayer;
 //! use harness_scripted::{Script, ScriptedAdapter};
-//! use tower::{ServiceBuilder, ServiceExt};
+//! use tower::ServiceExt;
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 //! let stuck = Script::builder().text("working...").hang().build();
-//! let service = ServiceBuilder::new()
+//! let service = AdapterService::builder(ScriptedAdapter::new(stuck))
 //!     .layer(TimeoutLayer::new().turn(Duration::from_millis(20)))
-//!     .service(AdapterService::new(ScriptedAdapter::new(stuck)));
+//!     .build();
 //! let execution = service.oneshot(ExecutionRequest::new("go")).await.unwrap();
 //! let Outcome::Failed(err) = execution.outcome().await else { panic!() };
 //! assert_eq!(err.category(), ErrorCategory::Timeout);
 //! # });
 //! ```
 //!
-//! The layer only sets limits; the service's driver enforces them, because only it can stop
-//! the provider's work at the right moment (see [`harness_core::policy`]):
+//! A layer of the runtime stack ([`AdapterService::builder`]), with two bounds, each
+//! optional:
 //!
-//! - **turn**: the request's `deadline` becomes the earlier of its own and now + `turn`.
-//!   Past it, a starting or running execution fails with `timeout` after the runtime's cancel
-//!   hook and cleanup ran; one awaiting an action is cancelled (source `deadline`), since
-//!   the runtime model draws no edge from awaiting to failed.
-//! - **init**: creating and initializing the runtime past this fails with `timeout`.
+//! - **init**: the call that creates and initializes the runtime (the first segment's call)
+//!   must answer within it, else it fails with `timeout`
+//!   ([`INIT_TIMEOUT`](ErrorCode::INIT_TIMEOUT)). The runtime it was making, if any, stays
+//!   with the execution and is cleaned up once.
+//! - **turn**: each run segment (the first stream, each resume) must end within it, counted
+//!   from when its stream is returned: the contract's turn deadline, measured while the
+//!   adapter works, not while the execution awaits a human (the request's own `deadline`
+//!   bounds that). Past it the stream yields one `timeout` error
+//!   ([`TURN_TIMEOUT`](ErrorCode::TURN_TIMEOUT)) and ends; the driver then fails the run and
+//!   cleans up the runtime.
 //!
-//! Tool deadlines belong to portable tools (`ToolCallContext::deadline`), which the service
-//! does not wire yet.
+//! Neighbours: inside [`retry`](crate::retry), each attempt has its own bounds and a
+//! `timeout` may be retried (when the policy retries timeouts); outside it, one bound
+//! covers every attempt and the waits between them. Tool deadlines belong to portable tools
+//! (`ToolCallContext::deadline`).
 //!
-//! Neighbours: any position works; inside retry, the deadline covers every attempt.
+//! [`AdapterService::builder`]: harness_core::service::AdapterService::builder
 
-use std::task::{Context, Poll};
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-use harness_core::error::HarnessError;
-use harness_core::policy::InitTimeout;
-use harness_core::service::{ExecutionHandle, ExecutionRequest};
-use harness_core::time::Timestamp;
+use futures_util::Stream;
+use harness_core::adapter::{AdapterEvent, EventResult};
+use harness_core::error::{ErrorCategory, ErrorCode, HarnessError};
+use harness_core::service::{Segment, SegmentKind, SegmentStream};
+use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
 /// Configures [`Timeout`].
@@ -50,7 +61,7 @@ pub struct TimeoutLayer {
 }
 
 impl TimeoutLayer {
-    /// No limits yet.
+    /// No bounds yet.
     #[must_use]
     pub const fn new() -> Self {
         Self {
@@ -59,14 +70,14 @@ impl TimeoutLayer {
         }
     }
 
-    /// Limits the whole turn (execution) to `limit` from the call.
+    /// Bounds each run segment (the turn's working time) to `limit`.
     #[must_use]
     pub const fn turn(mut self, limit: Duration) -> Self {
         self.turn = Some(limit);
         self
     }
 
-    /// Limits creating and initializing the runtime to `limit`.
+    /// Bounds creating and initializing the runtime to `limit`.
     #[must_use]
     pub const fn init(mut self, limit: Duration) -> Self {
         self.init = Some(limit);
@@ -84,7 +95,7 @@ impl<S> Layer<S> for TimeoutLayer {
     }
 }
 
-/// Sets deadlines on each request; see the [module docs](self).
+/// Bounds the calls and streams of the runtime stack; see the [module docs](self).
 #[derive(Debug, Clone)]
 pub struct Timeout<S> {
     inner: S,
@@ -106,30 +117,140 @@ impl<S> Timeout<S> {
     }
 }
 
-impl<S> Service<ExecutionRequest> for Timeout<S>
+fn timeout(code: ErrorCode, what: &str, limit: Duration) -> HarnessError {
+    HarnessError::new(
+        ErrorCategory::Timeout,
+        format!("the execution exceeded its {what} of {limit:?}"),
+    )
+    .with_code(code)
+}
+
+impl<S> Service<Segment> for Timeout<S>
 where
-    S: Service<ExecutionRequest, Response = ExecutionHandle, Error = HarnessError>,
+    S: Service<Segment, Error = HarnessError>,
+    S::Response: SegmentStream,
 {
-    type Response = ExecutionHandle;
+    type Response = TimeoutStream<S::Response>;
     type Error = HarnessError;
-    type Future = S::Future;
+    type Future = ResponseFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, mut request: ExecutionRequest) -> Self::Future {
-        if let Some(turn) = self.limits.turn {
-            let millis = i64::try_from(turn.as_millis()).unwrap_or(i64::MAX);
-            let limit = Timestamp::from_millis(Timestamp::now().as_millis().saturating_add(millis));
-            request.deadline = match (request.deadline, limit) {
-                (Some(own), Some(limit)) => Some(own.min(limit)),
-                (own, limit) => own.or(limit),
-            };
+    fn call(&mut self, segment: Segment) -> Self::Future {
+        let init = self
+            .limits
+            .init
+            .filter(|_| segment.kind() == SegmentKind::Turn);
+        ResponseFuture {
+            inner: self.inner.call(segment),
+            init: init.map(|limit| (Box::pin(tokio::time::sleep(limit)), limit)),
+            turn: self.limits.turn,
         }
-        if let Some(init) = self.limits.init {
-            request.extensions.insert(InitTimeout(init));
+    }
+}
+
+pin_project! {
+    /// The future of [`Timeout`]: the inner call, bounded by the init deadline.
+    pub struct ResponseFuture<F> {
+        #[pin]
+        inner: F,
+        init: Option<(Pin<Box<tokio::time::Sleep>>, Duration)>,
+        turn: Option<Duration>,
+    }
+}
+
+impl<F> fmt::Debug for ResponseFuture<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture")
+            .field("init", &self.init.as_ref().map(|i| i.1))
+            .field("turn", &self.turn)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<F, S> Future for ResponseFuture<F>
+where
+    F: Future<Output = Result<S, HarnessError>>,
+{
+    type Output = Result<TimeoutStream<S>, HarnessError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if let Poll::Ready(result) = this.inner.poll(cx) {
+            return Poll::Ready(result.map(|inner| {
+                TimeoutStream {
+                    inner,
+                    // `sleep` saturates a limit too far for the clock.
+                    turn: this
+                        .turn
+                        .map(|limit| (Box::pin(tokio::time::sleep(limit)), limit)),
+                    expired: false,
+                }
+            }));
         }
-        self.inner.call(request)
+        if let Some((sleep, limit)) = this.init {
+            ready!(sleep.as_mut().poll(cx));
+            return Poll::Ready(Err(timeout(
+                ErrorCode::INIT_TIMEOUT,
+                "initialization deadline",
+                *limit,
+            )));
+        }
+        Poll::Pending
+    }
+}
+
+pin_project! {
+    /// The stream of [`Timeout`]: the inner stream until the turn deadline, then one
+    /// `timeout` error and the end.
+    pub struct TimeoutStream<S> {
+        #[pin]
+        inner: S,
+        turn: Option<(Pin<Box<tokio::time::Sleep>>, Duration)>,
+        expired: bool,
+    }
+}
+
+impl<S> fmt::Debug for TimeoutStream<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TimeoutStream")
+            .field("turn", &self.turn.as_ref().map(|t| t.1))
+            .field("expired", &self.expired)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Stream<Item = EventResult>> Stream for TimeoutStream<S> {
+    type Item = EventResult;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<EventResult>> {
+        let this = self.project();
+        if *this.expired {
+            return Poll::Ready(None);
+        }
+        if let Poll::Ready(item) = this.inner.poll_next(cx) {
+            return Poll::Ready(item);
+        }
+        if let Some((sleep, limit)) = this.turn {
+            ready!(sleep.as_mut().poll(cx));
+            *this.expired = true;
+            return Poll::Ready(Some(Err(timeout(
+                ErrorCode::TURN_TIMEOUT,
+                "turn deadline",
+                *limit,
+            ))));
+        }
+        Poll::Pending
+    }
+}
+
+impl<S: SegmentStream> SegmentStream for TimeoutStream<S> {
+    fn drain(self: Pin<&mut Self>, out: &mut Vec<AdapterEvent>) {
+        let this = self.project();
+        if !*this.expired {
+            this.inner.drain(out);
+        }
     }
 }

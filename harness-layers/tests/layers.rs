@@ -10,10 +10,10 @@ use harness_core::capability::CapabilityKey;
 use harness_core::error::{ErrorCategory, ErrorCode, HarnessError};
 use harness_core::event::{CancelReason, CancelSource};
 use harness_core::service::{AdapterService, ExecutionHandle, ExecutionRequest, Outcome};
-use harness_layers::cancellation::CancellationLayer;
 use harness_layers::capacity::CapacityLayer;
 use harness_layers::preflight::PreflightLayer;
 use harness_layers::retry::{Backoff, RetryLayer};
+use harness_layers::shutdown::ShutdownLayer;
 use harness_layers::timeout::TimeoutLayer;
 use harness_scripted::{Script, ScriptedAdapter};
 use serde_json::json;
@@ -149,14 +149,7 @@ async fn capacity_admits_exactly_the_limit_under_concurrency_and_frees_on_end() 
     let handles: Vec<ExecutionHandle> = admitted.into_iter().map(Result::unwrap).collect();
     handles[0].cancel(CancelReason::default());
     handles[0].outcome().await;
-    // The permit is released by a watcher task once the terminal event is appended: poll
-    // the layer's count (bounded, never a blind sleep).
-    for _ in 0..5000 {
-        if service.active() == 4 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    // The permit is released by a terminal hook, right as the terminal event is appended.
     assert_eq!(
         service.active(),
         4,
@@ -183,16 +176,20 @@ async fn capacity_admits_exactly_the_limit_under_concurrency_and_frees_on_end() 
 async fn a_turn_timeout_fails_the_execution_with_timeout_and_cleans_up() {
     let adapter = ScriptedAdapter::new(Script::builder().text("working").hang().build());
     let stats = adapter.stats();
-    let service = ServiceBuilder::new()
+    let service = AdapterService::builder(adapter)
         .layer(TimeoutLayer::new().turn(Duration::from_millis(30)))
-        .service(AdapterService::new(adapter));
+        .build();
     let execution = service.oneshot(ExecutionRequest::new("go")).await.unwrap();
     let Outcome::Failed(err) = execution.outcome().await else {
         panic!("expected a timeout failure");
     };
     assert_eq!(err.category(), ErrorCategory::Timeout);
+    assert_eq!(err.code(), &ErrorCode::TURN_TIMEOUT);
     let stats = stats.snapshot();
-    assert_eq!(stats.cancel_calls, 1);
+    assert_eq!(
+        stats.cancel_calls, 1,
+        "a timed-out runtime is asked to stop first"
+    );
     assert_eq!(stats.cleanups, 1);
 }
 
@@ -203,13 +200,13 @@ async fn retries_a_failure_before_output_on_fresh_runtimes_up_to_the_limit() {
         .build();
     let adapter = ScriptedAdapter::new(fails);
     let stats = adapter.stats();
-    let service = ServiceBuilder::new()
+    let service = AdapterService::builder(adapter)
         .layer(RetryLayer::new(
             Backoff::new()
                 .max_attempts(3)
                 .base(Duration::from_millis(1)),
         ))
-        .service(AdapterService::new(adapter));
+        .build();
     let execution = service.oneshot(ExecutionRequest::new("go")).await.unwrap();
     let Outcome::Failed(err) = execution.outcome().await else {
         panic!("expected failure");
@@ -227,13 +224,13 @@ async fn retries_a_failure_before_output_on_fresh_runtimes_up_to_the_limit() {
 async fn never_retries_after_output_or_non_retryable_categories(#[case] script: Script) {
     let adapter = ScriptedAdapter::new(script);
     let stats = adapter.stats();
-    let service = ServiceBuilder::new()
+    let service = AdapterService::builder(adapter)
         .layer(RetryLayer::new(
             Backoff::new()
                 .max_attempts(5)
                 .base(Duration::from_millis(1)),
         ))
-        .service(AdapterService::new(adapter));
+        .build();
     let execution = service.oneshot(ExecutionRequest::new("go")).await.unwrap();
     assert!(matches!(execution.outcome().await, Outcome::Failed(_)));
     assert_eq!(stats.snapshot().runtimes_created, 1);
@@ -279,11 +276,9 @@ async fn retries_retryable_call_refusals_with_the_policy() {
 #[tokio::test]
 async fn shutdown_cancels_every_execution() {
     let shutdown = CancellationToken::new();
-    let service = ServiceBuilder::new()
-        .layer(CancellationLayer::new(shutdown.clone()))
-        .service(AdapterService::new(ScriptedAdapter::new(
-            Script::builder().hang().build(),
-        )));
+    let service = AdapterService::builder(ScriptedAdapter::new(Script::builder().hang().build()))
+        .layer(ShutdownLayer::new(shutdown.clone()))
+        .build();
     let mut executions = Vec::new();
     for _ in 0..20 {
         executions.push(
@@ -321,8 +316,161 @@ fn layers_and_futures_are_send_and_sync() {
     assert_send_sync::<harness_layers::capacity::Capacity<Inner>>();
     assert_send_sync::<harness_layers::retry::Retry<Inner>>();
     assert_send_sync::<harness_layers::timeout::Timeout<Inner>>();
-    assert_send_sync::<harness_layers::cancellation::Cancellation<Inner>>();
+    assert_send_sync::<harness_layers::shutdown::Shutdown<Inner>>();
     assert_send::<harness_layers::preflight::ResponseFuture<InnerFuture>>();
     assert_send::<harness_layers::capacity::ResponseFuture<InnerFuture>>();
     assert_send::<harness_layers::retry::ResponseFuture<Inner>>();
+}
+
+#[tokio::test]
+async fn an_init_timeout_fails_a_slow_start_with_timeout_and_cleans_it_up() {
+    let adapter = ScriptedAdapter::quickstart();
+    let stats = adapter.stats();
+    let service = AdapterService::builder(adapter)
+        .layer(TimeoutLayer::new().init(Duration::from_millis(20)))
+        .build();
+    let options = harness_scripted::ScriptedOptions::with_script(Script::quickstart())
+        .with_initialize_delay_ms(60_000)
+        .to_value();
+    let execution = service
+        .oneshot(ExecutionRequest::new("go").with_options(options))
+        .await
+        .unwrap();
+    let Outcome::Failed(err) = execution.outcome().await else {
+        panic!("expected a timeout failure");
+    };
+    assert_eq!(err.code(), &ErrorCode::INIT_TIMEOUT);
+    let kinds: Vec<&str> = execution
+        .log()
+        .snapshot(Default::default())
+        .iter()
+        .map(|e| e.kind().as_str())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["run.queued", "run.starting", "run.running", "run.failed"]
+    );
+    let stats = stats.snapshot();
+    assert_eq!((stats.runtimes_created, stats.cleanups), (1, 1));
+}
+
+#[tokio::test]
+async fn a_retry_releases_the_failed_runtime_before_it_waits() {
+    let fails = Script::builder()
+        .error(ErrorCategory::Unavailable, "down")
+        .build();
+    let adapter = ScriptedAdapter::new(fails);
+    let stats = adapter.stats();
+    let service = AdapterService::builder(adapter)
+        .layer(RetryLayer::new(|_: u32, _: &HarnessError| {
+            Some(Duration::from_secs(3600))
+        }))
+        .build();
+    let execution = service.oneshot(ExecutionRequest::new("go")).await.unwrap();
+    // The first attempt failed and its runtime was cleaned: the wait has begun.
+    while stats.snapshot().cleanups == 0 {
+        tokio::task::yield_now().await;
+    }
+    execution.cancel(CancelReason::new("stop"));
+    assert!(matches!(execution.outcome().await, Outcome::Cancelled(_)));
+    let stats = stats.snapshot();
+    assert_eq!(stats.cancel_calls, 0, "no hook on a cleaned runtime");
+    assert_eq!((stats.runtimes_created, stats.cleanups), (1, 1));
+}
+
+/// Fails its first stream before any output (`unavailable`), then answers on the next.
+struct FlakyOnce {
+    descriptor: harness_core::manifest::HarnessDescriptor,
+    streams: Arc<AtomicUsize>,
+}
+
+impl harness_core::adapter::SimpleAdapter for FlakyOnce {
+    fn descriptor(&self) -> &harness_core::manifest::HarnessDescriptor {
+        &self.descriptor
+    }
+
+    fn stream(
+        &self,
+        _run: harness_core::adapter::RunContext,
+    ) -> harness_core::adapter::BoxStream<'static, harness_core::adapter::EventResult> {
+        use harness_core::adapter::AdapterEvent;
+        use harness_core::event::{Content, RunSucceeded, TextDelta};
+        let items = if self.streams.fetch_add(1, Ordering::SeqCst) == 0 {
+            vec![Err(HarnessError::new(
+                ErrorCategory::Unavailable,
+                "warming up",
+            ))]
+        } else {
+            vec![
+                Ok(AdapterEvent::Content(Content::MessageDelta(
+                    TextDelta::new("ok"),
+                ))),
+                Ok(AdapterEvent::Completed(RunSucceeded::default())),
+            ]
+        };
+        Box::pin(futures_util::stream::iter(items))
+    }
+}
+
+fn flaky_once() -> (harness_core::adapter::Simple<FlakyOnce>, Arc<AtomicUsize>) {
+    use harness_core::manifest::{ContractVersion, ExecutionMode, HarnessDescriptor};
+    let descriptor = HarnessDescriptor::builder("flaky".parse().unwrap(), "0.1.0")
+        .contract_version(ContractVersion::V1)
+        .execution_mode(ExecutionMode::in_process())
+        .build()
+        .unwrap();
+    let streams = Arc::new(AtomicUsize::new(0));
+    let adapter = FlakyOnce {
+        descriptor,
+        streams: Arc::clone(&streams),
+    };
+    (harness_core::adapter::Simple::new(adapter), streams)
+}
+
+/// Order in the runtime stack means something. A turn deadline of 50 ms and a retry that
+/// waits 100 to 200 ms after a failure before the first item:
+/// - retry *outside* the deadline: each attempt has its own 50 ms, the wait counts against
+///   none, and the second attempt succeeds;
+/// - retry *inside* the deadline: one 50 ms covers the attempts and the wait between them,
+///   so the turn fails with `TURN_TIMEOUT` during the wait, after one attempt.
+#[tokio::test]
+async fn the_order_of_retry_and_timeout_decides_what_a_deadline_covers() {
+    let retry = || {
+        RetryLayer::new(
+            Backoff::new()
+                .max_attempts(2)
+                .base(Duration::from_millis(200)),
+        )
+    };
+    let deadline = || TimeoutLayer::new().turn(Duration::from_millis(50));
+
+    let (adapter, streams) = flaky_once();
+    let retry_outside = AdapterService::builder(adapter)
+        .layer(retry())
+        .layer(deadline())
+        .build();
+    let execution = retry_outside
+        .oneshot(ExecutionRequest::new("go"))
+        .await
+        .unwrap();
+    assert!(
+        matches!(execution.outcome().await, Outcome::Succeeded(_)),
+        "retry outside the deadline: the second attempt gets its own"
+    );
+    assert_eq!(streams.load(Ordering::SeqCst), 2);
+
+    let (adapter, streams) = flaky_once();
+    let retry_inside = AdapterService::builder(adapter)
+        .layer(deadline())
+        .layer(retry())
+        .build();
+    let execution = retry_inside
+        .oneshot(ExecutionRequest::new("go"))
+        .await
+        .unwrap();
+    let Outcome::Failed(err) = execution.outcome().await else {
+        panic!("retry inside the deadline: the wait runs it out");
+    };
+    assert_eq!(err.code(), &ErrorCode::TURN_TIMEOUT);
+    assert_eq!(streams.load(Ordering::SeqCst), 1);
 }

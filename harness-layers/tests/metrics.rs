@@ -697,21 +697,21 @@ fn services_and_futures_are_send_and_sync() {
 
 #[test]
 fn redactions_and_cancellations_are_counted_by_kind_and_source() {
-    use harness_layers::cancellation::CancellationLayer;
     use harness_layers::redaction::{RedactionLayer, Redactor};
+    use harness_layers::shutdown::ShutdownLayer;
 
     const CREDENTIAL: &str = "cred-0123456789-abcdef";
     let shutdown = tokio_util::sync::CancellationToken::new();
     let shutdown_in = shutdown.clone();
     let seen = run(move |probe| async move {
         let redactor = Redactor::builder().secret(CREDENTIAL).build().unwrap();
+        let adapter_service = AdapterService::builder(ScriptedAdapter::new(Script::quickstart()))
+            .layer(ShutdownLayer::new(shutdown_in.clone()))
+            .layer(RedactionLayer::new(Arc::new(redactor)).adapter(&S.parse().unwrap()))
+            .build();
         let mut service = ServiceBuilder::new()
             .layer(MetricsLayer::new())
-            .layer(RedactionLayer::new(Arc::new(redactor)).adapter(&S.parse().unwrap()))
-            .layer(CancellationLayer::new(shutdown_in.clone()))
-            .service(AdapterService::new(ScriptedAdapter::new(
-                Script::quickstart(),
-            )));
+            .service(adapter_service);
         // Two secrets and one bearer token in text; one sensitive field in a tool call.
         let leaky = Script::builder()
             .text(format!("a {CREDENTIAL} b {CREDENTIAL}"))

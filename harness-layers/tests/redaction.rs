@@ -12,8 +12,9 @@ use harness_core::event::{
     ToolCallOutcome,
 };
 use harness_core::id::Cursor;
-use harness_core::policy::{Interceptor, InterceptorFactory, Interceptors};
-use harness_core::service::{AdapterService, ExecutionHandle, ExecutionRequest, Outcome};
+use harness_core::service::{
+    AdapterService, BoxSegmentStream, ExecutionHandle, ExecutionRequest, Outcome, Segment,
+};
 use harness_layers::redaction::{
     PatternRule, Redaction, RedactionError, RedactionLayer, Redactor, ResponseFuture,
     StreamRedactor, builtin_rule_names,
@@ -80,9 +81,9 @@ fn service(
     Error = HarnessError,
     Future = impl Send,
 > + Clone {
-    ServiceBuilder::new()
+    AdapterService::builder(ScriptedAdapter::new(script))
         .layer(RedactionLayer::new(redactor()))
-        .service(AdapterService::new(ScriptedAdapter::new(script)))
+        .build()
 }
 
 fn text_of(events: &[Arc<harness_core::event::Event>], reasoning: bool) -> String {
@@ -344,8 +345,8 @@ async fn a_panic_message_does_not_reach_the_events_or_the_public_error() {
     );
 }
 
-/// The panic's diagnostic, too: the driver builds the `ADAPTER_PANICKED` error itself, and
-/// every failure passes through the interceptors on its one failure path.
+/// The panic's diagnostic, too: the adapter service turns an adapter panic into an
+/// `ADAPTER_PANICKED` error item inside the runtime stack, which the layer redacts.
 #[tokio::test]
 async fn a_panic_message_does_not_reach_the_diagnostic() {
     let script = Script::builder()
@@ -363,22 +364,29 @@ async fn a_panic_message_does_not_reach_the_diagnostic() {
 
 #[tokio::test]
 async fn the_inner_calls_error_is_redacted() {
-    let inner = tower::service_fn(|_: ExecutionRequest| async {
-        Err::<ExecutionHandle, _>(
-            HarnessError::new(
-                ErrorCategory::Configuration,
-                format!("option `key` = {SK} is invalid"),
+    // A service inside the layer that refuses the call (as a runtime failing to start does).
+    let failing = tower::layer::layer_fn(|_adapter_service| {
+        tower::service_fn(|_: Segment| async {
+            Err::<BoxSegmentStream, _>(
+                HarnessError::new(
+                    ErrorCategory::Configuration,
+                    format!("option `key` = {SK} is invalid"),
+                )
+                .with_code(ErrorCode::OPTIONS_INVALID)
+                .with_diagnostic(format!("raw options: {{\"key\": \"{CRED}\"}}")),
             )
-            .with_code(ErrorCode::OPTIONS_INVALID)
-            .with_diagnostic(format!("raw options: {{\"key\": \"{CRED}\"}}")),
-        )
+        })
     });
-    let err = ServiceBuilder::new()
+    let execution = AdapterService::builder(ScriptedAdapter::quickstart())
         .layer(RedactionLayer::new(redactor()))
-        .service(inner)
+        .layer(failing)
+        .build()
         .oneshot(ExecutionRequest::new("go"))
         .await
-        .unwrap_err();
+        .unwrap();
+    let Outcome::Failed(err) = execution.outcome().await else {
+        panic!("expected a failure")
+    };
     assert_eq!(err.code(), &ErrorCode::OPTIONS_INVALID);
     assert_eq!(err.category(), ErrorCategory::Configuration);
     assert_eq!(
@@ -391,25 +399,74 @@ async fn the_inner_calls_error_is_redacted() {
     );
 }
 
+/// The reproduction of the old design's leak: a layer of the admission stack that rebuilds
+/// the request (here a serde round trip, which drops `extensions`) used to switch redaction
+/// off silently. Redaction is now a layer of the runtime stack, configured on the service:
+/// nothing in the request carries it.
 #[tokio::test]
-async fn the_layer_adds_its_interceptor_after_those_already_there() {
-    let seen = Arc::new(std::sync::Mutex::new(None));
-    let seen2 = Arc::clone(&seen);
-    let inner = tower::service_fn(move |req: ExecutionRequest| {
-        let seen = Arc::clone(&seen2);
-        async move {
-            *seen.lock().unwrap() = req.extensions.get::<Interceptors>().map(Interceptors::len);
-            Err::<ExecutionHandle, _>(HarnessError::new(ErrorCategory::Internal, "stop"))
-        }
+async fn a_layer_that_rebuilds_the_request_cannot_switch_redaction_off() {
+    let script = Script::builder()
+        .text(format!("the key is {CRED}"))
+        .complete("done")
+        .build();
+    let adapter = ScriptedAdapter::new(script);
+    let stack = harness_layers::stack::HarnessStack::defaults_for(&adapter)
+        .unwrap()
+        .redaction(RedactionLayer::new(redactor()));
+    let adapter_service = AdapterService::builder(adapter)
+        .layer(stack.runtime().clone())
+        .build();
+    let rebuild = tower::util::MapRequestLayer::new(|request: ExecutionRequest| {
+        let wire = serde_json::to_value(&request).unwrap();
+        serde_json::from_value::<ExecutionRequest>(wire).unwrap()
     });
-    let mut request = ExecutionRequest::new("go");
-    let mut existing = Interceptors::default();
-    let noop: Arc<dyn InterceptorFactory> =
-        Arc::new(|| -> Box<dyn Interceptor> { Box::new(StreamRedactor::new(redactor())) });
-    existing.push(noop);
-    request.extensions.insert(existing);
-    let _ = Redaction::new(inner, redactor()).oneshot(request).await;
-    assert_eq!(*seen.lock().unwrap(), Some(2));
+    let service = tower::Layer::layer(
+        stack.admission(),
+        ServiceBuilder::new()
+            .layer(rebuild)
+            .service(adapter_service),
+    );
+    let execution = service.oneshot(ExecutionRequest::new("go")).await.unwrap();
+    assert!(matches!(execution.outcome().await, Outcome::Succeeded(_)));
+    let log = serde_json::to_string(&execution.log().snapshot(Cursor::START)).unwrap();
+    assert_clean("the stored log", &log);
+    assert!(log.contains("the key is [REDACTED:secret]"), "{log}");
+}
+
+/// Held text is not lost when the driver stops reading: cancelled while a possible secret's
+/// beginning is held back, the layer's stream gives it back (redacted) before
+/// `run.cancelled`.
+#[tokio::test]
+async fn held_text_is_given_back_when_the_run_is_cancelled() {
+    let script = Script::builder()
+        .text(format!("visible, then {}", &CRED[..6]))
+        .hang()
+        .build();
+    let execution = service(script)
+        .oneshot(ExecutionRequest::new("go"))
+        .await
+        .unwrap();
+    // The first part is emitted; the possible beginning of the credential is held.
+    loop {
+        let text = text_of(&execution.log().snapshot(Cursor::START), false);
+        if !text.is_empty() {
+            assert_eq!(text, "visible, then ");
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    execution.cancel(harness_core::event::CancelReason::new("stop"));
+    assert!(matches!(execution.outcome().await, Outcome::Cancelled(_)));
+    let events = execution.log().snapshot(Cursor::START);
+    assert_eq!(
+        text_of(&events, false),
+        format!("visible, then {}", &CRED[..6])
+    );
+    let kinds: Vec<&str> = events.iter().map(|e| e.kind().as_str()).collect();
+    assert_eq!(
+        &kinds[kinds.len() - 2..],
+        ["run.cancelling", "run.cancelled"]
+    );
 }
 
 #[test]
@@ -418,11 +475,10 @@ fn services_and_futures_are_send_and_sync() {
     send_sync::<Redactor>();
     send_sync::<StreamRedactor>();
     send_sync::<RedactionLayer>();
-    send_sync::<Redaction<AdapterService<ScriptedAdapter>>>();
-    send_sync::<ResponseFuture<std::future::Ready<Result<ExecutionHandle, HarnessError>>>>();
-    // The interceptor is object-safe and what the factory makes.
-    let boxed: Box<dyn Interceptor> = Box::new(StreamRedactor::new(redactor()));
-    drop(boxed);
+    send_sync::<Redaction<harness_core::service::RuntimeStack>>();
+    fn send<T: Send>() {}
+    send::<ResponseFuture<std::future::Ready<Result<BoxSegmentStream, HarnessError>>>>();
+    send::<harness_layers::redaction::RedactedStream<BoxSegmentStream>>();
     let layer = RedactionLayer::new(redactor());
     let service = tower::Layer::layer(&layer, ());
     let mut copy = service.clone();

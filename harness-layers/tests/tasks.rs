@@ -3,11 +3,11 @@
 
 use harness_core::event::CancelReason;
 use harness_core::lifecycle::ExecutionState;
-use harness_core::service::{AdapterService, ExecutionHandle, ExecutionRequest};
+use harness_core::service::{ExecutionHandle, ExecutionRequest};
 use harness_layers::stack::HarnessStack;
 use harness_scripted::{ApprovalCall, Script, ScriptedAdapter};
 use serde_json::json;
-use tower::{Layer, Service, ServiceExt};
+use tower::{Service, ServiceExt};
 
 const EXECUTIONS: usize = 50;
 
@@ -46,7 +46,7 @@ fn the_default_stack_runs_one_task_per_execution_and_none_after_the_end() {
                 let adapter = ScriptedAdapter::new(script);
                 let mut service = HarnessStack::defaults_for(&adapter)
                     .unwrap()
-                    .layer(AdapterService::new(adapter));
+                    .service(adapter);
                 let before = alive();
                 let mut handles = Vec::new();
                 for i in 0..EXECUTIONS {

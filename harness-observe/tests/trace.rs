@@ -12,7 +12,7 @@ use harness_core::adapter::{
 use harness_core::event::{Content, RunSucceeded, TextDelta};
 use harness_core::id::Cursor;
 use harness_core::manifest::{ContractVersion, ExecutionMode, HarnessDescriptor};
-use harness_core::service::{AdapterService, ExecutionRequest, Outcome};
+use harness_core::service::{ExecutionRequest, Outcome};
 use harness_core::trace::TraceContext;
 use harness_layers::redaction::{RedactionLayer, Redactor};
 use harness_layers::stack::HarnessStack;
@@ -20,7 +20,7 @@ use harness_observe::logging::json_layer;
 use harness_observe::prometheus::PrometheusExporter;
 use harness_scripted::{Script, ScriptedAdapter};
 use serde_json::{Value, json};
-use tower::{Layer as _, ServiceExt};
+use tower::ServiceExt;
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::subscriber::Interest;
@@ -190,7 +190,7 @@ fn trace_context_on_a_request_reaches_the_adapter_and_the_executions_span() {
     let (adapter, contexts) = probe();
     let service = HarnessStack::defaults_for(&adapter)
         .unwrap()
-        .layer(AdapterService::new(adapter));
+        .service(adapter);
 
     runtime().block_on(async {
         let caller: TraceContext = CALLER.parse().unwrap();
@@ -267,7 +267,7 @@ fn no_secret_of_the_canary_reaches_a_span_field_a_log_line_or_a_metric_label() {
     let scripted_service = HarnessStack::defaults_for(&scripted)
         .unwrap()
         .redaction(RedactionLayer::new(Arc::clone(&redactor)).adapter(&id))
-        .layer(AdapterService::new(scripted));
+        .service(scripted);
     let (probe, _) = probe();
     let id = harness_core::adapter::HarnessAdapter::descriptor(&probe)
         .id()
@@ -275,7 +275,7 @@ fn no_secret_of_the_canary_reaches_a_span_field_a_log_line_or_a_metric_label() {
     let probe_service = HarnessStack::defaults_for(&probe)
         .unwrap()
         .redaction(RedactionLayer::new(Arc::clone(&redactor)).adapter(&id))
-        .layer(AdapterService::new(probe));
+        .service(probe);
 
     runtime().block_on(async {
         // The canary in the prompt, in output text, in a summary, in an error's message and

@@ -10,7 +10,7 @@ use futures_util::StreamExt;
 use harness_core::adapter::{CancelResult, HarnessAdapter};
 use harness_core::error::ErrorCategory;
 use harness_core::event::CancelReason;
-use harness_core::service::{AdapterService, CancelRequest, Outcome};
+use harness_core::service::{AdapterService, CancelStatus, Outcome};
 use harness_scripted::{ApprovalCall, Script, ScriptedAdapter};
 use serde_json::json;
 use tokio::time::Instant;
@@ -30,11 +30,11 @@ async fn hang_then_cancel_ends_in_run_cancelled_with_one_cancel_and_one_cleanup(
 
     assert_eq!(
         execution.cancel(CancelReason::new("user")),
-        CancelRequest::Accepted
+        CancelStatus::Accepted
     );
     assert_eq!(
         execution.cancel(CancelReason::new("again")),
-        CancelRequest::AlreadyRequested
+        CancelStatus::AlreadyRequested
     );
     let Outcome::Cancelled(reason) = execution.outcome().await else {
         panic!("{:?}", kinds(&execution));

@@ -1,48 +1,58 @@
-//! [`ResponseFuture`]: the inner call's future, with its error redacted.
+//! [`ResponseFuture`]: the inner call's future, its stream wrapped, its error redacted.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use harness_core::error::HarnessError;
 use pin_project_lite::pin_project;
 
-use super::engine::Redactor;
+use super::body::RedactedStream;
+use super::stream::StreamRedactor;
 
 pin_project! {
-    /// The future of [`Redaction`](super::Redaction): the inner service's, whose error is
-    /// passed through [`Redactor::redact_error`].
+    /// The future of [`Redaction`](super::Redaction): the inner service's, whose stream is
+    /// wrapped in a [`RedactedStream`] and whose error is redacted.
     pub struct ResponseFuture<F> {
         #[pin]
         inner: F,
-        redactor: Arc<Redactor>,
+        redactor: Option<StreamRedactor>,
     }
 }
 
 impl<F> ResponseFuture<F> {
-    pub(crate) fn new(inner: F, redactor: Arc<Redactor>) -> Self {
-        Self { inner, redactor }
+    pub(crate) fn new(inner: F, redactor: StreamRedactor) -> Self {
+        Self {
+            inner,
+            redactor: Some(redactor),
+        }
     }
 }
 
-impl<F: std::fmt::Debug> std::fmt::Debug for ResponseFuture<F> {
+impl<F> std::fmt::Debug for ResponseFuture<F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ResponseFuture")
-            .field("inner", &self.inner)
-            .finish_non_exhaustive()
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
     }
 }
 
-impl<F, T> Future for ResponseFuture<F>
+impl<F, S> Future for ResponseFuture<F>
 where
-    F: Future<Output = Result<T, HarnessError>>,
+    F: Future<Output = Result<S, HarnessError>>,
 {
-    type Output = Result<T, HarnessError>;
+    type Output = Result<RedactedStream<S>, HarnessError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let result = ready!(this.inner.poll(cx));
-        Poll::Ready(result.map_err(|e| this.redactor.redact_error(e)))
+        let Some(mut redactor) = this.redactor.take() else {
+            return Poll::Ready(Err(HarnessError::new(
+                harness_core::error::ErrorCategory::Internal,
+                "redaction future polled after completion",
+            )));
+        };
+        Poll::Ready(match result {
+            Ok(stream) => Ok(RedactedStream::new(stream, redactor)),
+            Err(err) => Err(redactor.on_error(err)),
+        })
     }
 }

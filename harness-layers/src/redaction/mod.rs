@@ -8,7 +8,7 @@
 //! use harness_core::service::{AdapterService, ExecutionRequest};
 //! use harness_layers::redaction::{RedactionLayer, Redactor};
 //! use harness_scripted::{Script, ScriptedAdapter};
-//! use tower::{ServiceBuilder, ServiceExt};
+//! use tower::ServiceExt;
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 //! let redactor = Arc::new(Redactor::builder().secret("hunter2-db-password").build().unwrap());
@@ -18,9 +18,11 @@
 //!     .text("b-password and sk-proj-0123456789abcdefghij")
 //!     .complete("done")
 //!     .build();
-//! let service = ServiceBuilder::new()
+//! // A layer of the runtime stack: it wraps what the adapter yields, before the driver
+//! // numbers and stores it.
+//! let service = AdapterService::builder(ScriptedAdapter::new(script))
 //!     .layer(RedactionLayer::new(redactor))
-//!     .service(AdapterService::new(ScriptedAdapter::new(script)));
+//!     .build();
 //! let execution = service.oneshot(ExecutionRequest::new("go")).await.unwrap();
 //! let text: String = execution
 //!     .events(Cursor::START)
@@ -99,9 +101,9 @@
 //!
 //! # Streaming
 //!
-//! Text arrives in deltas, and a secret may be split across two or more of them. Each
-//! execution gets a [`StreamRedactor`] (an [`Interceptor`](harness_core::policy::Interceptor)
-//! run by the service's driver *before* anything is numbered or stored), which keeps one
+//! Text arrives in deltas, and a secret may be split across two or more of them. Each run
+//! segment gets a [`StreamRedactor`] (run by the layer's stream, [`RedactedStream`], between
+//! the adapter and the driver, so *before* anything is numbered or stored), which keeps one
 //! buffer per text stream (message, reasoning). On each delta it scans the new text only:
 //! the literal automaton resumes in the state where the last delta left it, so each byte is
 //! fed once, and that state tells how much of the end could still begin a secret or a
@@ -145,26 +147,34 @@
 //!
 //! # The layer and its neighbours
 //!
-//! [`Redaction`] adds a [`StreamRedactor`] factory to the request's
-//! [`Interceptors`] and calls the inner service; it
-//! also redacts the error the inner call returns (a refusal message cannot leak a secret).
-//! It assumes that:
+//! [`Redaction`] is a layer of the *runtime stack* ([`AdapterService::builder`]): for each run
+//! segment it wraps the stream of the service inside it in a [`RedactedStream`], the way
+//! tower-http wraps a response body, and redacts the error of the call itself (a runtime that
+//! failed to start). Nothing about it travels in the request, so no layer of the admission
+//! stack can switch it off by rebuilding the request. Where it sits in the runtime stack says
+//! what it covers:
 //!
-//! - it sits over the [`AdapterService`](harness_core::service::AdapterService), or over
-//!   layers that pass request extensions through: the driver is what runs the interceptor;
-//! - it is the *first* interceptor: interceptors run in the order layers add them, so a
-//!   layer *outside* it that adds one (a retry or timeout policy needs none) would see
-//!   unredacted items. Layers outside it that read the handle's events (metrics, tracing,
-//!   idempotency replays) only ever see redacted ones, because only redacted items are
-//!   stored.
+//! - Everything *inside* it is redacted: the adapter's items and errors, a panic's text (the
+//!   innermost service turns an adapter panic into an error item, whose diagnostic it
+//!   redacts), and what layers inside it yield.
+//! - Layers *outside* it see only redacted items: a retry outside it decides on redacted
+//!   errors (the same decision: redaction keeps categories and flags). Errors that layers
+//!   outside it make (a turn deadline, a retry giving up) are theirs and carry no provider
+//!   text. So the default stack puts it innermost.
+//! - When the driver stops reading early (a cancellation, the request's deadline), the
+//!   stream's [`drain`](harness_core::service::SegmentStream::drain) gives back the held
+//!   tail, redacted, so it is stored before `run.cancelled`.
 //!
-//! Errors the driver makes itself (a caught panic, a failed start, a deadline) pass through
-//! the interceptors too, on the driver's one failure path, so a panic's text is redacted in the
-//! outcome's diagnostic as well. What it cannot reach: the process's panic hook, which prints a
-//! panic message to stderr before anything catches it (install a redacting hook if that
-//! matters), and logs written by other subscribers. The tracing layer's span fields are ids,
-//! categories and codes only; `harness-observe`'s JSON log writer runs every line through
+//! Layers of the admission stack that read the handle's events (metrics, tracing,
+//! idempotency replays) only ever see redacted ones, because only redacted items are stored.
+//! What it cannot reach: the process's panic hook, which prints a panic message to stderr
+//! before anything catches it (install a redacting hook if that matters), a panic *in a
+//! layer* (the driver records it as `LAYER_PANICKED` without its text), and logs written by
+//! other subscribers. The tracing layer's span fields are ids, categories and codes only;
+//! `harness-observe`'s JSON log writer runs every line through
 //! [`Redactor::redact_span_field`].
+//!
+//! [`AdapterService::builder`]: harness_core::service::AdapterService::builder
 
 mod engine;
 mod follow;
@@ -174,14 +184,16 @@ mod literals;
 mod rules;
 mod stream;
 
+mod body;
+
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use harness_core::error::HarnessError;
-use harness_core::policy::{InterceptorFactory, Interceptors};
-use harness_core::service::ExecutionRequest;
+use harness_core::service::{Segment, SegmentStream};
 use tower::Service;
 
+pub use body::RedactedStream;
 pub use engine::{Redactor, RedactorBuilder};
 pub use future::ResponseFuture;
 pub use layer::RedactionLayer;
@@ -191,14 +203,13 @@ pub use rules::{
 };
 pub use stream::StreamRedactor;
 
-use stream::StreamRedactorFactory;
-
-/// Redacts what an execution yields before it is stored, and the errors of the inner call:
-/// see the [module docs](self).
+/// Redacts what each run segment yields before the driver stores it, and the errors of the
+/// inner call: see the [module docs](self).
 #[derive(Debug, Clone)]
 pub struct Redaction<S> {
     inner: S,
-    factory: Arc<StreamRedactorFactory>,
+    redactor: Arc<Redactor>,
+    adapter: Arc<str>,
 }
 
 impl<S> Redaction<S> {
@@ -217,14 +228,15 @@ impl<S> Redaction<S> {
     pub fn for_adapter(inner: S, redactor: Arc<Redactor>, adapter: Arc<str>) -> Self {
         Self {
             inner,
-            factory: Arc::new(StreamRedactorFactory(redactor, adapter)),
+            redactor,
+            adapter,
         }
     }
 
     /// The redactor.
     #[must_use]
     pub fn redactor(&self) -> &Arc<Redactor> {
-        &self.factory.0
+        &self.redactor
     }
 
     /// The inner service.
@@ -244,29 +256,24 @@ impl<S> Redaction<S> {
     }
 }
 
-impl<S> Service<ExecutionRequest> for Redaction<S>
+impl<S> Service<Segment> for Redaction<S>
 where
-    S: Service<ExecutionRequest, Error = HarnessError>,
+    S: Service<Segment, Error = HarnessError>,
+    S::Response: SegmentStream,
 {
-    type Response = S::Response;
+    type Response = RedactedStream<S::Response>;
     type Error = HarnessError;
     type Future = ResponseFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner
             .poll_ready(cx)
-            .map_err(|e| self.factory.0.redact_error(e))
+            .map_err(|e| self.redactor.redact_error(e))
     }
 
-    fn call(&mut self, mut request: ExecutionRequest) -> Self::Future {
-        let mut interceptors = request
-            .extensions
-            .remove::<Interceptors>()
-            .map(Arc::unwrap_or_clone)
-            .unwrap_or_default();
-        let factory: Arc<dyn InterceptorFactory> = self.factory.clone();
-        interceptors.push(factory);
-        request.extensions.insert(interceptors);
-        ResponseFuture::new(self.inner.call(request), Arc::clone(&self.factory.0))
+    fn call(&mut self, segment: Segment) -> Self::Future {
+        let redactor =
+            StreamRedactor::for_adapter(Arc::clone(&self.redactor), Arc::clone(&self.adapter));
+        ResponseFuture::new(self.inner.call(segment), redactor)
     }
 }

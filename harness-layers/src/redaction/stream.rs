@@ -1,5 +1,4 @@
-//! The per-execution streaming redactor (an [`Interceptor`]) and the redaction of whole
-//! adapter items.
+//! The per-segment streaming redactor and the redaction of whole adapter items.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -10,7 +9,6 @@ use harness_core::adapter::{AdapterEvent, Interrupt, InterruptKind};
 use harness_core::artifact::ArtifactDescriptor;
 use harness_core::error::HarnessError;
 use harness_core::event::{Content, TextDelta, ToolCallOutcome};
-use harness_core::policy::{Interceptor, InterceptorFactory};
 
 use super::engine::{Interval, Redactor, Scan, Tally, plan, take_tally};
 use crate::metrics::names;
@@ -118,13 +116,13 @@ enum Stream {
     Reasoning,
 }
 
-/// Redacts one execution's items as the service's driver yields them: the
-/// [`Interceptor`] that [`Redaction`](super::Redaction) installs.
+/// Redacts one run segment's items as the adapter yields them: what the stream of
+/// [`Redaction`](super::Redaction) runs.
 ///
 /// Message and reasoning text are redacted as two streams: each holds back the shortest
 /// tail that could still be the start of a secret or match (see the
 /// [module docs](super)), emits the rest at once, and gives the tail back at
-/// [`on_segment_end`](Interceptor::on_segment_end) and before any other item. So the
+/// [`on_segment_end`](Self::on_segment_end) and before any other item. So the
 /// concatenation of what a stream emits equals [`Redactor::redact_str`] of the
 /// concatenation of its deltas, whatever the split points; within a stream nothing is lost
 /// or reordered, and no item overtakes text that arrived before it. (Between the two text
@@ -137,7 +135,6 @@ enum Stream {
 /// use std::sync::Arc;
 /// use harness_core::adapter::AdapterEvent;
 /// use harness_core::event::{Content, RunSucceeded, TextDelta};
-/// use harness_core::policy::Interceptor;
 /// use harness_layers::redaction::{Redactor, StreamRedactor};
 ///
 /// let redactor = Arc::new(Redactor::builder().secret("hunter2-db-password").build()?);
@@ -282,21 +279,26 @@ impl StreamRedactor {
     }
 }
 
-impl Interceptor for StreamRedactor {
-    fn on_event(&mut self, event: AdapterEvent, out: &mut Vec<AdapterEvent>) {
-        // Counts left by redaction outside an interceptor on this thread are not ours.
+impl StreamRedactor {
+    /// Redacts one item; pushes what is settled to `out`, in order (text may be held back).
+    pub fn on_event(&mut self, event: AdapterEvent, out: &mut Vec<AdapterEvent>) {
+        // Counts left by redaction outside a stream on this thread are not ours.
         take_tally();
         self.on_item(event, out);
         self.record();
     }
 
-    fn on_segment_end(&mut self, out: &mut Vec<AdapterEvent>) {
+    /// The segment ends (or is cut short): pushes everything held back, redacted.
+    pub fn on_segment_end(&mut self, out: &mut Vec<AdapterEvent>) {
         take_tally();
         self.flush(out);
         self.record();
     }
 
-    fn on_error(&mut self, error: HarnessError) -> HarnessError {
+    /// Redacts an error the adapter yielded (after [`on_segment_end`](Self::on_segment_end)
+    /// gave back the text before it).
+    #[must_use]
+    pub fn on_error(&mut self, error: HarnessError) -> HarnessError {
         take_tally();
         let error = self.redactor.redact_error(error);
         self.record();
@@ -320,19 +322,6 @@ impl StreamRedactor {
                 }
             }
         }
-    }
-}
-
-/// Makes one [`StreamRedactor`] per execution.
-#[derive(Debug, Clone)]
-pub(crate) struct StreamRedactorFactory(pub(crate) Arc<Redactor>, pub(crate) Arc<str>);
-
-impl InterceptorFactory for StreamRedactorFactory {
-    fn create(&self) -> Box<dyn Interceptor> {
-        Box::new(StreamRedactor::for_adapter(
-            Arc::clone(&self.0),
-            Arc::clone(&self.1),
-        ))
     }
 }
 

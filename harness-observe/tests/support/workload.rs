@@ -27,7 +27,7 @@ use harness_core::service::{ExecutionHandle, ExecutionRequest, Outcome};
 use harness_layers::stack::{HarnessStack, StackService};
 use harness_scripted::{Script, ScriptedAdapter};
 use serde_json::{Value, json};
-use tower::{Layer, ServiceExt};
+use tower::ServiceExt;
 
 /// Any error of the workload.
 pub type BoxError = Box<dyn Error + Send + Sync>;
@@ -78,7 +78,7 @@ impl Tally {
 pub fn service() -> Result<StackService, BoxError> {
     let adapter = ScriptedAdapter::new(Script::quickstart());
     let stack = HarnessStack::defaults_for(&adapter)?;
-    Ok(stack.layer(harness_core::service::AdapterService::new(adapter)))
+    Ok(stack.service(adapter))
 }
 
 fn script(steps: &Value) -> Value {

@@ -1,0 +1,790 @@
+//! The driver: the one task of an execution. It owns the typestate lifecycle and calls the
+//! runtime stack; see the [service docs](super) for what it guarantees.
+
+use std::panic::AssertUnwindSafe;
+use std::pin::{Pin, pin};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use tokio::sync::mpsc;
+use tower::{Service, ServiceExt};
+
+use super::ServiceConfig;
+use super::handle::{Command, Outcome, Shared, already_resolved, not_pending};
+use super::segment::{BoxSegmentStream, ExecutionRuntime, RuntimeStack, Segment};
+use crate::action::{ActionRequest, ActionResponse, ActionResponseError, ValidatedResponse};
+use crate::adapter::{AdapterEvent, EventResult, Interrupt, InterruptKind, ResumeDecision};
+use crate::error::{ErrorCategory, ErrorCode, HarnessError};
+use crate::event::{CancelReason, CancelSource, Content, RunSucceeded};
+use crate::lifecycle::{Execution, NonTerminal, state};
+use crate::time::Timestamp;
+
+/// How many ready items the driver takes from a segment before it looks at cancellation and
+/// commands again: one `select!` per batch instead of one per item.
+pub(super) const BATCH: usize = 64;
+
+/// How a run segment ended.
+enum SegmentEnd {
+    Completed(RunSucceeded),
+    Interrupt(Interrupt),
+    Failed(HarnessError),
+    Stopped(Stop),
+}
+
+/// Why the driver stopped waiting on the stack or the caller.
+#[derive(Clone, Copy)]
+enum Stop {
+    /// Cancellation was requested (by a caller, a linked token, or abandonment).
+    Cancelled,
+    /// The request's deadline passed.
+    Deadline,
+}
+
+/// One item of a segment as the driver polls it: `None` when the stream ended, `Err` for a
+/// panic in a layer's `poll_next` (after which the stream is never polled again).
+type Polled = Option<Result<EventResult, ()>>;
+
+pub(super) struct Driver {
+    pub(super) config: ServiceConfig,
+    pub(super) shared: Arc<Shared>,
+    pub(super) execution: Arc<ExecutionRuntime>,
+    pub(super) stack: RuntimeStack,
+    /// `None` once every handle is gone.
+    pub(super) commands: Option<mpsc::UnboundedReceiver<Command>>,
+    /// Whether any content or artifact was appended (output may have occurred).
+    pub(super) emitted: bool,
+    /// When the execution must end (the request's deadline).
+    pub(super) deadline: Option<tokio::time::Instant>,
+    /// Content received in the current batch, appended together.
+    pub(super) content: Vec<Content>,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        // Answers still queued when the driver goes (the run ended, or the runtime shut
+        // down) would otherwise wait forever: the channel keeps them while any handle lives.
+        if let Some(mut commands) = self.commands.take() {
+            commands.close();
+            while let Ok(Command::Respond(respond)) = commands.try_recv() {
+                let (response, reply) = *respond;
+                let _ = reply.send(Err(self.shared.late_answer(response.action_id())));
+            }
+        }
+    }
+}
+
+/// Waits for the next command, or forever once every handle is gone.
+async fn next_command(commands: &mut Option<mpsc::UnboundedReceiver<Command>>) -> Option<Command> {
+    match commands {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Sleeps until `deadline`, or forever without one.
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Converts a wall-clock deadline to the runtime's clock, relative to now.
+pub(super) fn instant_of(deadline: Timestamp) -> tokio::time::Instant {
+    let left = deadline
+        .as_millis()
+        .saturating_sub(Timestamp::now().as_millis());
+    let left = Duration::from_millis(u64::try_from(left).unwrap_or(0));
+    let now = tokio::time::Instant::now();
+    // A deadline too far away for the clock is no deadline at all: about 30 years ahead.
+    now.checked_add(left)
+        .unwrap_or_else(|| now + Duration::from_secs(86_400 * 365 * 30))
+}
+
+fn timeout_error(what: &str) -> HarnessError {
+    HarnessError::new(
+        ErrorCategory::Timeout,
+        format!("the execution exceeded its {what}"),
+    )
+    .with_code(ErrorCode::DEADLINE_EXCEEDED)
+}
+
+fn protocol(message: &str, diagnostic: String) -> HarnessError {
+    HarnessError::new(ErrorCategory::Protocol, message.to_owned())
+        .with_code(ErrorCode::EVENT_ORDER_VIOLATION)
+        .with_diagnostic(diagnostic)
+}
+
+/// A panic in a layer of the runtime stack. Its message went to the process's panic hook; it
+/// is not copied here, where no redactor would see it.
+fn layer_panicked(what: &str) -> HarnessError {
+    HarnessError::new(ErrorCategory::Internal, "the execution failed unexpectedly")
+        .with_code(ErrorCode::LAYER_PANICKED)
+        .with_diagnostic(format!(
+            "a layer of the runtime stack panicked in {what} (its message went to the panic hook)"
+        ))
+}
+
+/// Resolves when the execution must stop waiting: cancelled (directly, or through a token a
+/// layer linked), or past `deadline`.
+async fn stop(shared: &Shared, deadline: Option<tokio::time::Instant>) -> Stop {
+    tokio::select! {
+        biased;
+        () = shared.cancel.cancelled() => Stop::Cancelled,
+        source = std::future::poll_fn(|cx| shared.poll_links(cx)) => {
+            shared.request_cancel(CancelReason::from_source(source));
+            Stop::Cancelled
+        }
+        () = sleep_until(deadline) => Stop::Deadline,
+    }
+}
+
+/// Polls the stack's stream once, turning a panic in a layer into an `Err` item.
+fn poll_stream(stream: &mut BoxSegmentStream, cx: &mut Context<'_>) -> Poll<Polled> {
+    match std::panic::catch_unwind(AssertUnwindSafe(|| stream.as_mut().poll_next(cx))) {
+        Ok(Poll::Ready(item)) => Poll::Ready(item.map(Ok)),
+        Ok(Poll::Pending) => Poll::Pending,
+        Err(_) => Poll::Ready(Some(Err(()))),
+    }
+}
+
+impl Driver {
+    fn cancel_reason(&self) -> CancelReason {
+        self.shared
+            .snapshot()
+            .cancel_reason
+            .clone()
+            .unwrap_or_default()
+    }
+
+    /// The deadline passed: record why (unless a caller already gave a reason) and trip the
+    /// execution's token, the abort signal runtimes watch, alongside the cancel hook.
+    fn deadline_passed(&self) {
+        self.shared
+            .snapshot()
+            .cancel_reason
+            .get_or_insert_with(|| CancelReason::from_source(CancelSource::Deadline));
+        self.shared.cancel.cancel();
+    }
+
+    /// Answers a command that arrives while no action is pending.
+    fn refuse(&self, command: Command) {
+        let Command::Respond(respond) = command;
+        let (response, reply) = *respond;
+        let id = response.action_id();
+        let resolved = self.shared.snapshot().resolved.contains(id);
+        let err = if resolved {
+            already_resolved(id)
+        } else {
+            not_pending(id, None)
+        };
+        let _ = reply.send(Err(err));
+    }
+
+    /// Handles a command while no action is pending: refuse it, or note that every handle is
+    /// gone.
+    fn on_command(&mut self, command: Option<Command>) {
+        match command {
+            Some(command) => self.refuse(command),
+            None => self.commands = None,
+        }
+    }
+
+    /// A failure observed after a cancel was accepted is the runtime's answer to that cancel
+    /// (an `initialize` or a stream aborted by the execution's token), so the run ends
+    /// `run.cancelled`, not `run.failed`. Only failures the driver has not yet recorded are
+    /// taken over: a segment that completed or paused did its work and ends as it ended, and a
+    /// cancel accepted while an already-recorded failure runs its cleanup does not change it
+    /// (cancellation is a request; `run.cancelled` is what confirms it).
+    fn cancel_wins(&self, end: SegmentEnd) -> SegmentEnd {
+        match end {
+            SegmentEnd::Failed(_) if self.shared.cancel.is_cancelled() => {
+                SegmentEnd::Stopped(Stop::Cancelled)
+            }
+            end => end,
+        }
+    }
+
+    /// Calls the runtime stack with `segment`: waits until it is ready, then for its stream.
+    /// Answers that arrive meanwhile are refused at once (nothing is pending); a stop ends
+    /// the wait, dropping the call (what it created stays in the execution's runtime slot,
+    /// for cleanup).
+    async fn call(&mut self, segment: Segment) -> Result<BoxSegmentStream, SegmentEnd> {
+        let mut stack = self.stack.clone();
+        let shared = Arc::clone(&self.shared);
+        let deadline = self.deadline;
+        let calling = async move {
+            let stack = stack.ready().await?;
+            stack.call(segment).await
+        };
+        let mut calling = pin!(AssertUnwindSafe(calling).catch_unwind());
+        let called = loop {
+            tokio::select! {
+                biased;
+                stop = stop(&shared, deadline) => return Err(SegmentEnd::Stopped(stop)),
+                command = next_command(&mut self.commands) => self.on_command(command),
+                called = &mut calling => break called,
+            }
+        };
+        match called {
+            Ok(Ok(stream)) => Ok(stream),
+            Ok(Err(err)) => Err(self.cancel_wins(SegmentEnd::Failed(err))),
+            Err(_) => Err(SegmentEnd::Failed(layer_panicked("a call"))),
+        }
+    }
+
+    pub(super) async fn run(mut self, queued: Execution<state::Queued>) {
+        if self.shared.cancel.is_cancelled() {
+            return self.finish_cancel(queued).await;
+        }
+        let starting = queued.start();
+        let stream = match self
+            .call(Segment::turn_of(Arc::clone(&self.execution)))
+            .await
+        {
+            Ok(stream) => stream,
+            Err(end) => return self.end_starting(starting, end).await,
+        };
+        let mut running = starting.run();
+        let mut end = self.consume(&mut running, stream).await;
+        loop {
+            match end {
+                SegmentEnd::Completed(summary) => {
+                    self.cleanup().await;
+                    self.record(Outcome::Succeeded(summary.clone()));
+                    let _done = running.succeed(summary);
+                    return;
+                }
+                SegmentEnd::Failed(err) => return self.fail(running, err).await,
+                SegmentEnd::Stopped(Stop::Cancelled) => return self.finish_cancel(running).await,
+                SegmentEnd::Stopped(Stop::Deadline) => {
+                    self.deadline_passed();
+                    return self.fail(running, timeout_error("deadline")).await;
+                }
+                SegmentEnd::Interrupt(interrupt) => {
+                    let resumed = match interrupt.kind {
+                        InterruptKind::FormInput(form) => {
+                            let awaiting = running.request_input(interrupt.id, form);
+                            self.await_answer(awaiting).await
+                        }
+                        InterruptKind::ToolApproval(approval) => {
+                            let awaiting = running.request_approval(interrupt.id, approval);
+                            self.await_answer(awaiting).await
+                        }
+                    };
+                    match resumed {
+                        Ok((next, decision)) => {
+                            running = next;
+                            let segment = Segment::resume_of(Arc::clone(&self.execution), decision);
+                            end = match self.call(segment).await {
+                                Ok(stream) => self.consume(&mut running, stream).await,
+                                Err(end) => end,
+                            };
+                        }
+                        Err(cancelling) => return self.confirm_cancel(cancelling).await,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Ends an execution whose first call of the stack did not return a stream.
+    async fn end_starting(&mut self, starting: Execution<state::Starting>, end: SegmentEnd) {
+        match end {
+            SegmentEnd::Stopped(Stop::Cancelled) => self.finish_cancel(starting).await,
+            SegmentEnd::Stopped(Stop::Deadline) => {
+                self.deadline_passed();
+                let err = timeout_error("deadline while starting");
+                self.fail(starting.run(), err).await;
+            }
+            SegmentEnd::Failed(err) => self.fail(starting.run(), err).await,
+            SegmentEnd::Completed(_) | SegmentEnd::Interrupt(_) => {
+                unreachable!("a call of the stack yields no segment end")
+            }
+        }
+    }
+
+    /// Appends one item; `Some` when the segment must end here.
+    fn apply(
+        &mut self,
+        running: &mut Execution<state::Running>,
+        event: AdapterEvent,
+        ending: &mut Option<SegmentEnd>,
+    ) -> Option<SegmentEnd> {
+        if ending.is_some() {
+            return Some(SegmentEnd::Failed(protocol(
+                "the adapter produced events after the end of a run segment",
+                "item after Completed/Interrupt".to_owned(),
+            )));
+        }
+        if let AdapterEvent::Content(content) = event {
+            self.content.push(content);
+            self.emitted = true;
+            return None;
+        }
+        // Everything else keeps its place after the content before it.
+        if let Some(end) = self.flush_content(running) {
+            return Some(end);
+        }
+        match event {
+            AdapterEvent::Content(_) => unreachable!("handled above"),
+            AdapterEvent::Artifact(artifact) => {
+                if let Err(e) = running.create_artifact(artifact) {
+                    return Some(SegmentEnd::Failed(protocol(
+                        "the adapter produced an invalid artifact",
+                        e.to_string(),
+                    )));
+                }
+                self.emitted = true;
+            }
+            AdapterEvent::Interrupt(interrupt) => *ending = Some(SegmentEnd::Interrupt(interrupt)),
+            AdapterEvent::Completed(summary) => *ending = Some(SegmentEnd::Completed(summary)),
+        }
+        None
+    }
+
+    /// Appends the content buffered in this batch.
+    fn flush_content(&mut self, running: &mut Execution<state::Running>) -> Option<SegmentEnd> {
+        if self.content.is_empty() {
+            return None;
+        }
+        match running.emit_all(self.content.drain(..)) {
+            Ok(_) => None,
+            Err(e) => Some(SegmentEnd::Failed(protocol(
+                "the adapter produced an invalid event",
+                e.to_string(),
+            ))),
+        }
+    }
+
+    /// Handles one item of a segment (`None`: the stream ended); `Some` ends the segment.
+    fn handle(
+        &mut self,
+        running: &mut Execution<state::Running>,
+        item: Polled,
+        ending: &mut Option<SegmentEnd>,
+    ) -> Option<SegmentEnd> {
+        match item {
+            None => Some(ending.take().unwrap_or_else(|| {
+                SegmentEnd::Failed(protocol(
+                    "the adapter ended a run segment without completing, failing or pausing",
+                    "stream ended with no terminal item".to_owned(),
+                ))
+            })),
+            Some(Err(())) => Some(SegmentEnd::Failed(layer_panicked("polling its stream"))),
+            Some(Ok(Err(err))) => {
+                let err = if self.emitted {
+                    err.with_side_effects(true)
+                } else {
+                    err
+                };
+                Some(SegmentEnd::Failed(err))
+            }
+            Some(Ok(Ok(event))) => self.apply(running, event, ending),
+        }
+    }
+
+    /// The driver stops reading `stream`: appends what its layers hold back (a redactor's
+    /// tail), unless the segment already ended.
+    fn drain(
+        &mut self,
+        running: &mut Execution<state::Running>,
+        stream: &mut BoxSegmentStream,
+        ending: &mut Option<SegmentEnd>,
+    ) -> Option<SegmentEnd> {
+        let mut held = Vec::new();
+        let drained =
+            std::panic::catch_unwind(AssertUnwindSafe(|| Pin::as_mut(stream).drain(&mut held)));
+        if drained.is_err() {
+            return Some(SegmentEnd::Failed(layer_panicked("drain")));
+        }
+        for item in held {
+            if let Some(end) = self.apply(running, item, ending) {
+                return Some(end);
+            }
+        }
+        None
+    }
+
+    /// Consumes one run segment, appending its content, until its terminal item and the end
+    /// of the stream (or a stop).
+    async fn consume(
+        &mut self,
+        running: &mut Execution<state::Running>,
+        stream: BoxSegmentStream,
+    ) -> SegmentEnd {
+        let end = self.consume_segment(running, stream).await;
+        self.cancel_wins(end)
+    }
+
+    async fn consume_segment(
+        &mut self,
+        running: &mut Execution<state::Running>,
+        mut stream: BoxSegmentStream,
+    ) -> SegmentEnd {
+        let shared = Arc::clone(&self.shared);
+        let deadline = self.deadline;
+        let grace = self.config.cancel_grace;
+        // The terminal item seen, waiting for the end of the stream; bounded by the grace
+        // period, so an adapter that keeps its stream open cannot hold the execution.
+        let mut ending: Option<SegmentEnd> = None;
+        let mut end_by: Option<tokio::time::Instant> = None;
+        loop {
+            if ending.is_some() && end_by.is_none() {
+                let now = tokio::time::Instant::now();
+                end_by = Some(
+                    now.checked_add(grace)
+                        .unwrap_or(now + Duration::from_secs(3600)),
+                );
+            }
+            let first = tokio::select! {
+                biased;
+                () = sleep_until(end_by), if end_by.is_some() => {
+                    return SegmentEnd::Failed(protocol(
+                        "the adapter did not end its run segment after its terminal item",
+                        format!("stream still open {grace:?} after Completed/Interrupt"),
+                    ));
+                }
+                stop = stop(&shared, deadline) => {
+                    let end = if ending.is_none() {
+                        self.drain(running, &mut stream, &mut ending)
+                    } else {
+                        None
+                    };
+                    if let Some(end) = self.flush_content(running).or(end) {
+                        return end;
+                    }
+                    return SegmentEnd::Stopped(stop);
+                }
+                command = next_command(&mut self.commands) => {
+                    self.on_command(command);
+                    continue;
+                }
+                item = std::future::poll_fn(|cx| poll_stream(&mut stream, cx)) => item,
+            };
+            // Take what is already ready without another `select!`: the cancel and command
+            // futures cost more than appending an event.
+            let mut item = first;
+            let mut budget = BATCH;
+            let mut ready = Context::from_waker(Waker::noop());
+            loop {
+                match item {
+                    // The hot path: plain content, staged as is.
+                    Some(Ok(Ok(AdapterEvent::Content(content)))) if ending.is_none() => {
+                        self.content.push(content);
+                        self.emitted = true;
+                    }
+                    other => {
+                        if let Some(end) = self.handle(running, other, &mut ending) {
+                            // Content before the end keeps its place; a failure to append it
+                            // wins.
+                            return self.flush_content(running).unwrap_or(end);
+                        }
+                    }
+                }
+                budget -= 1;
+                if budget == 0 {
+                    break;
+                }
+                // Pending here is seen again by the `select!` above, with the task's waker.
+                match poll_stream(&mut stream, &mut ready) {
+                    Poll::Ready(next) => item = next,
+                    Poll::Pending => break,
+                }
+            }
+            if let Some(end) = self.flush_content(running) {
+                return end;
+            }
+        }
+    }
+
+    /// Waits for a valid answer while awaiting an action; a stop (cancellation, or the
+    /// deadline: the diagram has no edge from awaiting to failed) begins cancellation.
+    async fn await_answer<S>(
+        &mut self,
+        mut awaiting: Execution<S>,
+    ) -> Result<(Execution<state::Running>, ResumeDecision), Execution<state::Cancelling>>
+    where
+        S: NonTerminal,
+        Execution<S>: Awaiting,
+    {
+        let pending_id = awaiting.pending_request().id.clone();
+        let shared = Arc::clone(&self.shared);
+        let deadline = self.deadline;
+        if self.commands.is_none() {
+            // Every handle was dropped before the run paused: nobody can answer.
+            return Err(self.abandon(awaiting));
+        }
+        loop {
+            let command = tokio::select! {
+                biased;
+                stop = stop(&shared, deadline) => {
+                    if matches!(stop, Stop::Deadline) {
+                        self.deadline_passed();
+                    }
+                    return Err(awaiting.begin_cancel(self.cancel_reason()));
+                }
+                command = next_command(&mut self.commands) => command,
+            };
+            let Some(Command::Respond(respond)) = command else {
+                // Every handle is gone: nobody can answer any more.
+                self.commands = None;
+                return Err(self.abandon(awaiting));
+            };
+            let (response, reply) = *respond;
+            let id = response.action_id().clone();
+            if id != pending_id {
+                let resolved = self.shared.snapshot().resolved.contains(&id);
+                let err = if resolved {
+                    already_resolved(&id)
+                } else {
+                    not_pending(&id, Some(&pending_id))
+                };
+                let _ = reply.send(Err(err));
+                continue;
+            }
+            match awaiting.answer(response) {
+                Ok((running, validated)) => {
+                    self.shared.snapshot().resolved.insert(id);
+                    let _ = reply.send(Ok(()));
+                    return Ok((running, ResumeDecision::new(validated)));
+                }
+                Err((back, err)) => {
+                    awaiting = back;
+                    let _ = reply.send(Err(err));
+                }
+            }
+        }
+    }
+
+    /// Cancels an execution nobody can answer any more (every handle dropped).
+    fn abandon<S: NonTerminal>(&self, awaiting: Execution<S>) -> Execution<state::Cancelling> {
+        self.shared
+            .snapshot()
+            .cancel_reason
+            .get_or_insert_with(|| CancelReason::from_source(CancelSource::Abandoned));
+        self.shared.cancel.cancel();
+        awaiting.begin_cancel(self.cancel_reason())
+    }
+
+    fn record(&self, outcome: Outcome) {
+        self.shared.snapshot().outcome = Some(outcome);
+    }
+
+    /// Calls the current runtime's cancel hook once, bounded by the grace period.
+    async fn cancel_runtime(&self, reason: CancelReason) {
+        if let Some(cell) = self.execution.current() {
+            cell.cancel(reason, self.config.cancel_grace, &self.shared.id)
+                .await;
+        }
+    }
+
+    /// Calls the current runtime's cleanup once, bounded by its deadline.
+    async fn cleanup(&self) {
+        if let Some(cell) = self.execution.current() {
+            cell.cleanup(self.config.cleanup_deadline, &self.shared.id)
+                .await;
+        }
+    }
+
+    /// The one failure path: cleanup, then the one `run.failed`. A runtime that timed out
+    /// may still be working: its cancel hook runs first (once, bounded).
+    async fn fail(&mut self, running: Execution<state::Running>, err: HarnessError) {
+        if err.category() == ErrorCategory::Timeout {
+            self.cancel_runtime(CancelReason::from_source(CancelSource::Deadline))
+                .await;
+        }
+        self.cleanup().await;
+        self.record(Outcome::Failed(err.clone()));
+        let _done = running.fail(err);
+    }
+
+    async fn finish_cancel<S: NonTerminal>(&self, execution: Execution<S>) {
+        let cancelling = execution.begin_cancel(self.cancel_reason());
+        self.confirm_cancel(cancelling).await;
+    }
+
+    /// The one cancellation path: cancel hook (bounded by the grace period), cleanup
+    /// (bounded by its deadline), then the one `run.cancelled`.
+    async fn confirm_cancel(&self, cancelling: Execution<state::Cancelling>) {
+        let reason = self.cancel_reason();
+        self.cancel_runtime(reason.clone()).await;
+        self.cleanup().await;
+        self.record(Outcome::Cancelled(reason));
+        let _done = cancelling.confirm_cancelled();
+    }
+}
+
+/// The two awaiting states, seen alike by the driver.
+trait Awaiting: Sized {
+    fn pending_request(&self) -> &ActionRequest;
+    fn answer(
+        self,
+        response: ActionResponse,
+    ) -> Result<(Execution<state::Running>, ValidatedResponse), (Self, HarnessError)>;
+}
+
+macro_rules! awaiting {
+    ($state:ident, $into:ident, $validated:ident) => {
+        impl Awaiting for Execution<state::$state> {
+            fn pending_request(&self) -> &ActionRequest {
+                self.pending()
+            }
+
+            fn answer(
+                self,
+                response: ActionResponse,
+            ) -> Result<(Execution<state::Running>, ValidatedResponse), (Self, HarnessError)> {
+                let typed = match response.$into() {
+                    Ok(typed) => typed,
+                    Err(other) => {
+                        let err = ActionResponseError::KindMismatch {
+                            action: self.pending().id.clone(),
+                            expected: self.pending().action_type(),
+                            found: other.action_type(),
+                        };
+                        return Err((self, err.into()));
+                    }
+                };
+                match self.resolve(typed) {
+                    Ok((running, validated)) => {
+                        Ok((running, ValidatedResponse::$validated(validated)))
+                    }
+                    Err((back, err)) => Err((back, err.into())),
+                }
+            }
+        }
+    };
+}
+
+awaiting!(AwaitingInput, into_form, Form);
+awaiting!(AwaitingApproval, into_approval, Approval);
+
+#[cfg(test)]
+mod tests {
+    use futures_util::StreamExt;
+
+    use super::*;
+    use crate::adapter::{BoxStream, RunContext, Simple, SimpleAdapter};
+    use crate::event::{EventPayload, TextDelta};
+    use crate::id::Cursor;
+    use crate::manifest::{ContractVersion, ExecutionMode, HarnessDescriptor};
+    use crate::service::{AdapterService, ExecutionHandle, ExecutionRequest};
+
+    /// How the test stream behaves after its deltas.
+    #[derive(Clone, Copy)]
+    enum Then {
+        Complete,
+        Panic,
+    }
+
+    /// Streams `count` deltas (going pending before every `pending_every`-th one, if set),
+    /// then completes or panics.
+    struct Deltas {
+        descriptor: HarnessDescriptor,
+        count: usize,
+        pending_every: Option<usize>,
+        then: Then,
+    }
+
+    impl Deltas {
+        fn new(count: usize, pending_every: Option<usize>, then: Then) -> Simple<Self> {
+            let descriptor = HarnessDescriptor::builder("deltas".parse().unwrap(), "0.1.0")
+                .contract_version(ContractVersion::V1)
+                .execution_mode(ExecutionMode::in_process())
+                .build()
+                .unwrap();
+            Simple::new(Self {
+                descriptor,
+                count,
+                pending_every,
+                then,
+            })
+        }
+    }
+
+    impl SimpleAdapter for Deltas {
+        fn descriptor(&self) -> &HarnessDescriptor {
+            &self.descriptor
+        }
+
+        fn stream(&self, _run: RunContext) -> BoxStream<'static, EventResult> {
+            let (count, every, then) = (self.count, self.pending_every, self.then);
+            Box::pin(
+                futures_util::stream::iter(0..=count).then(move |i| async move {
+                    if every.is_some_and(|every| i % every == every - 1) {
+                        tokio::task::yield_now().await;
+                    }
+                    if i < count {
+                        let text = TextDelta::new(i.to_string());
+                        return Ok(AdapterEvent::Content(Content::MessageDelta(text)));
+                    }
+                    match then {
+                        Then::Complete => Ok(AdapterEvent::Completed(RunSucceeded::default())),
+                        Then::Panic => panic!("boom after the deltas"),
+                    }
+                }),
+            )
+        }
+    }
+
+    async fn texts(handle: &ExecutionHandle) -> Vec<String> {
+        handle
+            .events(Cursor::START)
+            .filter_map(|e| async move {
+                match e.payload() {
+                    EventPayload::MessageDelta(d) => Some(d.text.clone()),
+                    _ => None,
+                }
+            })
+            .collect()
+            .await
+    }
+
+    fn numbers(count: usize) -> Vec<String> {
+        (0..count).map(|i| i.to_string()).collect()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_delta_arrives_in_order_whether_the_stream_is_ready_or_pending() {
+        // Several batches, always ready; then pending inside and at the edge of batches.
+        for pending_every in [None, Some(1), Some(7), Some(BATCH), Some(BATCH + 1)] {
+            let count = 3 * BATCH + 5;
+            let handle = AdapterService::new(Deltas::new(count, pending_every, Then::Complete))
+                .start(ExecutionRequest::new("go"))
+                .await
+                .unwrap();
+            assert!(matches!(handle.outcome().await, Outcome::Succeeded(_)));
+            assert_eq!(texts(&handle).await, numbers(count), "{pending_every:?}");
+            let seqs: Vec<u64> = handle
+                .log()
+                .snapshot(Cursor::START)
+                .iter()
+                .map(|e| e.seq().get())
+                .collect();
+            assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
+        }
+    }
+
+    #[tokio::test]
+    async fn a_panic_mid_batch_keeps_the_content_before_it() {
+        // The panic comes in the same batch as the deltas before it (all ready at once), and
+        // in a later poll (pending before it).
+        for pending_every in [None, Some(BATCH / 2)] {
+            let count = BATCH / 2 + 3;
+            let handle = AdapterService::new(Deltas::new(count, pending_every, Then::Panic))
+                .start(ExecutionRequest::new("go"))
+                .await
+                .unwrap();
+            let Outcome::Failed(err) = handle.outcome().await else {
+                panic!("expected a failure");
+            };
+            assert_eq!(err.code(), &ErrorCode::ADAPTER_PANICKED);
+            assert_eq!(texts(&handle).await, numbers(count), "{pending_every:?}");
+            let last = handle.log().last().unwrap();
+            assert!(matches!(last.payload(), EventPayload::RunFailed(_)));
+        }
+    }
+}

@@ -1,0 +1,517 @@
+//! [`AdapterService`]: the `tower::Service` that drives executions on one adapter.
+//!
+//! `call(ExecutionRequest)` checks the required capabilities against the adapter's report,
+//! then spawns one *driver* task per execution and returns an [`ExecutionHandle`] at once.
+//! The driver is the only owner of the typestate [`crate::lifecycle::Execution`], and it
+//! processes one thing at a time: an item of the run segment, a caller's answer, or a
+//! cancellation. It reaches the adapter through the service's *runtime stack* (see
+//! [below](#the-runtime-stack) and [`segment`]), which it calls once per run segment. That
+//! is how the service guarantees, without locks around provider calls:
+//!
+//! - **one mutating operation at a time**: `stream`, `resume`, `cancel` and `cleanup` are
+//!   awaited by the driver in turn, never overlapped;
+//! - **an action is answered at most once**: answers are queued to the driver; the first valid
+//!   one resumes the run, every later one gets `ACTION_ALREADY_RESOLVED`; unknown ids get
+//!   `ACTION_NOT_FOUND`, stale revisions `ACTION_REVISION_STALE`, answers that do not fit the
+//!   request `ACTION_RESPONSE_INVALID`, and the pending action stays open after a bad answer;
+//! - **cancellation is a request**: [`ExecutionHandle::cancel`] returns at once; the driver
+//!   calls the runtime's cancel hook and cleanup at most once however many callers race, and
+//!   `run.cancelled` (the one terminal event) confirms it. A failure the driver sees after a
+//!   cancel was accepted (an `initialize` or a stream aborted by the execution's token) is
+//!   taken as the answer to that cancel: the run ends `run.cancelled`. A segment that
+//!   completed or paused before the driver saw the cancel ends as it ended;
+//! - **errors and panics are classified and sanitized at the boundary**: an adapter's error
+//!   ends the run as `run.failed` with the error's public projection; a panic in any adapter
+//!   future or stream becomes an `internal` error with code `ADAPTER_PANICKED` (the panic text
+//!   goes to the diagnostic only, after the runtime stack's layers, a redactor included, saw
+//!   it), a panic in a layer of the runtime stack one with code `LAYER_PANICKED`; the process
+//!   never crashes;
+//! - **events out of order end the run with `protocol`**: an item after the terminal one, a
+//!   segment that ends without a terminal item, a duplicate or foreign artifact.
+//!
+//! Decisions where the spec is silent:
+//! - If every handle of an execution is dropped while it awaits an action, nobody can answer
+//!   it any more: the driver cancels it (source `abandoned`), which runs cleanup.
+//! - An adapter error after output was emitted is marked "side effects may have occurred",
+//!   so retry policies never repeat it.
+//! - The request's `deadline` (caller data) is enforced here, in every state: past it, a
+//!   starting or running execution fails with `timeout` after the runtime's cancel hook and
+//!   cleanup ran; one awaiting an action is cancelled (source `deadline`), since the runtime
+//!   model draws no edge from awaiting to failed. It is also handed to the runtime in
+//!   [`TurnInput`].
+//! - If a driver is lost (the Tokio runtime shutting down), the execution still ends with one
+//!   `run.failed` (`internal`, `EXECUTION_LOST`), and answers still queued get
+//!   `EXECUTION_TERMINAL`.
+//!
+//! # The runtime stack
+//!
+//! Redaction, retries before output, initialization and turn deadlines and shutdown are
+//! layers of the runtime stack, configured on the service with
+//! [`AdapterService::builder`]: each acts on the [`Segment`] call or on the
+//! [`SegmentStream`] it returns, the way tower-http layers wrap a response body. They are not
+//! request extensions: a layer of the admission stack that rebuilds the request cannot drop
+//! them. See [`segment`] for the types and an example layer.
+//!
+//! The service needs a Tokio runtime (it spawns the drivers); without one `call` fails with
+//! an `internal` error rather than panicking.
+//!
+//! ```
+//! use futures_util::StreamExt;
+//! use harness_core::adapter::{AdapterEvent, BoxStream, EventResult, RunContext, Simple, SimpleAdapter};
+//! use harness_core::event::{Content, RunSucceeded, TextDelta};
+//! use harness_core::id::Cursor;
+//! use harness_core::manifest::HarnessDescriptor;
+//! use harness_core::service::{AdapterService, ExecutionRequest, Outcome};
+//! use tower::ServiceExt;
+//!
+//! struct Echo(HarnessDescriptor);
+//! impl SimpleAdapter for Echo {
+//!     fn descriptor(&self) -> &HarnessDescriptor { &self.0 }
+//!     fn stream(&self, run: RunContext) -> BoxStream<'static, EventResult> {
+//!         let text = run.turn.message.clone();
+//!         Box::pin(futures_util::stream::iter([
+//!             Ok(AdapterEvent::Content(Content::MessageDelta(TextDelta::new(text)))),
+//!             Ok(AdapterEvent::Completed(RunSucceeded::default())),
+//!         ]))
+//!     }
+//! }
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! # use harness_core::manifest::{ContractVersion, ExecutionMode};
+//! # let descriptor = HarnessDescriptor::builder("echo".parse().unwrap(), "0.1.0")
+//! #     .contract_version(ContractVersion::V1).execution_mode(ExecutionMode::in_process()).build().unwrap();
+//! let service = AdapterService::new(Simple::new(Echo(descriptor)));
+//! let execution = service.oneshot(ExecutionRequest::new("hello")).await.unwrap();
+//! let kinds: Vec<_> = execution.events(Cursor::START).map(|e| e.kind().as_str()).collect().await;
+//! assert_eq!(kinds, ["run.queued", "run.starting", "run.running", "message.delta", "run.succeeded"]);
+//! assert!(matches!(execution.outcome().await, Outcome::Succeeded(_)));
+//! # });
+//! ```
+
+pub mod segment;
+
+mod driver;
+mod handle;
+
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tower::layer::util::{Identity, Stack};
+use tower::{Layer, ServiceBuilder, ServiceExt};
+use tracing::Instrument;
+
+pub use self::handle::{CancelStatus, ExecutionHandle, Outcome};
+pub use self::segment::{
+    AdapterStream, BoxSegmentStream, RuntimeService, RuntimeStack, Segment, SegmentKind,
+    SegmentStream,
+};
+
+use self::driver::{Driver, instant_of};
+use self::handle::Shared;
+use self::segment::{ExecutionRuntime, catch};
+use crate::adapter::{
+    AgentConfig, DeploymentContext, HarnessAdapter, InputFile, RunLimits, RuntimeContext, TurnInput,
+};
+use crate::capability::Requirement;
+use crate::error::{ErrorCategory, ErrorCode, HarnessError};
+use crate::extensions::Extensions;
+use crate::id::{ConversationId, ExecutionId, IdempotencyKey};
+use crate::lifecycle::Execution;
+use crate::manifest::ContractVersion;
+use crate::time::Timestamp;
+use crate::trace::TraceContext;
+
+/// A request to start one execution.
+///
+/// ```
+/// use harness_core::service::ExecutionRequest;
+/// let req: ExecutionRequest = serde_json::from_value(serde_json::json!({
+///     "message": "fix the failing test",
+///     "requiredCapabilities": ["stream.text", {"capability": "interrupt.tool_approval", "minimum": "native"}],
+///     "idempotencyKey": "order-42"
+/// })).unwrap();
+/// assert_eq!(req.required_capabilities.len(), 2);
+/// let err = serde_json::from_value::<ExecutionRequest>(serde_json::json!({"mesage": "typo"})).unwrap_err();
+/// assert!(err.to_string().contains("unknown field `mesage`"));
+/// ```
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[non_exhaustive]
+pub struct ExecutionRequest {
+    /// The user's message.
+    pub message: String,
+    /// Adapter options, validated against the adapter's options schema by the preflight layer.
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub options: Value,
+    /// Input files (references, never bytes).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<InputFile>,
+    /// Opaque client context handed to the adapter.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub client_context: Map<String, Value>,
+    /// The conversation this execution continues.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation_id: Option<ConversationId>,
+    /// Capabilities the adapter must support, checked before any provider work.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub required_capabilities: Vec<Requirement>,
+    /// Makes retries of this request return the original execution.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<IdempotencyKey>,
+    /// When the execution must end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<Timestamp>,
+    /// The caller's W3C trace context.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_context: Option<TraceContext>,
+    /// Caller data for the application's own layers (never on the wire; not part of the
+    /// request's identity). No layer of this project puts a policy here: a layer that
+    /// rebuilds the request cannot switch anything off.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub extensions: Extensions,
+}
+
+impl ExecutionRequest {
+    /// A request with `message` and nothing else.
+    #[must_use]
+    pub fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            ..Self::default()
+        }
+    }
+
+    /// Sets the adapter options.
+    #[must_use]
+    pub fn with_options(mut self, options: Value) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Adds a required capability.
+    #[must_use]
+    pub fn require(mut self, requirement: impl Into<Requirement>) -> Self {
+        self.required_capabilities.push(requirement.into());
+        self
+    }
+
+    /// Sets the idempotency key.
+    #[must_use]
+    pub fn with_idempotency_key(mut self, key: IdempotencyKey) -> Self {
+        self.idempotency_key = Some(key);
+        self
+    }
+
+    /// Sets the conversation.
+    #[must_use]
+    pub fn with_conversation(mut self, conversation: ConversationId) -> Self {
+        self.conversation_id = Some(conversation);
+        self
+    }
+
+    /// Sets the trace context.
+    #[must_use]
+    pub fn with_trace_context(mut self, trace: TraceContext) -> Self {
+        self.trace_context = Some(trace);
+        self
+    }
+
+    /// Sets the deadline.
+    #[must_use]
+    pub fn with_deadline(mut self, deadline: Timestamp) -> Self {
+        self.deadline = Some(deadline);
+        self
+    }
+}
+
+/// Timing knobs of the service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServiceConfig {
+    /// How long the runtime's cancel hook may take before cleanup runs anyway.
+    pub cancel_grace: Duration,
+    /// How long cleanup may take.
+    pub cleanup_deadline: Duration,
+}
+
+impl Default for ServiceConfig {
+    fn default() -> Self {
+        Self {
+            cancel_grace: Duration::from_secs(5),
+            cleanup_deadline: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Drives executions on one adapter. Cheap to clone; clones share the adapter and the
+/// runtime stack.
+pub struct AdapterService<A> {
+    inner: Arc<ServiceInner<A>>,
+}
+
+struct ServiceInner<A> {
+    adapter: Arc<A>,
+    config: ServiceConfig,
+    deployment: DeploymentContext,
+    stack: RuntimeStack,
+}
+
+impl<A> Clone for AdapterService<A> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<A: HarnessAdapter> fmt::Debug for AdapterService<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AdapterService")
+            .field("adapter", self.inner.adapter.descriptor().id())
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds an [`AdapterService`]: its [`ServiceConfig`] and its runtime stack.
+///
+/// Layers are added outermost first, as with [`tower::ServiceBuilder`]: the first one added
+/// is the nearest to the driver, the last one the nearest to the adapter.
+///
+/// ```
+/// use harness_core::service::{AdapterService, ServiceConfig};
+/// # use harness_core::adapter::{BoxStream, EventResult, RunContext, Simple, SimpleAdapter};
+/// # use harness_core::manifest::{ContractVersion, ExecutionMode, HarnessDescriptor};
+/// # struct Nop(HarnessDescriptor);
+/// # impl SimpleAdapter for Nop {
+/// #     fn descriptor(&self) -> &HarnessDescriptor { &self.0 }
+/// #     fn stream(&self, _: RunContext) -> BoxStream<'static, EventResult> { Box::pin(futures_util::stream::empty()) }
+/// # }
+/// # let adapter = Simple::new(Nop(HarnessDescriptor::builder("nop".parse().unwrap(), "0.1.0")
+/// #     .contract_version(ContractVersion::V1).execution_mode(ExecutionMode::in_process()).build().unwrap()));
+/// let service = AdapterService::builder(adapter)
+///     .config(ServiceConfig::default())
+///     .layer(tower::layer::util::Identity::new()) // a runtime layer: redaction, retry, ...
+///     .build();
+/// # drop(service);
+/// ```
+#[must_use]
+pub struct AdapterServiceBuilder<A, L> {
+    adapter: A,
+    config: ServiceConfig,
+    layers: ServiceBuilder<L>,
+}
+
+impl<A: HarnessAdapter, L> fmt::Debug for AdapterServiceBuilder<A, L> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AdapterServiceBuilder")
+            .field("adapter", self.adapter.descriptor().id())
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<A: HarnessAdapter, L> AdapterServiceBuilder<A, L> {
+    /// Adds a layer to the runtime stack, inside those added before it.
+    pub fn layer<T>(self, layer: T) -> AdapterServiceBuilder<A, Stack<T, L>> {
+        AdapterServiceBuilder {
+            adapter: self.adapter,
+            config: self.config,
+            layers: self.layers.layer(layer),
+        }
+    }
+
+    /// Sets the timing knobs.
+    pub fn config(mut self, config: ServiceConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// The service, its runtime stack built once (and cloned for each segment).
+    pub fn build(self) -> AdapterService<A>
+    where
+        L: Layer<RuntimeService<A>>,
+        L::Service: tower::Service<Segment, Error = HarnessError> + Clone + Send + Sync + 'static,
+        <L::Service as tower::Service<Segment>>::Response: SegmentStream + 'static,
+        <L::Service as tower::Service<Segment>>::Future: Send + 'static,
+    {
+        let adapter = Arc::new(self.adapter);
+        let stack = self
+            .layers
+            .service(RuntimeService::new(Arc::clone(&adapter)))
+            .map_response(|stream| Box::pin(stream) as BoxSegmentStream);
+        AdapterService {
+            inner: Arc::new(ServiceInner {
+                adapter,
+                config: self.config,
+                deployment: DeploymentContext::default(),
+                stack: RuntimeStack::new(stack),
+            }),
+        }
+    }
+}
+
+impl<A: HarnessAdapter> AdapterService<A> {
+    /// A service over `adapter` with the default [`ServiceConfig`] and no runtime layer.
+    #[must_use]
+    pub fn new(adapter: A) -> Self {
+        Self::builder(adapter).build()
+    }
+
+    /// A service over `adapter` with `config` and no runtime layer.
+    #[must_use]
+    pub fn with_config(adapter: A, config: ServiceConfig) -> Self {
+        Self::builder(adapter).config(config).build()
+    }
+
+    /// A builder, to add runtime layers.
+    pub fn builder(adapter: A) -> AdapterServiceBuilder<A, Identity> {
+        AdapterServiceBuilder {
+            adapter,
+            config: ServiceConfig::default(),
+            layers: ServiceBuilder::new(),
+        }
+    }
+
+    /// The adapter.
+    #[must_use]
+    pub fn adapter(&self) -> &A {
+        &self.inner.adapter
+    }
+
+    /// The timing knobs.
+    #[must_use]
+    pub fn config(&self) -> &ServiceConfig {
+        &self.inner.config
+    }
+    /// Starts one execution: checks required capabilities against the adapter's report, then
+    /// spawns its driver and returns its handle.
+    ///
+    /// # Errors
+    /// `CAPABILITY_UNSUPPORTED` (configuration) when a requirement is unmet; `internal` when
+    /// called outside a Tokio runtime. No provider work has happened in either case.
+    pub async fn start(&self, request: ExecutionRequest) -> Result<ExecutionHandle, HarnessError> {
+        let tokio = tokio::runtime::Handle::try_current().map_err(|_| {
+            HarnessError::new(
+                ErrorCategory::Internal,
+                "the adapter service needs a Tokio runtime",
+            )
+            .with_diagnostic("AdapterService::call was polled outside a Tokio runtime context")
+        })?;
+        // Deadlines, grace periods and cleanup bounds need the runtime's timer; without it the
+        // driver could not bound anything, so refuse here rather than fail later.
+        if std::panic::catch_unwind(|| drop(tokio::time::sleep(Duration::ZERO))).is_err() {
+            return Err(HarnessError::new(
+                ErrorCategory::Internal,
+                "the adapter service needs a Tokio runtime with timers enabled",
+            )
+            .with_diagnostic("build the runtime with `enable_time()` (or `enable_all()`)"));
+        }
+        let inner = &self.inner;
+        let config = AgentConfig {
+            options: request.options.clone(),
+            model: None,
+            conversation: request.conversation_id.clone(),
+        };
+        if !request.required_capabilities.is_empty() {
+            let report = catch(async { inner.adapter.evaluate(&config, &inner.deployment).await })
+                .await
+                .and_then(|r| r)?;
+            if let Err(unmet) = report.check(&request.required_capabilities) {
+                let list: Vec<String> = unmet.iter().map(ToString::to_string).collect();
+                return Err(HarnessError::new(
+                    ErrorCategory::Configuration,
+                    format!(
+                        "required capabilities are not supported: {}",
+                        list.join("; ")
+                    ),
+                )
+                .with_code(ErrorCode::CAPABILITY_UNSUPPORTED));
+            }
+        }
+
+        let id = ExecutionId::generate();
+        // If the driver is lost (a runtime shutting down), the execution still ends its log
+        // with exactly one terminal event.
+        let queued = Execution::queue(id.clone()).fail_on_drop();
+        let (tx, rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared::new(
+            id.clone(),
+            inner.adapter.descriptor().id().clone(),
+            queued.events(),
+            CancellationToken::new(),
+        ));
+        let handle = ExecutionHandle {
+            shared: Arc::clone(&shared),
+            commands: tx,
+        };
+        let deadline = request.deadline.map(instant_of);
+        let context = RuntimeContext {
+            contract_version: ContractVersion::V1,
+            adapter: shared.adapter.clone(),
+            execution_id: id.clone(),
+            config,
+            binding: None,
+            prompt: None,
+            tools: Vec::new(),
+            limits: RunLimits::default(),
+            thread_state: None,
+            cancellation: shared.cancel.child_token(),
+        };
+        let turn = TurnInput {
+            execution_id: id,
+            conversation_id: request.conversation_id,
+            message: request.message,
+            files: request.files,
+            client_context: request.client_context,
+            trace_context: request.trace_context,
+            deadline: request.deadline,
+            idempotency_key: request.idempotency_key,
+        };
+        let execution = Arc::new(ExecutionRuntime::new(
+            Arc::clone(&shared),
+            context,
+            turn,
+            request.extensions,
+            inner.config.cleanup_deadline,
+        ));
+        let driver = Driver {
+            config: inner.config,
+            shared,
+            execution,
+            stack: inner.stack.clone(),
+            commands: Some(rx),
+            emitted: false,
+            deadline,
+            content: Vec::new(),
+        };
+        // The driver inherits the caller's span (a tracing layer enters the execution's span while
+        // polling this call), so what the driver and the adapter log belongs to the execution.
+        tokio.spawn(driver.run(queued).instrument(tracing::Span::current()));
+        Ok(handle)
+    }
+}
+
+impl<A: HarnessAdapter> tower::Service<ExecutionRequest> for AdapterService<A> {
+    type Response = ExecutionHandle;
+    type Error = HarnessError;
+    type Future = crate::adapter::BoxFuture<'static, Result<ExecutionHandle, HarnessError>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        // Executions are independent tasks: the bare service is always ready. Capacity limits
+        // are a layer's job.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: ExecutionRequest) -> Self::Future {
+        let this = self.clone();
+        Box::pin(async move { this.start(request).await })
+    }
+}
