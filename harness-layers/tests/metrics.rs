@@ -12,11 +12,10 @@ use std::task::{Context, Poll};
 use futures_util::StreamExt;
 use harness_core::error::{ErrorCategory, HarnessError};
 use harness_core::event::{CancelReason, EventKind};
-use harness_core::extensions::Extensions;
 use harness_core::id::Cursor;
 use harness_core::service::{AdapterService, ExecutionHandle, ExecutionRequest, Outcome};
 use harness_layers::metrics::names::{self, MetricType};
-use harness_layers::metrics::{Metrics, MetricsLayer, ReplayMarker, ResponseFuture};
+use harness_layers::metrics::{Metrics, MetricsLayer, ResponseFuture};
 use harness_scripted::{ADAPTER_ID, Script, ScriptedAdapter, ScriptedOptions};
 use metrics::Unit;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
@@ -479,7 +478,7 @@ fn a_dropped_call_future_gives_its_in_flight_unit_back() {
 }
 
 /// Returns the first execution again for every later call, as an idempotency layer does for
-/// a replay, and says so through `record_idempotent_replay`.
+/// a replay: the handle marked `into_replay`.
 #[derive(Clone)]
 struct Replaying<S> {
     inner: S,
@@ -501,8 +500,8 @@ where
 
     fn call(&mut self, request: ExecutionRequest) -> Self::Future {
         if let Some(handle) = self.first.lock().unwrap().clone() {
-            names::record_idempotent_replay(handle.adapter().as_str(), &request.extensions);
-            return Box::pin(async move { Ok(handle) });
+            names::record_idempotent_replay(handle.adapter().as_str());
+            return Box::pin(async move { Ok(handle.into_replay()) });
         }
         let first = Arc::clone(&self.first);
         let call = self.inner.call(request);
@@ -621,12 +620,9 @@ fn buckets_span_milliseconds_to_their_bound(#[case] buckets: &[f64], #[case] las
 #[test]
 fn the_record_helpers_use_the_catalog_names_and_labels() {
     let seen = run(|_| async {
-        let mut extensions = Extensions::new();
-        extensions.insert(ReplayMarker::default());
         names::record_preflight_rejection("scripted", "stream.text");
         names::record_preflight_rejection("scripted", names::CAPABILITY_OPTIONS);
-        names::record_idempotent_replay("scripted", &extensions);
-        assert!(extensions.get::<ReplayMarker>().unwrap().is_marked());
+        names::record_idempotent_replay("scripted");
         names::record_idempotency_conflict("scripted");
         names::record_retry("scripted", ErrorCategory::Throttled);
         names::record_retry("scripted", ErrorCategory::Throttled);
@@ -691,8 +687,6 @@ fn services_and_futures_are_send_and_sync() {
     type Ready = std::future::Ready<Result<ExecutionHandle, HarnessError>>;
     assert_send::<ResponseFuture<Ready>>();
     assert_sync::<ResponseFuture<Ready>>();
-    assert_send::<ReplayMarker>();
-    assert_sync::<ReplayMarker>();
 }
 
 #[test]

@@ -215,6 +215,7 @@ pub(super) enum Command {
 pub struct ExecutionHandle {
     pub(super) shared: Arc<Shared>,
     pub(super) commands: mpsc::UnboundedSender<Command>,
+    pub(super) replay: bool,
 }
 
 impl fmt::Debug for ExecutionHandle {
@@ -238,6 +239,23 @@ impl ExecutionHandle {
     #[must_use]
     pub fn adapter(&self) -> &AdapterId {
         &self.shared.adapter
+    }
+
+    /// Whether this handle answers a request with an execution that already existed (an
+    /// idempotent replay), rather than one started for it: a layer that counts or follows
+    /// new executions skips it. The mark is on the handle a layer returns, never in the
+    /// request, so no layer can lose it.
+    #[must_use]
+    pub fn is_replay(&self) -> bool {
+        self.replay
+    }
+
+    /// This handle, marked as a replay (see [`is_replay`](Self::is_replay)): what an
+    /// idempotency layer returns for a request an existing execution answers.
+    #[must_use]
+    pub fn into_replay(mut self) -> Self {
+        self.replay = true;
+        self
     }
 
     /// The current state.

@@ -451,6 +451,7 @@ impl<A: HarnessAdapter> AdapterService<A> {
         let handle = ExecutionHandle {
             shared: Arc::clone(&shared),
             commands: tx,
+            replay: false,
         };
         let deadline = request.deadline.map(instant_of);
         let context = RuntimeContext {

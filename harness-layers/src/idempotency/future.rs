@@ -164,10 +164,9 @@ where
                             this.state.set(State::Ready { guard: Some(guard) });
                         }
                         Reservation::Existing(execution) => {
-                            let extensions = this.request.as_ref().map(|r| &r.extensions);
-                            super::observe_replay(&scope.key, &execution, extensions);
+                            super::observe_replay(&scope.key, &execution);
                             this.state.set(State::Done);
-                            return Poll::Ready(Ok(execution));
+                            return Poll::Ready(Ok(execution.into_replay()));
                         }
                         Reservation::Conflict { adapter } => {
                             super::observe_conflict(&scope.key, adapter.as_ref());

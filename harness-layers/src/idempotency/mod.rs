@@ -128,7 +128,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use harness_core::error::HarnessError;
-use harness_core::extensions::Extensions;
 use harness_core::id::{AdapterId, InvalidId};
 use harness_core::service::{ExecutionHandle, ExecutionRequest};
 use tower::Service;
@@ -329,12 +328,12 @@ where
     }
 }
 
-/// A replay: the one place replays are observed. `extensions` are the replayed request's,
-/// so that a metrics layer above does not count the execution as a new one.
-fn observe_replay(key: &ScopedKey, execution: &ExecutionHandle, extensions: Option<&Extensions>) {
+/// A replay: the one place replays are observed (the handle returned is marked
+/// [`into_replay`](ExecutionHandle::into_replay), so a metrics layer above does not count it
+/// as a new execution).
+fn observe_replay(key: &ScopedKey, execution: &ExecutionHandle) {
     tracing::debug!(key = %key, execution = %execution.id(), "idempotent replay");
-    let empty = Extensions::new();
-    names::record_idempotent_replay(execution.adapter().as_str(), extensions.unwrap_or(&empty));
+    names::record_idempotent_replay(execution.adapter().as_str());
 }
 
 /// A conflict: the one place conflicts are observed. `adapter` is the recorded execution's,

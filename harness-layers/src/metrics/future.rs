@@ -12,13 +12,13 @@ use harness_core::log::LogObserver;
 use harness_core::service::ExecutionHandle;
 use pin_project_lite::pin_project;
 
+use super::names;
 use super::names::{
     ERRORS, EVENTS, EXECUTION_DURATION, EXECUTIONS_FINISHED, EXECUTIONS_IN_FLIGHT,
     EXECUTIONS_STARTED, LABEL_ADAPTER, LABEL_CATEGORY, LABEL_KIND, LABEL_OUTCOME, LABEL_STAGE,
     OUTCOME_CANCELLED, OUTCOME_FAILED, OUTCOME_SUCCEEDED, STAGE_CALL, STAGE_EXECUTION,
     TIME_TO_FIRST_EVENT,
 };
-use super::{ReplayMarker, names};
 
 pin_project! {
     /// The response future of [`Metrics`](super::Metrics).
@@ -69,23 +69,20 @@ where
     }
 }
 
-/// One call under way: when it began, its in-flight guard, and whether a layer below
-/// answered it with an existing execution.
+/// One call under way: when it began and its in-flight guard.
 #[derive(Debug)]
 pub(super) struct Call {
     adapter: SharedString,
     started: Instant,
-    replay: ReplayMarker,
     in_flight: InFlight,
 }
 
 impl Call {
-    pub(super) fn new(adapter: SharedString, started: Instant, replay: ReplayMarker) -> Self {
+    pub(super) fn new(adapter: SharedString, started: Instant) -> Self {
         let in_flight = InFlight::new(&adapter);
         Self {
             adapter,
             started,
-            replay,
             in_flight,
         }
     }
@@ -103,7 +100,7 @@ impl Call {
 
     /// The inner service returned `handle`: count a new execution and follow it.
     fn answered(self, handle: &ExecutionHandle) {
-        if self.replay.is_marked() {
+        if handle.is_replay() {
             // An existing execution, already counted and followed by whoever started it.
             return;
         }

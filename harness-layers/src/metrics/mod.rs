@@ -55,11 +55,10 @@
 //!   the in-flight gauge of a pending call and the errors of a refused call carry the label
 //!   given with [`MetricsLayer::with_adapter`] (default [`names::UNKNOWN_ADAPTER`]). Once an
 //!   execution exists, its own adapter id is the label (the in-flight count moves over).
-//! - **Idempotency below.** A replayed execution is not a new one: the idempotency layer calls
-//!   [`names::record_idempotent_replay`] with the replayed request's extensions, which marks
-//!   the call (through a [`ReplayMarker`] this layer puts in the request) so the layer neither
-//!   counts it as started nor follows its log a second time. An idempotency layer *above* this
-//!   one needs nothing: replays never reach it.
+//! - **Idempotency below.** A replayed execution is not a new one: the idempotency layer
+//!   returns its handle marked ([`ExecutionHandle::is_replay`]), so this layer neither counts
+//!   it as started nor follows its log a second time. An idempotency layer *above* this one
+//!   needs nothing: replays never reach it.
 //! - **Tracing above.** Any order works; put [`TraceLayer`](crate::trace::TraceLayer) outside
 //!   so its span covers this layer too.
 //! - **Retries inside the driver** are one execution: they count in `harness_retries_total`
@@ -69,14 +68,11 @@ mod future;
 mod layer;
 pub mod names;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
 use ::metrics::SharedString;
 use harness_core::error::HarnessError;
-use harness_core::extensions::Extensions;
 use harness_core::service::{ExecutionHandle, ExecutionRequest};
 use tower::Service;
 
@@ -135,65 +131,9 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, mut request: ExecutionRequest) -> Self::Future {
+    fn call(&mut self, request: ExecutionRequest) -> Self::Future {
         let started = Instant::now();
-        let replay = ReplayMarker::attach(&mut request.extensions);
-        let call = future::Call::new(self.adapter.clone(), started, replay);
+        let call = future::Call::new(self.adapter.clone(), started);
         ResponseFuture::new(self.inner.call(request), call)
-    }
-}
-
-/// Marks a call as answered with an execution that already existed (an idempotent replay),
-/// so a [`MetricsLayer`] above does not count it as a new one.
-///
-/// The metrics layer puts one in every request's extensions; a layer below that returns an
-/// existing execution marks it, usually through [`names::record_idempotent_replay`]. Clones
-/// share the mark.
-#[derive(Debug, Clone, Default)]
-pub struct ReplayMarker(Arc<AtomicBool>);
-
-impl ReplayMarker {
-    /// Marks the call whose request carries `extensions` as a replay; `false` when no metrics
-    /// layer is above to care.
-    pub fn mark(extensions: &Extensions) -> bool {
-        match extensions.get::<Self>() {
-            Some(marker) => {
-                marker.0.store(true, Ordering::Release);
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// Whether the call was marked.
-    #[must_use]
-    pub fn is_marked(&self) -> bool {
-        self.0.load(Ordering::Acquire)
-    }
-
-    /// The marker of `extensions`, put there if absent (two metrics layers share one).
-    fn attach(extensions: &mut Extensions) -> Self {
-        if let Some(marker) = extensions.get::<Self>() {
-            return marker.clone();
-        }
-        let marker = Self::default();
-        extensions.insert(marker.clone());
-        marker
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_marker_is_shared_by_layers_and_seen_through_the_extensions() {
-        let mut extensions = Extensions::new();
-        let outer = ReplayMarker::attach(&mut extensions);
-        let inner = ReplayMarker::attach(&mut extensions);
-        assert!(!outer.is_marked());
-        assert!(ReplayMarker::mark(&extensions));
-        assert!(outer.is_marked() && inner.is_marked());
-        assert!(!ReplayMarker::mark(&Extensions::new()));
     }
 }

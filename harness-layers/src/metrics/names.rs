@@ -45,9 +45,6 @@
 
 use ::metrics::{SharedString, Unit};
 use harness_core::error::ErrorCategory;
-use harness_core::extensions::Extensions;
-
-use super::ReplayMarker;
 
 /// Counter: executions started (the inner service returned a new execution). Labels: adapter.
 pub const EXECUTIONS_STARTED: &str = "harness_executions_started_total";
@@ -322,13 +319,11 @@ pub fn record_preflight_rejection(adapter: &str, capability: &str) {
 }
 
 /// Records a call answered with an existing execution (the same key with an equivalent
-/// request, including a concurrent identical request that joined the first one).
-///
-/// `extensions` are the replayed request's: this also tells a
-/// [`MetricsLayer`](super::MetricsLayer) above that the handle it gets back is not a new
-/// execution, so it does not count it as started nor count its events twice.
-pub fn record_idempotent_replay(adapter: &str, extensions: &Extensions) {
-    ReplayMarker::mark(extensions);
+/// request, including a concurrent identical request that joined the first one). A
+/// [`MetricsLayer`](super::MetricsLayer) above tells such a handle by
+/// [`ExecutionHandle::is_replay`](harness_core::service::ExecutionHandle::is_replay) and
+/// counts it neither as started nor its events twice.
+pub fn record_idempotent_replay(adapter: &str) {
     ::metrics::counter!(IDEMPOTENT_REPLAYS, LABEL_ADAPTER => label(adapter)).increment(1);
 }
 
