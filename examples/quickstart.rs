@@ -14,9 +14,7 @@
 use std::process::ExitCode;
 
 use futures_util::StreamExt;
-use harness::action::{
-    ActionKind, ActionRequest, ApprovalResponse, FormResponse, FormValues, ToolDecision,
-};
+use harness::action::{ActionKind, ActionRequest, ActionResponse, FormValues};
 use harness::event::EventPayload;
 use harness::id::Cursor;
 use harness::scripted::{Script, ScriptedAdapter};
@@ -24,22 +22,12 @@ use harness::{ExecutionRequest, HarnessStack, Outcome};
 use serde_json::json;
 use tower::ServiceExt;
 
-fn answer(request: &ActionRequest) -> harness::action::ActionResponse {
+/// Approves every tool call; dismisses a form when it may, else submits it empty.
+fn answer(request: &ActionRequest) -> ActionResponse {
     match &request.kind {
-        ActionKind::ToolApproval(approval) => {
-            let decisions: Vec<_> = approval
-                .calls()
-                .iter()
-                .map(|call| ToolDecision::approve(call.call_id().clone()))
-                .collect();
-            ApprovalResponse::decide(request.id.clone(), request.revision, decisions).into()
-        }
-        ActionKind::FormInput(_) if request.dismissible => {
-            FormResponse::dismiss(request.id.clone(), request.revision).into()
-        }
-        ActionKind::FormInput(_) => {
-            FormResponse::submit(request.id.clone(), request.revision, FormValues::new()).into()
-        }
+        ActionKind::ToolApproval(_) => request.approve_all(),
+        ActionKind::FormInput(_) if request.dismissible => request.dismiss(),
+        ActionKind::FormInput(_) => request.submit(FormValues::new()),
     }
 }
 

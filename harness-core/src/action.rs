@@ -1822,6 +1822,117 @@ impl ActionRequest {
         self.kind.action_type()
     }
 
+    /// An answer approving every call of this tool approval, for this request's id and
+    /// revision. (On a form request it names no call, and answering with it is refused as
+    /// the wrong kind.)
+    ///
+    /// ```
+    /// use harness_core::action::{ActionRequest, ApprovalRequest, ToolCallApproval};
+    /// use serde_json::json;
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let call = ToolCallApproval::new("c1".parse()?, "shell", json!({"cmd": "ls"}), json!({"type": "object"}))?;
+    /// let request = ActionRequest::approval(ApprovalRequest::new([call])?);
+    /// let approve = request.approve_all();
+    /// let reject = request.reject(&"c1".parse()?, "not today");
+    /// let edit = request.edit(&"c1".parse()?, json!({"cmd": "ls -la"}));
+    /// for answer in [&approve, &reject, &edit] {
+    ///     assert_eq!(answer.action_id(), &request.id);
+    ///     assert_eq!(answer.revision(), request.revision);
+    /// }
+    /// assert_eq!(serde_json::to_value(&reject)?["answer"]["decisions"][0]["decision"]["type"], "reject");
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn approve_all(&self) -> ActionResponse {
+        self.decide(|_| Decision::Approve)
+    }
+
+    /// An answer rejecting every call of this tool approval, with `reason`.
+    #[must_use]
+    pub fn reject_all(&self, reason: impl Into<String>) -> ActionResponse {
+        let reason = reason.into();
+        self.decide(|_| Decision::Reject {
+            reason: Some(reason.clone()),
+        })
+    }
+
+    /// An answer rejecting the call `call_id` with `reason` and approving every other call.
+    #[must_use]
+    pub fn reject(&self, call_id: &ToolCallId, reason: impl Into<String>) -> ActionResponse {
+        let reason = reason.into();
+        self.decide(|call| {
+            if call.call_id() == call_id {
+                Decision::Reject {
+                    reason: Some(reason.clone()),
+                }
+            } else {
+                Decision::Approve
+            }
+        })
+    }
+
+    /// An answer running the call `call_id` with `arguments` instead (revalidated against
+    /// its input schema when answered) and approving every other call.
+    #[must_use]
+    pub fn edit(&self, call_id: &ToolCallId, arguments: Value) -> ActionResponse {
+        self.decide(|call| {
+            if call.call_id() == call_id {
+                Decision::Edit {
+                    arguments: arguments.clone(),
+                }
+            } else {
+                Decision::Approve
+            }
+        })
+    }
+
+    /// An answer with the decision `decide` makes for each call of this tool approval.
+    #[must_use]
+    pub fn decide(&self, mut decide: impl FnMut(&ToolCallApproval) -> Decision) -> ActionResponse {
+        let calls = match &self.kind {
+            ActionKind::ToolApproval(approval) => approval.calls(),
+            ActionKind::FormInput(_) => &[],
+        };
+        let decisions = calls.iter().map(|call| ToolDecision {
+            call_id: call.call_id().clone(),
+            decision: decide(call),
+        });
+        ApprovalResponse::decide(self.id.clone(), self.revision, decisions).into()
+    }
+
+    /// An answer submitting `values` to this form (validated against its fields when
+    /// answered).
+    ///
+    /// ```
+    /// use harness_core::action::{ActionRequest, FieldKind, FormField, FormRequest, FormValues};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let form = FormRequest::new([FormField::new("name".parse()?, "Name", FieldKind::text())])?;
+    /// let request = ActionRequest::form(form);
+    /// let answer = request.submit(FormValues::new().with("name", "Ada"));
+    /// assert_eq!(serde_json::to_value(&answer)?["answer"]["values"]["name"], "Ada");
+    /// assert_eq!(request.dismiss().revision(), request.revision);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn submit(&self, values: FormValues) -> ActionResponse {
+        FormResponse::submit(self.id.clone(), self.revision, values).into()
+    }
+
+    /// An answer dismissing this action (form or tool approval) as a whole.
+    #[must_use]
+    pub fn dismiss(&self) -> ActionResponse {
+        match &self.kind {
+            ActionKind::FormInput(_) => {
+                FormResponse::dismiss(self.id.clone(), self.revision).into()
+            }
+            ActionKind::ToolApproval(_) => {
+                ApprovalResponse::dismiss(self.id.clone(), self.revision).into()
+            }
+        }
+    }
+
     /// The form, if this is a form request.
     #[must_use]
     pub fn as_form(&self) -> Option<&FormRequest> {
@@ -4061,5 +4172,51 @@ mod tests {
                 });
             }
         }
+    }
+
+    #[test]
+    fn the_answer_helpers_validate_against_the_request_they_answer() {
+        let approval = approval_request();
+        let decided = |response: ActionResponse| -> Vec<(String, DecisionKind)> {
+            let ValidatedResponse::Approval(v) = approval.validate(response).expect("valid") else {
+                panic!("an approval");
+            };
+            let ApprovalAnswer::Decide(decisions) = v.into_answer() else {
+                panic!("decided");
+            };
+            decisions
+                .into_iter()
+                .map(|d| (d.call_id.to_string(), d.decision.kind()))
+                .collect()
+        };
+        use DecisionKind::{Approve, Edit, Reject};
+        let all = |k| vec![("c1".to_owned(), k), ("c2".to_owned(), k)];
+        assert_eq!(decided(approval.approve_all()), all(Approve));
+        assert_eq!(decided(approval.reject_all("no")), all(Reject));
+        assert_eq!(
+            decided(approval.reject(&call("c2"), "not that one")),
+            [("c1".to_owned(), Approve), ("c2".to_owned(), Reject)]
+        );
+        assert_eq!(
+            decided(approval.edit(&call("c1"), json!({"path": "/etc/hostname"}))),
+            [("c1".to_owned(), Edit), ("c2".to_owned(), Approve)]
+        );
+        // An edit is revalidated: arguments the schema refuses fail the answer.
+        assert!(
+            approval
+                .validate(approval.edit(&call("c1"), json!({"path": 7})))
+                .is_err()
+        );
+        assert!(approval.validate(approval.dismiss()).is_ok());
+
+        let form = form_request();
+        assert!(form.validate(form.submit(good_values())).is_ok());
+        assert!(form.validate(form.submit(FormValues::new())).is_err());
+        assert!(form.validate(form.dismiss()).is_ok());
+        // A helper of the other kind is refused as the wrong kind, not accepted.
+        assert!(matches!(
+            form.validate(form.approve_all()),
+            Err(ActionResponseError::KindMismatch { .. })
+        ));
     }
 }
