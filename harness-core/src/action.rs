@@ -1876,15 +1876,13 @@ impl ActionRequest {
     /// its input schema when answered) and approving every other call.
     #[must_use]
     pub fn edit(&self, call_id: &ToolCallId, arguments: Value) -> ActionResponse {
-        self.decide(|call| {
-            if call.call_id() == call_id {
-                Decision::Edit {
-                    arguments: arguments.clone(),
-                }
-            } else {
-                Decision::Approve
-            }
-        })
+        let mut arguments = Some(arguments);
+        self.decide(
+            |call| match arguments.take_if(|_| call.call_id() == call_id) {
+                Some(arguments) => Decision::Edit { arguments },
+                None => Decision::Approve,
+            },
+        )
     }
 
     /// An answer with the decision `decide` makes for each call of this tool approval.
