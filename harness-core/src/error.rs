@@ -19,6 +19,11 @@
 //! assert_eq!(wire["retryAfterMs"], 2000);
 //! assert!(!wire.to_string().contains("sk-live-123"));
 //! ```
+//!
+//! Every code the project emits is a constant of [`ErrorCode`], listed once in [`CATALOG`]
+//! (providers' own codes travel separately, as the sanitized `providerCode`):
+//!
+#![doc = include_str!("../ERROR_CODES.md")]
 
 use std::borrow::Cow;
 use std::fmt;
@@ -104,19 +109,19 @@ impl ErrorCategory {
     /// The generic code used when an error names no more specific one.
     #[must_use]
     pub const fn default_code(self) -> ErrorCode {
-        ErrorCode::from_static(match self {
-            Self::Configuration => "CONFIGURATION",
-            Self::Authentication => "AUTHENTICATION",
-            Self::Authorization => "AUTHORIZATION",
-            Self::Capacity => "CAPACITY",
-            Self::Throttled => "THROTTLED",
-            Self::Unavailable => "UNAVAILABLE",
-            Self::Timeout => "TIMEOUT",
-            Self::Protocol => "PROTOCOL",
-            Self::Persistence => "PERSISTENCE",
-            Self::Cancelled => "CANCELLED",
-            Self::Internal => "INTERNAL",
-        })
+        match self {
+            Self::Configuration => ErrorCode::CONFIGURATION,
+            Self::Authentication => ErrorCode::AUTHENTICATION,
+            Self::Authorization => ErrorCode::AUTHORIZATION,
+            Self::Capacity => ErrorCode::CAPACITY,
+            Self::Throttled => ErrorCode::THROTTLED,
+            Self::Unavailable => ErrorCode::UNAVAILABLE,
+            Self::Timeout => ErrorCode::TIMEOUT,
+            Self::Protocol => ErrorCode::PROTOCOL,
+            Self::Persistence => ErrorCode::PERSISTENCE,
+            Self::Cancelled => ErrorCode::CANCELLED,
+            Self::Internal => ErrorCode::INTERNAL,
+        }
     }
 }
 
@@ -151,36 +156,136 @@ const fn is_code(s: &str) -> bool {
     true
 }
 
-impl ErrorCode {
-    /// A second answer to an action that was already answered.
-    pub const ACTION_ALREADY_RESOLVED: Self = Self::from_static("ACTION_ALREADY_RESOLVED");
-    /// No pending action has that id.
-    pub const ACTION_NOT_FOUND: Self = Self::from_static("ACTION_NOT_FOUND");
-    /// The answer names a revision other than the pending one.
-    pub const ACTION_REVISION_STALE: Self = Self::from_static("ACTION_REVISION_STALE");
-    /// The answer does not fit the request (wrong kind, invalid values, undeclared decision).
-    pub const ACTION_RESPONSE_INVALID: Self = Self::from_static("ACTION_RESPONSE_INVALID");
-    /// The same idempotency key was used with a different request.
-    pub const IDEMPOTENCY_CONFLICT: Self = Self::from_static("IDEMPOTENCY_CONFLICT");
-    /// A required capability is not supported at the required level.
-    pub const CAPABILITY_UNSUPPORTED: Self = Self::from_static("CAPABILITY_UNSUPPORTED");
-    /// Adapter options do not match the adapter's options schema.
-    pub const OPTIONS_INVALID: Self = Self::from_static("OPTIONS_INVALID");
-    /// The adapter produced events out of order or malformed.
-    pub const EVENT_ORDER_VIOLATION: Self = Self::from_static("EVENT_ORDER_VIOLATION");
-    /// The adapter panicked.
-    pub const ADAPTER_PANICKED: Self = Self::from_static("ADAPTER_PANICKED");
-    /// Creating and initializing the runtime took longer than its initialization deadline.
-    pub const INIT_TIMEOUT: Self = Self::from_static("INIT_TIMEOUT");
-    /// A run segment took longer than its turn deadline.
-    pub const TURN_TIMEOUT: Self = Self::from_static("TURN_TIMEOUT");
-    /// The request's deadline passed while the execution was starting or running.
-    pub const DEADLINE_EXCEEDED: Self = Self::from_static("DEADLINE_EXCEEDED");
-    /// A layer of the runtime stack panicked.
-    pub const LAYER_PANICKED: Self = Self::from_static("LAYER_PANICKED");
-    /// The execution has already ended.
-    pub const EXECUTION_TERMINAL: Self = Self::from_static("EXECUTION_TERMINAL");
+/// One stable code of the [`CATALOG`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ErrorCodeDef {
+    name: &'static str,
+    category: Option<ErrorCategory>,
+    meaning: &'static str,
+}
 
+impl ErrorCodeDef {
+    /// The code, as it goes on the wire.
+    #[must_use]
+    pub const fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The category errors with this code have; `None` for the codes of a tool's bounded
+    /// failure (a tool outcome the model sees, not an execution's error).
+    #[must_use]
+    pub const fn category(&self) -> Option<ErrorCategory> {
+        self.category
+    }
+
+    /// What it means.
+    #[must_use]
+    pub fn meaning(&self) -> &'static str {
+        self.meaning.trim()
+    }
+}
+
+macro_rules! codes {
+    ($($(#[doc = $doc:literal])+ $name:ident: $category:expr;)*) => {
+        impl ErrorCode {
+            $(
+                $(#[doc = $doc])+
+                pub const $name: Self = Self::from_static(stringify!($name));
+            )*
+        }
+
+        /// Every error code this project emits, each once, with its category and meaning: a
+        /// test keeps it in step with the code (no code is made anywhere else) and with the
+        /// table in the [module docs](self).
+        pub const CATALOG: &[ErrorCodeDef] = &[
+            $(ErrorCodeDef {
+                name: stringify!($name),
+                category: $category,
+                meaning: concat!($($doc),+),
+            },)*
+        ];
+    };
+}
+
+use ErrorCategory as C;
+
+codes! {
+    /// An error that names no more specific code: a configuration problem.
+    CONFIGURATION: Some(C::Configuration);
+    /// An error that names no more specific code: provider credentials are missing or expired.
+    AUTHENTICATION: Some(C::Authentication);
+    /// An error that names no more specific code: the provider denied the operation.
+    AUTHORIZATION: Some(C::Authorization);
+    /// An error that names no more specific code: a concurrency quota or local capacity.
+    CAPACITY: Some(C::Capacity);
+    /// An error that names no more specific code: the provider is rate limiting.
+    THROTTLED: Some(C::Throttled);
+    /// An error that names no more specific code: the provider or its process is unavailable.
+    UNAVAILABLE: Some(C::Unavailable);
+    /// An error that names no more specific code: a deadline passed.
+    TIMEOUT: Some(C::Timeout);
+    /// An error that names no more specific code: malformed output or invalid order.
+    PROTOCOL: Some(C::Protocol);
+    /// An error that names no more specific code: native state could not be saved or loaded.
+    PERSISTENCE: Some(C::Persistence);
+    /// An error that names no more specific code: the work was cancelled.
+    CANCELLED: Some(C::Cancelled);
+    /// An error that names no more specific code: an unexpected defect.
+    INTERNAL: Some(C::Internal);
+    /// A second answer to an action that was already answered.
+    ACTION_ALREADY_RESOLVED: Some(C::Configuration);
+    /// No pending action has that id.
+    ACTION_NOT_FOUND: Some(C::Configuration);
+    /// The answer names a revision other than the pending one.
+    ACTION_REVISION_STALE: Some(C::Configuration);
+    /// The answer does not fit the request (wrong kind, invalid values, undeclared decision).
+    ACTION_RESPONSE_INVALID: Some(C::Configuration);
+    /// The same idempotency key was used with a different request.
+    IDEMPOTENCY_CONFLICT: Some(C::Configuration);
+    /// A required capability is not supported at the required level.
+    CAPABILITY_UNSUPPORTED: Some(C::Configuration);
+    /// Adapter options do not match the adapter's options schema.
+    OPTIONS_INVALID: Some(C::Configuration);
+    /// Every execution slot of a capacity layer is busy; retry later.
+    CAPACITY_EXHAUSTED: Some(C::Capacity);
+    /// The adapter produced events out of order or malformed.
+    EVENT_ORDER_VIOLATION: Some(C::Protocol);
+    /// The adapter panicked; the panic text is in the diagnostic only.
+    ADAPTER_PANICKED: Some(C::Internal);
+    /// A layer of the runtime stack panicked.
+    LAYER_PANICKED: Some(C::Internal);
+    /// The execution's driver was lost (its Tokio runtime shut down) before its end.
+    EXECUTION_LOST: Some(C::Internal);
+    /// The execution has already ended.
+    EXECUTION_TERMINAL: Some(C::Configuration);
+    /// Creating and initializing the runtime took longer than its initialization deadline.
+    INIT_TIMEOUT: Some(C::Timeout);
+    /// A run segment took longer than its turn deadline.
+    TURN_TIMEOUT: Some(C::Timeout);
+    /// The request's deadline passed while the execution was starting or running.
+    DEADLINE_EXCEEDED: Some(C::Timeout);
+    /// A stale version: the thread state changed since it was read.
+    STATE_VERSION_CONFLICT: Some(C::Persistence);
+    /// A stale epoch: the session was cleared since the handle was made.
+    STATE_EPOCH_STALE: Some(C::Persistence);
+    /// The binding belongs to another conversation.
+    STATE_BINDING_MISMATCH: Some(C::Persistence);
+    /// A thread-state value could not be encoded or decoded.
+    STATE_CODEC: Some(C::Persistence);
+    /// The thread-state store could not save or load.
+    STATE_UNAVAILABLE: Some(C::Persistence);
+    /// A tool failed in its own way (the default code of a bounded failure).
+    TOOL_FAILED: None;
+    /// A tool's arguments did not match its input schema; the tool was not called.
+    TOOL_ARGUMENTS_INVALID: None;
+    /// A tool panicked; the panic text is not exposed.
+    TOOL_PANICKED: None;
+    /// A tool call's deadline had passed before the tool was called; it was not called.
+    TOOL_DEADLINE_EXCEEDED: None;
+}
+
+impl ErrorCode {
     /// A code from a literal; fails to compile (in `const` context) or panics if the literal is
     /// not SCREAMING_SNAKE, so invalid literals are caught where they are written.
     #[must_use]

@@ -261,7 +261,7 @@ impl Drop for Core {
                 crate::error::ErrorCategory::Internal,
                 "the execution stopped unexpectedly",
             )
-            .with_code(crate::error::ErrorCode::from_static("EXECUTION_LOST"));
+            .with_code(crate::error::ErrorCode::EXECUTION_LOST);
             let _ = self.log.append(EventPayload::RunFailed(Box::new(RunFailed {
                 error: error.public(),
             })));

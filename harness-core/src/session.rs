@@ -349,17 +349,6 @@ impl fmt::Debug for StateEntry {
     }
 }
 
-/// A stale version: the value changed since it was read.
-pub const STATE_VERSION_CONFLICT: ErrorCode = ErrorCode::from_static("STATE_VERSION_CONFLICT");
-/// A stale epoch: the session was cleared since the handle was made.
-pub const STATE_EPOCH_STALE: ErrorCode = ErrorCode::from_static("STATE_EPOCH_STALE");
-/// The binding belongs to another conversation.
-pub const STATE_BINDING_MISMATCH: ErrorCode = ErrorCode::from_static("STATE_BINDING_MISMATCH");
-/// A JSON value could not be encoded or decoded.
-pub const STATE_CODEC: ErrorCode = ErrorCode::from_static("STATE_CODEC");
-/// The store could not save or load.
-pub const STATE_UNAVAILABLE: ErrorCode = ErrorCode::from_static("STATE_UNAVAILABLE");
-
 fn show(v: Option<&Version>) -> Cow<'static, str> {
     match v {
         Some(v) => Cow::Owned(v.to_string()),
@@ -371,8 +360,8 @@ fn show(v: Option<&Version>) -> Cow<'static, str> {
 /// `persistence`.
 ///
 /// ```
-/// use harness_core::error::{ErrorCategory, HarnessError};
-/// use harness_core::session::{STATE_VERSION_CONFLICT, StateError, Version};
+/// use harness_core::error::{ErrorCategory, ErrorCode, HarnessError};
+/// use harness_core::session::{StateError, Version};
 /// let err = StateError::VersionConflict {
 ///     key: "head".parse().unwrap(),
 ///     expected: Version::new(1),
@@ -381,7 +370,7 @@ fn show(v: Option<&Version>) -> Cow<'static, str> {
 /// assert!(err.to_string().contains("expected v1"), "{err}");
 /// let err = HarnessError::from(err);
 /// assert_eq!(err.category(), ErrorCategory::Persistence);
-/// assert_eq!(err.code(), &STATE_VERSION_CONFLICT);
+/// assert_eq!(err.code(), &ErrorCode::STATE_VERSION_CONFLICT);
 /// assert!(!err.public().message.contains("head"));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -449,11 +438,11 @@ impl StateError {
     #[must_use]
     pub fn code(&self) -> ErrorCode {
         match self {
-            Self::VersionConflict { .. } => STATE_VERSION_CONFLICT,
-            Self::StaleEpoch { .. } => STATE_EPOCH_STALE,
-            Self::BindingMismatch { .. } => STATE_BINDING_MISMATCH,
-            Self::Codec { .. } => STATE_CODEC,
-            Self::Unavailable { .. } => STATE_UNAVAILABLE,
+            Self::VersionConflict { .. } => ErrorCode::STATE_VERSION_CONFLICT,
+            Self::StaleEpoch { .. } => ErrorCode::STATE_EPOCH_STALE,
+            Self::BindingMismatch { .. } => ErrorCode::STATE_BINDING_MISMATCH,
+            Self::Codec { .. } => ErrorCode::STATE_CODEC,
+            Self::Unavailable { .. } => ErrorCode::STATE_UNAVAILABLE,
         }
     }
 }
@@ -1077,7 +1066,7 @@ mod tests {
             let forged = SessionBinding::new(b.binding_id().clone(), ConversationId::generate());
             let err = store.scoped(forged).get(&key("k")).await.unwrap_err();
             assert!(matches!(err, StateError::BindingMismatch { .. }), "{err}");
-            assert_eq!(err.code(), STATE_BINDING_MISMATCH);
+            assert_eq!(err.code(), ErrorCode::STATE_BINDING_MISMATCH);
         });
     }
 
@@ -1140,7 +1129,7 @@ mod tests {
             assert_eq!(version, v);
             s.put(&k, b"\xff not json".to_vec(), Some(v)).await.unwrap();
             let err = s.get_json::<serde_json::Value>(&k).await.unwrap_err();
-            assert_eq!(err.code(), STATE_CODEC);
+            assert_eq!(err.code(), ErrorCode::STATE_CODEC);
             assert_eq!(s.get_json::<u8>(&key("absent")).await.unwrap(), None);
         });
     }

@@ -105,15 +105,6 @@ use crate::id::{ExecutionId, InvalidId, ToolCallId};
 /// A boxed, `Send` future: what object-safe async traits of this crate return.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// The tool failed in its own way (the default code of a [`BoundedFailure`]).
-pub const TOOL_FAILED: ErrorCode = ErrorCode::from_static("TOOL_FAILED");
-/// The arguments did not match the tool's input schema; the tool was not called.
-pub const TOOL_ARGUMENTS_INVALID: ErrorCode = ErrorCode::from_static("TOOL_ARGUMENTS_INVALID");
-/// The tool panicked; the panic text is not exposed.
-pub const TOOL_PANICKED: ErrorCode = ErrorCode::from_static("TOOL_PANICKED");
-/// The call's deadline had passed before the tool was called; the tool was not called.
-pub const TOOL_DEADLINE_EXCEEDED: ErrorCode = ErrorCode::from_static("TOOL_DEADLINE_EXCEEDED");
-
 // ---------------------------------------------------------------------------------------------
 // ToolId
 // ---------------------------------------------------------------------------------------------
@@ -555,7 +546,7 @@ impl InvalidArguments {
     /// would fail again).
     #[must_use]
     pub fn to_failure(&self) -> BoundedFailure {
-        BoundedFailure::new(self.to_string()).with_code(TOOL_ARGUMENTS_INVALID)
+        BoundedFailure::new(self.to_string()).with_code(ErrorCode::TOOL_ARGUMENTS_INVALID)
     }
 }
 
@@ -620,7 +611,7 @@ struct FailureFields {
 }
 
 fn default_failure_code() -> ErrorCode {
-    TOOL_FAILED
+    ErrorCode::TOOL_FAILED
 }
 
 impl From<FailureFields> for BoundedFailure {
@@ -637,12 +628,12 @@ impl BoundedFailure {
     /// Ends a message that was cut.
     pub const TRUNCATION_MARKER: &'static str = "… [truncated]";
 
-    /// A non-retryable failure with code [`TOOL_FAILED`]; `message` is bounded.
+    /// A non-retryable failure with code [`ErrorCode::TOOL_FAILED`]; `message` is bounded.
     #[must_use]
     pub fn new(message: impl Into<String>) -> Self {
         Self {
             message: bound_message(message.into()),
-            code: TOOL_FAILED,
+            code: ErrorCode::TOOL_FAILED,
             retryable: false,
         }
     }
@@ -786,7 +777,7 @@ pub enum ToolOutcome {
 }
 
 impl ToolOutcome {
-    /// A failure with `message` (non-retryable, code [`TOOL_FAILED`]).
+    /// A failure with `message` (non-retryable, code [`ErrorCode::TOOL_FAILED`]).
     #[must_use]
     pub fn failure(message: impl Into<String>) -> Self {
         Self::Failure(BoundedFailure::new(message))
@@ -913,7 +904,7 @@ pub trait PortableTool: Send + Sync {
 ///
 /// It snapshots the tool's descriptor (and its compiled schema) at construction; every
 /// [`invoke`](Self::invoke) first validates the arguments against it and returns a
-/// [`TOOL_ARGUMENTS_INVALID`] failure listing every violation without calling the tool. So an
+/// [`ErrorCode::TOOL_ARGUMENTS_INVALID`] failure listing every violation without calling the tool. So an
 /// adapter can neither replace the schema nor widen the allowed arguments. The handle exposes
 /// the descriptor read-only and nothing else of the tool: no accessor, no `Deref`, and `Debug`
 /// prints only the tool id. Cloning is cheap and keeps the same tool.
@@ -946,9 +937,9 @@ impl ToolHandle {
     /// Calls the tool.
     ///
     /// Lazy: nothing happens until the returned future is polled. On first poll it fails with
-    /// [`TOOL_DEADLINE_EXCEEDED`] if `ctx`'s deadline has passed, with
-    /// [`TOOL_ARGUMENTS_INVALID`] if the arguments miss the schema (in both cases without
-    /// calling the tool), and otherwise runs the tool; a panic becomes a [`TOOL_PANICKED`]
+    /// [`ErrorCode::TOOL_DEADLINE_EXCEEDED`] if `ctx`'s deadline has passed, with
+    /// [`ErrorCode::TOOL_ARGUMENTS_INVALID`] if the arguments miss the schema (in both cases without
+    /// calling the tool), and otherwise runs the tool; a panic becomes a [`ErrorCode::TOOL_PANICKED`]
     /// failure whose message does not include the panic text. The future borrows the handle;
     /// clone the handle to move a call into a spawned task.
     pub fn invoke(&self, arguments: Value, ctx: ToolCallContext) -> ToolInvocation<'_> {
@@ -967,7 +958,7 @@ impl ToolHandle {
                     "the deadline of the call to tool `{}` passed before it started",
                     self.id()
                 ))
-                .with_code(TOOL_DEADLINE_EXCEEDED),
+                .with_code(ErrorCode::TOOL_DEADLINE_EXCEEDED),
             ));
         }
         if let Err(invalid) = self.descriptor.validate_arguments(&arguments) {
@@ -985,7 +976,7 @@ impl ToolHandle {
         tracing::warn!(tool = %self.id(), "tool panicked; reported as a generic failure");
         ToolOutcome::Failure(
             BoundedFailure::new(format!("tool `{}` failed unexpectedly", self.id()))
-                .with_code(TOOL_PANICKED),
+                .with_code(ErrorCode::TOOL_PANICKED),
         )
     }
 }
@@ -1482,7 +1473,7 @@ mod tests {
         });
         let f = failure(rt().block_on(handle.invoke(args.clone(), ctx())));
         assert_eq!(calls.load(Ordering::SeqCst), 0);
-        assert_eq!(f.code(), &TOOL_ARGUMENTS_INVALID);
+        assert_eq!(f.code(), &ErrorCode::TOOL_ARGUMENTS_INVALID);
         assert!(!f.retryable());
         for pointer in ["/title", "/count", "/tags/1", "/extra", "/more"] {
             assert!(
@@ -1514,7 +1505,7 @@ mod tests {
         assert!(f.message().contains("at (root):"), "{}", f.message());
         assert!(f.message().contains("title"), "{}", f.message());
         let f = failure(rt().block_on(handle.invoke(json!([1, 2]), ctx())));
-        assert_eq!(f.code(), &TOOL_ARGUMENTS_INVALID);
+        assert_eq!(f.code(), &ErrorCode::TOOL_ARGUMENTS_INVALID);
         assert_eq!(calls.load(Ordering::SeqCst), 0);
     }
 
@@ -1545,7 +1536,7 @@ mod tests {
             handed_out: AtomicUsize::new(0),
         }));
         let outcome = rt().block_on(handle.invoke(json!({ "anything": 1 }), ctx()));
-        assert_eq!(failure(outcome).code(), &TOOL_ARGUMENTS_INVALID);
+        assert_eq!(failure(outcome).code(), &ErrorCode::TOOL_ARGUMENTS_INVALID);
         assert_eq!(handle.descriptor().input_schema(), &strict_schema());
     }
 
@@ -1555,7 +1546,7 @@ mod tests {
             let (handle, calls) = Probe::handle(behaviour);
             let f = failure(rt().block_on(handle.invoke(json!({ "title": "t" }), ctx())));
             assert_eq!(calls.load(Ordering::SeqCst), 1);
-            assert_eq!(f.code(), &TOOL_PANICKED);
+            assert_eq!(f.code(), &ErrorCode::TOOL_PANICKED);
             assert!(!f.message().contains("panic"), "{}", f.message());
             assert!(!f.message().contains("SECRET"), "{}", f.message());
         }
@@ -1568,7 +1559,7 @@ mod tests {
         let f = failure(
             rt().block_on(handle.invoke(json!({ "title": "t" }), ctx().with_deadline(past))),
         );
-        assert_eq!(f.code(), &TOOL_DEADLINE_EXCEEDED);
+        assert_eq!(f.code(), &ErrorCode::TOOL_DEADLINE_EXCEEDED);
         assert_eq!(calls.load(Ordering::SeqCst), 0);
     }
 
@@ -1600,7 +1591,7 @@ mod tests {
         let f: BoundedFailure = serde_json::from_value(wire).unwrap();
         assert!(f.message().len() <= BoundedFailure::MAX_MESSAGE_BYTES);
         assert!(f.retryable());
-        assert_eq!(f.code(), &TOOL_FAILED);
+        assert_eq!(f.code(), &ErrorCode::TOOL_FAILED);
     }
 
     #[test]

@@ -156,7 +156,7 @@ where
                             ErrorCategory::Capacity,
                             format!("all {} execution slots are busy; retry later", self.limit),
                         )
-                        .with_code(ErrorCode::from_static("CAPACITY_EXHAUSTED"))
+                        .with_code(ErrorCode::CAPACITY_EXHAUSTED)
                         .with_retry_after(self.retry_after),
                     ),
                 },
