@@ -61,11 +61,9 @@ enum Split {
     Whole,
 }
 
-/// Repeats the user's message back. The derive gives it its descriptor; `crate = "::harness"`
-/// because this program depends on the facade.
+/// Repeats the user's message back. The derive gives it its descriptor.
 #[derive(Debug, Adapter)]
 #[adapter(
-    crate = "::harness",
     id = "echo",
     name = "Echo (derive example)",
     contract_versions = [1],

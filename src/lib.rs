@@ -5,21 +5,67 @@ pub use harness_core::{
     schema, service, session, time, tool, trace,
 };
 
-/// The Tower layers and the default stack.
+/// The Tower layers of both stacks and the default stacks (feature `layers`).
+#[cfg(feature = "layers")]
 pub use harness_layers as layers;
+#[cfg(feature = "layers")]
 pub use harness_layers::stack::HarnessStack;
 
-/// The embedded default adapter: deterministic, driven by a script.
+/// The embedded default adapter: deterministic, driven by a script (feature `scripted`).
+#[cfg(feature = "scripted")]
 pub use harness_scripted as scripted;
 
 pub use harness_core::service::{AdapterService, ExecutionHandle, ExecutionRequest, Outcome};
 
-/// Derive macros for adapter authors: `#[derive(Adapter)]` builds a checked descriptor from an
-/// `#[adapter(...)]` attribute; `#[derive(AdapterOptions)]` makes an options type whose schema
-/// rejects unknown fields. See `examples/derive_adapter.rs`.
+/// Derive macros for adapter authors (feature `macros`): `#[derive(Adapter)]` builds a checked
+/// descriptor from an `#[adapter(...)]` attribute; `#[derive(AdapterOptions)]` makes an
+/// options type whose schema rejects unknown fields. In a crate that depends on this facade
+/// they need no `crate = "..."` attribute. See `examples/derive_adapter.rs`.
+#[cfg(feature = "macros")]
 pub use harness_macros::{Adapter, AdapterOptions};
 
-/// What the derives' generated code reaches, for crates that depend on this facade only (they
-/// write `#[adapter(crate = "::harness")]`). Not public API.
+/// The version of Tower this crate is built on: its `Service`, `Layer` and `ServiceBuilder`
+/// are the ones every layer and service here implements.
+pub use tower;
+
+/// Streams: the constructors and combinators of `futures-util` (`stream::iter`,
+/// `stream::once`, `StreamExt`, ...), for adapters that build the streams they yield.
+pub use futures_util::stream;
+
+/// What most programs using the library import.
+///
+/// ```
+/// use harness::prelude::*;
+/// use harness::scripted::{Script, ScriptedAdapter};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let adapter = ScriptedAdapter::new(Script::builder().text("hello").complete("done").build());
+/// let service = HarnessStack::defaults_for(&adapter).unwrap().service(adapter);
+/// let execution = service.oneshot(ExecutionRequest::new("hi")).await.unwrap();
+/// let kinds: Vec<_> = execution.events(Default::default()).map(|e| e.kind().as_str()).collect().await;
+/// assert_eq!(kinds, ["run.queued", "run.starting", "run.running", "message.delta", "run.succeeded"]);
+/// # });
+/// ```
+pub mod prelude {
+    pub use futures_util::{Stream, StreamExt};
+    pub use tower::{Layer, Service, ServiceBuilder, ServiceExt};
+
+    #[cfg(feature = "layers")]
+    pub use crate::HarnessStack;
+    pub use crate::action::{ActionKind, ActionRequest, ActionResponse};
+    pub use crate::adapter::{
+        AdapterEvent, BoxStream, EventResult, HarnessAdapter, HarnessRuntime, RunContext, Simple,
+        SimpleAdapter,
+    };
+    pub use crate::error::{ErrorCategory, ErrorCode, HarnessError};
+    pub use crate::event::{CancelReason, Content, Event, EventPayload, RunSucceeded, TextDelta};
+    pub use crate::manifest::{AdapterManifest, HarnessDescriptor};
+    pub use crate::service::{AdapterService, ExecutionHandle, ExecutionRequest, Outcome};
+    #[cfg(feature = "macros")]
+    pub use crate::{Adapter, AdapterOptions};
+}
+
+/// What the derives' generated code reaches, for crates that depend on this facade only. Not
+/// public API.
 #[doc(hidden)]
 pub use harness_core::__private;

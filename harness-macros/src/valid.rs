@@ -87,9 +87,20 @@ pub(crate) struct Capability {
     pub(crate) constraints: Vec<(String, ConstraintValue)>,
 }
 
-/// The default path to the runtime crate.
+/// The default path to the runtime crate: `harness-core` if the deriving crate depends on
+/// it (under whatever name), else the facade `harness` (under whatever name), else
+/// `::harness`, so that a crate depending on the facade alone needs no `crate = "..."`.
 pub(crate) fn default_crate() -> syn::Path {
-    syn::parse_quote!(::harness_core)
+    use proc_macro_crate::{FoundCrate, crate_name};
+    let found = crate_name("harness-core").or_else(|_| crate_name("harness"));
+    match found {
+        Ok(FoundCrate::Itself) => syn::parse_quote!(crate),
+        Ok(FoundCrate::Name(name)) => {
+            let ident = syn::Ident::new(&name, proc_macro2::Span::call_site());
+            syn::parse_quote!(::#ident)
+        }
+        Err(_) => syn::parse_quote!(::harness),
+    }
 }
 
 /// Checks what `#[adapter(...)]` says. `None` when something is missing or wrong (and then

@@ -7,7 +7,6 @@ use harness::{Adapter, AdapterOptions};
 
 #[derive(serde::Deserialize, schemars::JsonSchema, AdapterOptions)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-#[adapter_options(crate = "::harness")]
 struct EchoOptions {
     /// Put before the reply.
     #[serde(default)]
@@ -16,7 +15,6 @@ struct EchoOptions {
 
 #[derive(Adapter)]
 #[adapter(
-    crate = "::harness",
     id = "echo",
     contract_versions = [1],
     execution_mode = in_process(compatibility_only),
