@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use harness_core::error::{ErrorCategory, ErrorCode, HarnessError};
+use harness_macros::AdapterOptions;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -12,7 +13,9 @@ use serde_json::Value;
 pub const DEFAULT_CANCEL_GRACE_MS: u64 = 2_000;
 
 /// What the adapter does with the agent's `fs/*` requests.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema, AdapterOptions,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum FileAccess {
     /// Decline every file request (the client advertises no file capability).
@@ -54,7 +57,7 @@ impl FileAccess {
 /// let err = AcpOptions::from_value(&serde_json::json!({"command": ["a"], "cwd": "/", "shell": true}));
 /// assert!(err.is_err());
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, AdapterOptions)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AcpOptions {
     /// The agent's argv: program, then arguments. Not run through a shell.

@@ -31,10 +31,9 @@ use harness_core::event::{
     ToolCallOutcome,
 };
 use harness_core::id::{ActionId, AdapterId, ConversationId, ToolCallId};
-use harness_core::manifest::{
-    ContractVersion, Dependency, DependencyKind, ExecutionMode, HarnessDescriptor, TrustBoundary,
-};
+use harness_core::manifest::{AdapterManifest, HarnessDescriptor};
 use harness_layers::redaction::Redactor;
+use harness_macros::Adapter;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 
@@ -50,120 +49,6 @@ pub const NAMESPACE: &str = "acp";
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
-
-fn capabilities() -> CapabilityReport {
-    let native = |explanation: &str| Capability::native().with_explanation(explanation);
-    CapabilityReport::new()
-        .with(
-            CapabilityKey::StreamText,
-            native("agent_message_chunk text becomes message.delta"),
-        )
-        .with(
-            CapabilityKey::StreamReasoning,
-            native("agent_thought_chunk text becomes reasoning.delta"),
-        )
-        .with(
-            CapabilityKey::StreamUsage,
-            Capability::unsupported(
-                "ACP v1 reports context-window occupancy (usage_update: tokens in context and \
-                 window size), not token increments; it is emitted as the native event \
-                 acp.usage_update",
-            ),
-        )
-        .with(
-            CapabilityKey::InterruptToolApproval,
-            native(
-                "session/request_permission becomes a tool approval: allow_* options approve, \
-                 reject_* options reject; editing the arguments is not offered",
-            ),
-        )
-        .with(
-            CapabilityKey::InterruptFormInput,
-            native(
-                "a form-mode elicitation/create becomes form input; the client advertises \
-                 elicitation.form, and the agent decides whether to ask",
-            )
-            .with_constraint("when", "the agent asks"),
-        )
-        .with(
-            CapabilityKey::ToolBuiltin,
-            native("the agent's own tool calls are reported as tool.call events"),
-        )
-        .with(
-            CapabilityKey::SessionMultiTurn,
-            native(
-                "a conversation maps to an ACP session: the first turn opens it with \
-                 session/new, later turns reopen it with session/load; evaluate reports it \
-                 unsupported for an agent that does not negotiate loadSession",
-            )
-            .with_constraint("requires", "agentCapabilities.loadSession"),
-        )
-        .with(
-            CapabilityKey::RuntimeCancel,
-            native(
-                "session/cancel, pending permission requests and elicitations answered as \
-                 cancelled, then the process group terminated and killed after the grace period",
-            ),
-        )
-        .with(
-            CapabilityKey::RuntimeBoundedCleanup,
-            native("cleanup terminates, then kills, the agent's whole process group"),
-        )
-        .with(
-            CapabilityKey::ObservabilityMetrics,
-            native(
-                "every outcome (success, failure, cancel) reaches the execution's log, so the \
-                 metrics layer counts and times each execution by outcome and its events by kind",
-            ),
-        )
-        .with(
-            CapabilityKey::ObservabilityTracing,
-            native(
-                "the tasks the runtime spawns (the ACP connection, the stderr reader) are \
-                 instrumented with the span that started the agent: the execution's",
-            ),
-        )
-        .with(
-            CapabilityKey::ObservabilityTracePropagation,
-            native(
-                "the turn's W3C trace context is sent in the `_meta` of session/prompt \
-                 (`traceparent`, `tracestate`), the root keys ACP reserves for it; the agent \
-                 decides whether to continue the trace",
-            )
-            .with_constraint("via", "session/prompt _meta"),
-        )
-        .with(
-            CapabilityKey::ObservabilityRedaction,
-            native(
-                "everything the agent produces is yielded to the driver, where redaction \
-                 applies; the adapter opens no span and logs nothing, the agent's stderr is \
-                 redacted and kept in the internal diagnostic only, and the ACP crate traces \
-                 message payloads redacted",
-            ),
-        )
-}
-
-fn build_descriptor() -> Result<HarnessDescriptor, String> {
-    let id: AdapterId = ADAPTER_ID.parse().map_err(|e| format!("{e}"))?;
-    HarnessDescriptor::builder(id, env!("CARGO_PKG_VERSION"))
-        .name("Agent Client Protocol (any ACP agent over stdio)")
-        .contract_version(ContractVersion::V1)
-        .execution_mode(ExecutionMode::in_process())
-        .trust_boundary(TrustBoundary::LocalSubprocess)
-        .dependency(Dependency::new(
-            DependencyKind::Crate,
-            "agent-client-protocol",
-            "5.2",
-        ))
-        .options_schema_for::<AcpOptions>()
-        .capabilities(capabilities())
-        .build()
-        .map_err(|e| e.to_string())
-}
-
-#[allow(clippy::expect_used)] // a constant descriptor; the `descriptor_builds` test proves it.
-static DESCRIPTOR: LazyLock<HarnessDescriptor> =
-    LazyLock::new(|| build_descriptor().expect("the acp adapter's constant descriptor is valid"));
 
 /// Counters of what the adapter's runtimes did, shared by all of them.
 #[derive(Debug, Default)]
@@ -329,7 +214,100 @@ fn session_for(
 /// otherwise). The durable home of that mapping is the thread-state store, which the
 /// service does not hand to runtimes yet; an adapter restarted (or another replica) does not
 /// know the mapping, and a later turn then opens a new session.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Adapter)]
+#[adapter(
+    id = "acp",
+    name = "Agent Client Protocol (any ACP agent over stdio)",
+    contract_versions = [1],
+    execution_mode = in_process(compatibility_only),
+    trust_boundary = local_subprocess,
+    dependency(kind = crate, name = "agent-client-protocol", version = "5.2"),
+    options = AcpOptions,
+    capability(
+        "stream.text",
+        native,
+        explanation = "agent_message_chunk text becomes message.delta",
+    ),
+    capability(
+        "stream.reasoning",
+        native,
+        explanation = "agent_thought_chunk text becomes reasoning.delta",
+    ),
+    capability(
+        "stream.usage",
+        unsupported,
+        explanation = "ACP v1 reports context-window occupancy (usage_update: tokens in context \
+            and window size), not token increments; it is emitted as the native \
+            event acp.usage_update",
+    ),
+    capability(
+        "session.multi_turn",
+        native,
+        explanation = "a conversation maps to an ACP session: the first turn opens it with \
+            session/new, later turns reopen it with session/load; evaluate reports \
+            it unsupported for an agent that does not negotiate loadSession",
+        constraints(requires = "agentCapabilities.loadSession"),
+    ),
+    capability(
+        "interrupt.form_input",
+        native,
+        explanation = "a form-mode elicitation/create becomes form input; the client advertises \
+            elicitation.form, and the agent decides whether to ask",
+        constraints(when = "the agent asks"),
+    ),
+    capability(
+        "interrupt.tool_approval",
+        native,
+        explanation = "session/request_permission becomes a tool approval: allow_* options \
+            approve, reject_* options reject; editing the arguments is not offered",
+    ),
+    capability(
+        "tool.builtin",
+        native,
+        explanation = "the agent's own tool calls are reported as tool.call events",
+    ),
+    capability(
+        "observability.metrics",
+        native,
+        explanation = "every outcome (success, failure, cancel) reaches the execution's log, so \
+            the metrics layer counts and times each execution by outcome and its \
+            events by kind",
+    ),
+    capability(
+        "observability.tracing",
+        native,
+        explanation = "the tasks the runtime spawns (the ACP connection, the stderr reader) are \
+            instrumented with the span that started the agent: the execution's",
+    ),
+    capability(
+        "observability.trace_propagation",
+        native,
+        explanation = "the turn's W3C trace context is sent in the `_meta` of session/prompt \
+            (`traceparent`, `tracestate`), the root keys ACP reserves for it; the \
+            agent decides whether to continue the trace",
+        constraints(via = "session/prompt _meta"),
+    ),
+    capability(
+        "observability.redaction",
+        native,
+        explanation = "everything the agent produces is yielded to the runtime stack, where redaction \
+            applies; the adapter opens no span and logs nothing, the agent's stderr \
+            is redacted and kept in the internal diagnostic only, and the ACP crate \
+            traces message payloads redacted",
+    ),
+    capability(
+        "runtime.cancel",
+        native,
+        explanation = "session/cancel, pending permission requests and elicitations answered as \
+            cancelled, then the process group terminated and killed after the grace \
+            period",
+    ),
+    capability(
+        "runtime.bounded_cleanup",
+        native,
+        explanation = "cleanup terminates, then kills, the agent's whole process group",
+    ),
+)]
 pub struct AcpAdapter {
     stats: Arc<Stats>,
     sessions: Arc<Mutex<HashMap<ConversationId, Bound>>>,
@@ -432,7 +410,7 @@ fn multi_turn_unsupported(conversation: Option<&ConversationId>) -> HarnessError
 
 impl HarnessAdapter for AcpAdapter {
     fn descriptor(&self) -> &HarnessDescriptor {
-        &DESCRIPTOR
+        Self::manifest()
     }
 
     /// Probes the agent (see [`PROBE_TIMEOUT`]) and reports what it negotiated:
@@ -449,7 +427,7 @@ impl HarnessAdapter for AcpAdapter {
             let agent = AgentKey::host(&options, &self.keys);
             session_for(&self.sessions, config.conversation.as_ref(), agent)?;
             let probed = self.probe(&options).await?;
-            let mut report = DESCRIPTOR.capabilities().clone();
+            let mut report = Self::manifest().capabilities().clone();
             if !probed.load_session {
                 if config.conversation.is_some() {
                     return Err(multi_turn_unsupported(config.conversation.as_ref()));
@@ -1373,7 +1351,7 @@ impl HarnessRuntime for AcpRuntime {
 /// The descriptor, for tests and registries.
 #[must_use]
 pub fn descriptor() -> &'static HarnessDescriptor {
-    &DESCRIPTOR
+    AcpAdapter::manifest()
 }
 
 #[cfg(test)]

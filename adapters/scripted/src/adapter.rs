@@ -1,7 +1,7 @@
 //! [`ScriptedAdapter`]: the descriptor, the options, the instrumentation and the runtime.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use futures_core::Stream;
 use harness_core::action::{ApprovalAnswer, Decision, FormAnswer, ValidatedResponse};
@@ -10,11 +10,12 @@ use harness_core::adapter::{
     HarnessAdapter, HarnessRuntime, Interrupt, InterruptKind, ResumeDecision, RuntimeContext,
     RuntimeIdentity, RuntimeInit, TurnInput,
 };
-use harness_core::capability::{Capability, CapabilityKey, CapabilityReport};
+use harness_core::capability::CapabilityReport;
 use harness_core::error::{ErrorCategory, ErrorCode, HarnessError};
 use harness_core::event::{CancelReason, Content, ToolCallCompleted, ToolCallOutcome};
 use harness_core::id::{AdapterId, ExecutionId};
-use harness_core::manifest::{ContractVersion, ExecutionMode, HarnessDescriptor};
+use harness_core::manifest::{AdapterManifest, HarnessDescriptor};
+use harness_macros::{Adapter, AdapterOptions};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -47,7 +48,7 @@ pub const DISMISSED_REASON: &str = "dismissed";
 /// let err = serde_json::from_value::<ScriptedOptions>(serde_json::json!({"scirpt": {}})).unwrap_err();
 /// assert!(err.to_string().contains("unknown field `scirpt`"), "{err}");
 /// ```
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema, AdapterOptions)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ScriptedOptions {
     /// The script to run instead of the adapter's default one.
@@ -179,105 +180,6 @@ impl Stats {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Descriptor
-// ---------------------------------------------------------------------------------------------
-
-fn capabilities() -> CapabilityReport {
-    let native = |explanation: &str| Capability::native().with_explanation(explanation);
-    CapabilityReport::new()
-        .with(
-            CapabilityKey::StreamText,
-            native("`text` steps stream message.delta events, as many as scripted"),
-        )
-        .with(
-            CapabilityKey::StreamReasoning,
-            native("`reasoning` steps stream reasoning.delta events"),
-        )
-        .with(
-            CapabilityKey::StreamUsage,
-            native("`usage` steps report token usage increments"),
-        )
-        .with(
-            CapabilityKey::InterruptFormInput,
-            native(
-                "`form` steps pause for typed form input; submitted values fill `{{field}}` \
-                 placeholders of later steps",
-            ),
-        )
-        .with(
-            CapabilityKey::InterruptToolApproval,
-            native(
-                "`approval` steps pause for tool approval; approve, edit (revalidated against \
-                 the input schema), reject and dismiss each complete the calls accordingly",
-            ),
-        )
-        .with(
-            CapabilityKey::InterruptMultiTool,
-            native("one `approval` step may cover several tool calls, decided one by one"),
-        )
-        .with(
-            CapabilityKey::RuntimeCancel,
-            native("cancel trips the run's token: delays and hangs end at once, then the stream"),
-        )
-        .with(
-            CapabilityKey::RuntimeRestart,
-            native(
-                "restart releases the run's token and keeps the script position and any open \
-                 interrupt",
-            ),
-        )
-        .with(
-            CapabilityKey::RuntimeBoundedCleanup,
-            native("cleanup holds no external resource: it is immediate and idempotent"),
-        )
-        .with(
-            CapabilityKey::ObservabilityMetrics,
-            native(
-                "every outcome reaches the execution's log, so the metrics layer counts and \
-                 times each execution by outcome and its events by kind",
-            ),
-        )
-        .with(
-            CapabilityKey::ObservabilityTracing,
-            native(
-                "the runtime works only in the hooks and streams the driver polls: all of it \
-                 inside the execution's span; it spawns no task of its own",
-            ),
-        )
-        .with(
-            CapabilityKey::ObservabilityTracePropagation,
-            native(
-                "the turn's W3C trace context fills `{{traceparent}}` placeholders: what a \
-                 provider would receive",
-            ),
-        )
-        .with(
-            CapabilityKey::ObservabilityRedaction,
-            native(
-                "everything it produces is yielded to the driver, where redaction applies; it \
-                 opens no span and logs nothing",
-            ),
-        )
-}
-
-fn build_descriptor() -> Result<HarnessDescriptor, String> {
-    let id: AdapterId = ADAPTER_ID.parse().map_err(|e| format!("{e}"))?;
-    HarnessDescriptor::builder(id, env!("CARGO_PKG_VERSION"))
-        .name("Scripted (deterministic, in-process)")
-        .contract_version(ContractVersion::V1)
-        .execution_mode(ExecutionMode::in_process())
-        .options_schema_for::<ScriptedOptions>()
-        .capabilities(capabilities())
-        .build()
-        .map_err(|e| e.to_string())
-}
-
-#[allow(clippy::expect_used)] // a constant descriptor; `descriptor_builds` proves it.
-static DESCRIPTOR: LazyLock<HarnessDescriptor> = LazyLock::new(|| {
-    build_descriptor().expect("the scripted adapter's constant descriptor is valid")
-});
-
-// ---------------------------------------------------------------------------------------------
 // Adapter
 // ---------------------------------------------------------------------------------------------
 
@@ -286,7 +188,87 @@ static DESCRIPTOR: LazyLock<HarnessDescriptor> = LazyLock::new(|| {
 /// The script comes from the execution's options ([`ScriptedOptions`]); without one, the
 /// adapter's default script runs. Cheap to clone; clones share the default script and the
 /// [`Stats`].
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Adapter)]
+#[adapter(
+    id = "scripted",
+    name = "Scripted (deterministic, in-process)",
+    contract_versions = [1],
+    execution_mode = in_process(compatibility_only),
+    options = ScriptedOptions,
+    capability(
+        "stream.text",
+        native,
+        explanation = "`text` steps stream message.delta events, as many as scripted",
+    ),
+    capability(
+        "stream.reasoning",
+        native,
+        explanation = "`reasoning` steps stream reasoning.delta events",
+    ),
+    capability(
+        "stream.usage",
+        native,
+        explanation = "`usage` steps report token usage increments",
+    ),
+    capability(
+        "interrupt.form_input",
+        native,
+        explanation = "`form` steps pause for typed form input; submitted values fill \
+            `{{field}}` placeholders of later steps",
+    ),
+    capability(
+        "interrupt.tool_approval",
+        native,
+        explanation = "`approval` steps pause for tool approval; approve, edit (revalidated \
+            against the input schema), reject and dismiss each complete the calls \
+            accordingly",
+    ),
+    capability(
+        "interrupt.multi_tool",
+        native,
+        explanation = "one `approval` step may cover several tool calls, decided one by one",
+    ),
+    capability(
+        "observability.metrics",
+        native,
+        explanation = "every outcome reaches the execution's log, so the metrics layer counts \
+            and times each execution by outcome and its events by kind",
+    ),
+    capability(
+        "observability.tracing",
+        native,
+        explanation = "the runtime works only in the hooks and streams the driver polls: all of \
+            it inside the execution's span; it spawns no task of its own",
+    ),
+    capability(
+        "observability.trace_propagation",
+        native,
+        explanation = "the turn's W3C trace context fills `{{traceparent}}` placeholders: what \
+            a provider would receive",
+    ),
+    capability(
+        "observability.redaction",
+        native,
+        explanation = "everything it produces is yielded to the runtime stack, where redaction \
+            applies; it opens no span and logs nothing",
+    ),
+    capability(
+        "runtime.cancel",
+        native,
+        explanation = "cancel trips the run's token: delays and hangs end at once, then the stream",
+    ),
+    capability(
+        "runtime.restart",
+        native,
+        explanation = "restart releases the run's token and keeps the script position and any \
+            open interrupt",
+    ),
+    capability(
+        "runtime.bounded_cleanup",
+        native,
+        explanation = "cleanup holds no external resource: it is immediate and idempotent",
+    ),
+)]
 pub struct ScriptedAdapter {
     default_script: Script,
     stats: Arc<Stats>,
@@ -359,7 +341,7 @@ impl ScriptedAdapter {
 
 impl HarnessAdapter for ScriptedAdapter {
     fn descriptor(&self) -> &HarnessDescriptor {
-        &DESCRIPTOR
+        Self::manifest()
     }
 
     fn evaluate<'a>(
@@ -367,8 +349,8 @@ impl HarnessAdapter for ScriptedAdapter {
         config: &'a AgentConfig,
         _deployment: &'a DeploymentContext,
     ) -> BoxFuture<'a, Result<CapabilityReport, HarnessError>> {
-        let result =
-            ScriptedOptions::from_value(&config.options).map(|_| DESCRIPTOR.capabilities().clone());
+        let result = ScriptedOptions::from_value(&config.options)
+            .map(|_| Self::manifest().capabilities().clone());
         Box::pin(async move { result })
     }
 
@@ -712,7 +694,7 @@ mod tests {
 
     #[test]
     fn descriptor_builds() {
-        let descriptor = build_descriptor().unwrap();
+        let descriptor = ScriptedAdapter::manifest();
         assert_eq!(descriptor.id().as_str(), ADAPTER_ID);
         assert_eq!(
             descriptor.implementation_version(),

@@ -760,6 +760,11 @@ pub struct Script {
     inner: Arc<Inner>,
 }
 
+// A script's schema rejects unknown fields at every level (each step is a tagged struct with
+// `deny_unknown_fields`); the descriptor builder checks it again when the options schema is
+// published.
+impl harness_core::manifest::ClosedSchema for Script {}
+
 impl Script {
     /// Starts a script in code.
     pub fn builder() -> ScriptBuilder {
