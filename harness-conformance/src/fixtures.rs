@@ -6,7 +6,7 @@ use harness_core::action::{
     ActionKind, ActionRequest, ActionResponse, ApprovalResponse, DecisionKind, FormResponse,
     ToolDecision,
 };
-use harness_core::adapter::{AdapterEvent, HarnessAdapter, InterruptKind, ResumeDecision};
+use harness_core::adapter::{AdapterEvent, HarnessAdapter, ResumeDecision};
 use harness_core::capability::CapabilityKey as K;
 use harness_core::error::{ErrorCategory, ErrorCode};
 use harness_core::event::{CancelReason, EventPayload, ToolCallOutcome};
@@ -949,19 +949,16 @@ async fn duplicate_resume<Kn: Knobs>(knobs: &Kn, request: ExecutionRequest) -> V
     let d = probe::direct(&adapter, &request, b).await?;
     let verdict = async {
         let seg = d.first_segment(b).await?;
-        let Some(Ok(AdapterEvent::Interrupt(interrupt))) = seg.terminal() else {
+        let Some(Ok(AdapterEvent::Action(interrupt))) = seg.terminal() else {
             return Err("the segment did not end on an interrupt".to_owned());
         };
-        let pending = probe::hook("pending_interrupt", b.grace, || {
-            d.runtime.pending_interrupt()
-        })
-        .await?;
+        let pending = probe::hook("pending_action", b.grace, || d.runtime.pending_action()).await?;
         if pending.as_ref().map(|p| &p.id) != Some(&interrupt.id) {
-            return Err("pending_interrupt does not return the open interrupt".to_owned());
+            return Err("pending_action does not return the open interrupt".to_owned());
         }
         let kind: ActionKind = match &interrupt.kind {
-            InterruptKind::ToolApproval(a) => ActionKind::ToolApproval(a.clone()),
-            InterruptKind::FormInput(f) => ActionKind::FormInput(f.clone()),
+            ActionKind::ToolApproval(a) => ActionKind::ToolApproval(a.clone()),
+            ActionKind::FormInput(f) => ActionKind::FormInput(f.clone()),
         };
         let action = ActionRequest::new(kind).with_id(interrupt.id.clone());
         let response: ActionResponse = match &action.kind {
@@ -983,8 +980,7 @@ async fn duplicate_resume<Kn: Knobs>(knobs: &Kn, request: ExecutionRequest) -> V
         let decision = ResumeDecision::new(validated);
         let first = probe::drain(|| d.runtime.resume(decision.clone()), b.run).await;
         first.check_protocol().map_err(|e| format!("resume: {e}"))?;
-        let again =
-            first.count(|e| matches!(e, AdapterEvent::Interrupt(i) if i.id == interrupt.id));
+        let again = first.count(|e| matches!(e, AdapterEvent::Action(i) if i.id == interrupt.id));
         if again > 0 {
             return Err(format!(
                 "action accepted twice: the runtime re-opened interrupt {} after it was answered",
@@ -995,9 +991,7 @@ async fn duplicate_resume<Kn: Knobs>(knobs: &Kn, request: ExecutionRequest) -> V
         let accepted = second.items.iter().any(|i| {
             matches!(
                 i,
-                Ok(AdapterEvent::Content(_)
-                    | AdapterEvent::Completed(_)
-                    | AdapterEvent::Interrupt(_))
+                Ok(AdapterEvent::Content(_) | AdapterEvent::Completed(_) | AdapterEvent::Action(_))
             )
         });
         if accepted || !matches!(second.terminal(), Some(Err(_))) {

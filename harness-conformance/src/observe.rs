@@ -12,10 +12,11 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use futures_util::StreamExt;
+use harness_core::action::ActionRequest;
 use harness_core::adapter::{
     AgentConfig, BoxFuture, BoxStream, CancelResult, DeploymentContext, EventResult,
-    HarnessAdapter, HarnessRuntime, Interrupt, ResumeDecision, RuntimeContext, RuntimeIdentity,
-    RuntimeInit, TurnInput,
+    HarnessAdapter, HarnessRuntime, ResumeDecision, RuntimeContext, RuntimeIdentity, RuntimeInit,
+    TurnInput,
 };
 use harness_core::capability::CapabilityReport;
 use harness_core::error::{ErrorCategory, HarnessError};
@@ -648,8 +649,8 @@ impl HarnessRuntime for SpiedRuntime {
         self.watched(self.inner.resume(decision))
     }
 
-    fn pending_interrupt(&self) -> BoxFuture<'_, Option<Interrupt>> {
-        self.inner.pending_interrupt()
+    fn pending_action(&self) -> BoxFuture<'_, Option<ActionRequest>> {
+        self.inner.pending_action()
     }
 
     fn cancel(&self, reason: CancelReason) -> BoxFuture<'_, CancelResult> {

@@ -147,7 +147,7 @@ impl Segment {
             .collect();
         match terminals.as_slice() {
             [] => Err(
-                "the runtime ended a segment without a terminal item (Completed, Interrupt or Err)"
+                "the runtime ended a segment without a terminal item (Completed, ActionRequest or Err)"
                     .to_owned(),
             ),
             [one] if *one + 1 == self.items.len() => Ok(()),
@@ -178,7 +178,7 @@ impl Segment {
 fn is_terminal_item(item: &EventResult) -> bool {
     matches!(
         item,
-        Err(_) | Ok(AdapterEvent::Completed(_) | AdapterEvent::Interrupt(_))
+        Err(_) | Ok(AdapterEvent::Completed(_) | AdapterEvent::Action(_))
     )
 }
 

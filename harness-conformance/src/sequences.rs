@@ -8,7 +8,7 @@ use harness_core::action::{
     ActionKind, ActionRequest, ApprovalResponse, FieldKind, FormRequest, FormResponse, FormValues,
     ToolDecision,
 };
-use harness_core::adapter::{AdapterEvent, InterruptKind, ResumeDecision};
+use harness_core::adapter::{AdapterEvent, ResumeDecision};
 use harness_core::error::ErrorCode;
 use harness_core::event::{CancelReason, EventPayload, ToolCallOutcome};
 use harness_core::id::{ActionId, Cursor};
@@ -211,10 +211,10 @@ pub(crate) async fn cancel_during_resume<Kn: Knobs>(
     let d = probe::direct(&adapter, &request, b).await?;
     let direct = async {
         let seg = d.first_segment(b).await?;
-        let Some(Ok(AdapterEvent::Interrupt(interrupt))) = seg.terminal() else {
+        let Some(Ok(AdapterEvent::Action(interrupt))) = seg.terminal() else {
             return Err("the first segment did not end on an interrupt".to_owned());
         };
-        let InterruptKind::ToolApproval(approval) = &interrupt.kind else {
+        let ActionKind::ToolApproval(approval) = &interrupt.kind else {
             return Err("the interrupt is not a tool approval".to_owned());
         };
         let action = ActionRequest::new(ActionKind::ToolApproval(approval.clone()))

@@ -14,11 +14,12 @@ use futures_util::{StreamExt, stream};
 use harness_conformance::{
     Behaviour, Bounds, FixtureOutcome, FixtureResult, Knobs, Report, certify, run_fixture,
 };
+use harness_core::action::ActionRequest;
 use harness_core::action::{ApprovalRequest, Decision, ToolCallApproval, ValidatedResponse};
 use harness_core::adapter::{
     AdapterEvent, AgentConfig, BoxFuture, BoxStream, CancelResult, DeploymentContext, EventResult,
-    HarnessAdapter, HarnessRuntime, Interrupt, InterruptKind, ResumeDecision, RuntimeContext,
-    RuntimeIdentity, RuntimeInit, TurnInput,
+    HarnessAdapter, HarnessRuntime, ResumeDecision, RuntimeContext, RuntimeIdentity, RuntimeInit,
+    TurnInput,
 };
 use harness_core::capability::{Capability, CapabilityKey as K, CapabilityReport};
 use harness_core::error::{ErrorCategory, HarnessError};
@@ -226,7 +227,7 @@ enum Then {
 
 #[derive(Debug, Default)]
 struct State {
-    open: Option<Interrupt>,
+    open: Option<ActionRequest>,
     answered: HashSet<ActionId>,
     then: Then,
 }
@@ -277,12 +278,9 @@ impl BrokenRuntime {
                 })))
             })
             .collect();
-        let interrupt = Interrupt {
-            id,
-            kind: InterruptKind::ToolApproval(ApprovalRequest::new(calls).unwrap()),
-        };
+        let interrupt = ActionRequest::approval(ApprovalRequest::new(calls).unwrap()).with_id(id);
         self.lock().open = Some(interrupt.clone());
-        items.push(Ok(AdapterEvent::Interrupt(interrupt)));
+        items.push(Ok(AdapterEvent::Action(interrupt)));
         items
     }
 
@@ -467,8 +465,8 @@ impl HarnessRuntime for BrokenRuntime {
     fn resume(&self, decision: ResumeDecision) -> BoxStream<'_, EventResult> {
         let then = {
             let mut state = self.lock();
-            let open = state.open.as_ref().map(|i| &i.id) == Some(decision.interrupt_id());
-            let repeated = !state.answered.insert(decision.interrupt_id().clone());
+            let open = state.open.as_ref().map(|i| &i.id) == Some(decision.action_id());
+            let repeated = !state.answered.insert(decision.action_id().clone());
             if !open || (repeated && self.fault != Fault::AcceptsTwice) {
                 return Box::pin(stream::iter([Err(HarnessError::new(
                     ErrorCategory::Protocol,
@@ -522,7 +520,7 @@ impl HarnessRuntime for BrokenRuntime {
                 )
                 .unwrap();
                 let id = if self.fault == Fault::ReusesActionId {
-                    decision.interrupt_id().clone()
+                    decision.action_id().clone()
                 } else {
                     ActionId::generate()
                 };
@@ -534,7 +532,7 @@ impl HarnessRuntime for BrokenRuntime {
         self.finish(items)
     }
 
-    fn pending_interrupt(&self) -> BoxFuture<'_, Option<Interrupt>> {
+    fn pending_action(&self) -> BoxFuture<'_, Option<ActionRequest>> {
         let open = self.lock().open.clone();
         Box::pin(async move { open })
     }

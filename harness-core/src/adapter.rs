@@ -18,7 +18,7 @@
 //!
 //! `stream` and `resume` each yield exactly one canonical run segment: any number of
 //! [`AdapterEvent::Content`] and [`AdapterEvent::Artifact`] items, then exactly one of
-//! [`AdapterEvent::Completed`], [`AdapterEvent::Interrupt`] or an `Err`, then the end of the
+//! [`AdapterEvent::Completed`], [`AdapterEvent::Action`] or an `Err`, then the end of the
 //! stream. Anything else (an item after the terminal one, a stream that ends without one) is
 //! a protocol violation and ends the execution with the `protocol` category.
 //!
@@ -38,7 +38,7 @@ use futures_util::StreamExt;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::action::{ActionResolution, ApprovalRequest, FormRequest, ValidatedResponse};
+use crate::action::{ActionRequest, ActionResolution, ValidatedResponse};
 use crate::artifact::{ArtifactDescriptor, ArtifactUri, MediaType};
 use crate::capability::CapabilityReport;
 use crate::error::HarnessError;
@@ -63,8 +63,10 @@ pub enum AdapterEvent {
     Content(Content),
     /// An artifact was created (its descriptor names this execution).
     Artifact(ArtifactDescriptor),
-    /// The run pauses on an action; the segment ends here.
-    Interrupt(Interrupt),
+    /// The run pauses on an action (the contract's *interrupt*: a native pause, normalized to
+    /// a portable action request); the segment ends here. The runtime owns the request's
+    /// revision and creation time: they are set afresh when it is opened.
+    Action(ActionRequest),
     /// The run succeeded; the segment ends here.
     Completed(RunSucceeded),
 }
@@ -73,24 +75,6 @@ impl From<Content> for AdapterEvent {
     fn from(c: Content) -> Self {
         Self::Content(c)
     }
-}
-
-/// A native pause, normalized to a portable action request.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Interrupt {
-    /// The id the action request will carry; the resume decision names it back.
-    pub id: ActionId,
-    /// Form input or tool approval.
-    pub kind: InterruptKind,
-}
-
-/// The two portable pauses.
-#[derive(Debug, Clone, PartialEq)]
-pub enum InterruptKind {
-    /// Form input with validated field definitions.
-    FormInput(FormRequest),
-    /// Tool approval over one or more calls.
-    ToolApproval(ApprovalRequest),
 }
 
 /// The result of a bounded, side-effect-free health check.
@@ -225,7 +209,7 @@ pub struct TurnInput {
     pub idempotency_key: Option<IdempotencyKey>,
 }
 
-/// A validated answer to an interrupt, handed to [`HarnessRuntime::resume`].
+/// A validated answer to an action request, handed to [`HarnessRuntime::resume`].
 ///
 /// Only the service builds one, from an answer that passed validation against the pending
 /// request, so a runtime never sees a decision that broadens what it offered.
@@ -241,9 +225,9 @@ impl ResumeDecision {
         Self { response }
     }
 
-    /// The interrupt being answered.
+    /// The action being answered.
     #[must_use]
-    pub fn interrupt_id(&self) -> &ActionId {
+    pub fn action_id(&self) -> &ActionId {
         self.response.action_id()
     }
 
@@ -331,11 +315,11 @@ pub trait HarnessRuntime: Send + Sync + 'static {
     /// Runs one turn: one canonical run segment (see the [module docs](self)).
     fn stream(&self, turn: TurnInput) -> BoxStream<'_, EventResult>;
 
-    /// Continues after an interrupt with a validated decision: one canonical run segment.
+    /// Continues after an action with a validated decision: one canonical run segment.
     fn resume(&self, decision: ResumeDecision) -> BoxStream<'_, EventResult>;
 
-    /// The interrupt the runtime is paused on, if any (for restore after restart).
-    fn pending_interrupt(&self) -> BoxFuture<'_, Option<Interrupt>>;
+    /// The action the runtime is paused on, if any (for restore after restart).
+    fn pending_action(&self) -> BoxFuture<'_, Option<ActionRequest>>;
 
     /// Asks native work to stop. Idempotent; safe before, during and after a run.
     fn cancel(&self, reason: CancelReason) -> BoxFuture<'_, CancelResult>;
@@ -383,7 +367,7 @@ pub struct RunContext {
     pub context: Arc<RuntimeContext>,
     /// The turn.
     pub turn: TurnInput,
-    /// The decision, when this run resumes after an interrupt.
+    /// The decision, when this run resumes after an action.
     pub resume: Option<ResumeDecision>,
     /// The provider session id from [`SimpleAdapter::initial_provider_session_id`].
     pub provider_session_id: Option<String>,
@@ -418,7 +402,7 @@ pub trait SimpleAdapter: Send + Sync + 'static {
 /// Bridges a [`SimpleAdapter`] to the full contract.
 ///
 /// The bridged runtime is stateless between segments apart from the turn it remembers for
-/// resumes and the last interrupt it saw; `cancel` cancels the run's token, `restart` is a
+/// resumes and the last action it paused on; `cancel` cancels the run's token, `restart` is a
 /// no-op (there is nothing to release), and `cleanup` cancels the token (idempotently).
 #[derive(Debug, Clone)]
 pub struct Simple<A>(pub Arc<A>);
@@ -463,7 +447,7 @@ impl<A: SimpleAdapter> HarnessAdapter for Simple<A> {
 #[derive(Default)]
 struct BridgeState {
     turn: Option<TurnInput>,
-    interrupt: Option<Interrupt>,
+    action: Option<ActionRequest>,
 }
 
 struct SimpleRuntime<A> {
@@ -485,11 +469,8 @@ impl<A: SimpleAdapter> SimpleRuntime<A> {
         });
         let state = Arc::clone(&self.state);
         Box::pin(stream.inspect(move |item| {
-            if let Ok(AdapterEvent::Interrupt(i)) = item {
-                state
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .interrupt = Some(i.clone());
+            if let Ok(AdapterEvent::Action(i)) = item {
+                state.lock().unwrap_or_else(PoisonError::into_inner).action = Some(i.clone());
             }
         }))
     }
@@ -522,7 +503,7 @@ impl<A: SimpleAdapter> HarnessRuntime for SimpleRuntime<A> {
     fn resume(&self, decision: ResumeDecision) -> BoxStream<'_, EventResult> {
         let turn = {
             let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-            state.interrupt = None;
+            state.action = None;
             state.turn.clone()
         };
         match turn {
@@ -536,12 +517,12 @@ impl<A: SimpleAdapter> HarnessRuntime for SimpleRuntime<A> {
         }
     }
 
-    fn pending_interrupt(&self) -> BoxFuture<'_, Option<Interrupt>> {
+    fn pending_action(&self) -> BoxFuture<'_, Option<ActionRequest>> {
         let pending = self
             .state
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .interrupt
+            .action
             .clone();
         Box::pin(async move { pending })
     }

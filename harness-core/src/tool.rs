@@ -99,6 +99,7 @@ use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
+use crate::action::ActionRequest;
 use crate::error::ErrorCode;
 use crate::id::{ExecutionId, InvalidId, ToolCallId};
 
@@ -685,72 +686,8 @@ fn bound_message(mut message: String) -> String {
     message
 }
 
-/// Which canonical interrupt a tool is waiting on.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum InterruptKind {
-    /// The tool needs validated form input from the caller.
-    FormInput,
-    /// The tool needs the caller to approve, reject or edit one or more tool calls.
-    ToolApproval,
-}
-
-/// A pending canonical interrupt raised by a tool: the execution pauses until the caller
-/// answers.
-///
-/// The payload is the interrupt's request body (field definitions for `form_input`, the
-/// calls and allowed decisions for `tool_approval`). It is carried as JSON for now; the
-/// runtime turns it into an action request.
-///
-/// ```
-/// use harness_core::tool::{InterruptKind, ToolInterrupt};
-/// let i = ToolInterrupt::form_input(serde_json::json!({ "fields": [] }));
-/// assert_eq!(i.kind(), InterruptKind::FormInput);
-/// assert_eq!(serde_json::to_value(&i).unwrap()["kind"], "form_input");
-/// ```
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ToolInterrupt {
-    kind: InterruptKind,
-    #[serde(default)]
-    payload: Value,
-}
-
-impl ToolInterrupt {
-    /// An interrupt of `kind` with `payload`.
-    #[must_use]
-    pub fn new(kind: InterruptKind, payload: Value) -> Self {
-        Self { kind, payload }
-    }
-
-    /// A `form_input` interrupt.
-    #[must_use]
-    pub fn form_input(payload: Value) -> Self {
-        Self::new(InterruptKind::FormInput, payload)
-    }
-
-    /// A `tool_approval` interrupt.
-    #[must_use]
-    pub fn tool_approval(payload: Value) -> Self {
-        Self::new(InterruptKind::ToolApproval, payload)
-    }
-
-    /// The kind.
-    #[must_use]
-    pub fn kind(&self) -> InterruptKind {
-        self.kind
-    }
-
-    /// The request body.
-    #[must_use]
-    pub fn payload(&self) -> &Value {
-        &self.payload
-    }
-}
-
-/// How a tool call ended: success, a bounded failure, or a pending canonical interrupt.
+/// How a tool call ended: success, a bounded failure, or a pending action (the contract's
+/// "pending canonical interrupt": the execution pauses until the caller answers it).
 ///
 /// On the wire it is tagged by `status`, like the event log's tool call outcome:
 ///
@@ -772,8 +709,8 @@ pub enum ToolOutcome {
     Success(Value),
     /// The tool failed; the message is bounded and safe to show the model.
     Failure(BoundedFailure),
-    /// The tool is waiting on the caller.
-    Interrupt(ToolInterrupt),
+    /// The tool is waiting on the caller: the action request to open.
+    Action(Box<ActionRequest>),
 }
 
 impl ToolOutcome {
@@ -803,7 +740,10 @@ enum OutcomeWire {
     /// The tool failed.
     Failure(BoundedFailure),
     /// The tool is waiting on the caller.
-    Interrupt(ToolInterrupt),
+    Action {
+        /// The action request to open.
+        request: Box<ActionRequest>,
+    },
 }
 
 impl From<ToolOutcome> for OutcomeWire {
@@ -811,7 +751,7 @@ impl From<ToolOutcome> for OutcomeWire {
         match o {
             ToolOutcome::Success(output) => Self::Success { output },
             ToolOutcome::Failure(f) => Self::Failure(f),
-            ToolOutcome::Interrupt(i) => Self::Interrupt(i),
+            ToolOutcome::Action(request) => Self::Action { request },
         }
     }
 }
@@ -821,7 +761,7 @@ impl From<OutcomeWire> for ToolOutcome {
         match o {
             OutcomeWire::Success { output } => Self::Success(output),
             OutcomeWire::Failure(f) => Self::Failure(f),
-            OutcomeWire::Interrupt(i) => Self::Interrupt(i),
+            OutcomeWire::Action { request } => Self::Action(request),
         }
     }
 }
@@ -1594,27 +1534,32 @@ mod tests {
         assert_eq!(f.code(), &ErrorCode::TOOL_FAILED);
     }
 
+    fn pending_form() -> ActionRequest {
+        let field = crate::action::FormField::new(
+            "name".parse().unwrap(),
+            "Name",
+            crate::action::FieldKind::text(),
+        );
+        ActionRequest::form(crate::action::FormRequest::new([field]).unwrap())
+            .with_created_at("2026-12-01T00:00:00Z".parse().unwrap())
+    }
+
     #[test]
     fn outcome_wire_format_round_trips() {
         let outcomes = [
             ToolOutcome::Success(json!([1, "two"])),
             ToolOutcome::Success(Value::Null),
             ToolOutcome::Failure(BoundedFailure::new("nope").with_retryable(true)),
-            ToolOutcome::Interrupt(ToolInterrupt::tool_approval(json!({ "calls": [] }))),
+            ToolOutcome::Action(Box::new(pending_form())),
         ];
         for o in outcomes {
             let wire = serde_json::to_value(&o).unwrap();
             let back: ToolOutcome = serde_json::from_value(wire.clone()).unwrap();
             assert_eq!(back, o, "{wire}");
         }
-        let wire = serde_json::to_value(ToolOutcome::Interrupt(ToolInterrupt::form_input(
-            json!({ "f": 1 }),
-        )))
-        .unwrap();
-        assert_eq!(
-            wire,
-            json!({ "status": "interrupt", "kind": "form_input", "payload": { "f": 1 } })
-        );
+        let wire = serde_json::to_value(ToolOutcome::Action(Box::new(pending_form()))).unwrap();
+        assert_eq!(wire["status"], "action");
+        assert_eq!(wire["request"]["kind"]["type"], "form_input");
         let err = serde_json::from_value::<ToolOutcome>(
             json!({ "status": "failure", "message": "m", "x": 1 }),
         )
@@ -1696,7 +1641,7 @@ mod tests {
         check(&[
             ToolOutcome::Success(json!({ "a": 1 })),
             ToolOutcome::Failure(BoundedFailure::new("m")),
-            ToolOutcome::Interrupt(ToolInterrupt::tool_approval(json!([]))),
+            ToolOutcome::Action(Box::new(pending_form())),
         ]);
         check(&[ToolDescriptor::new(id("a.b"), "d", strict_schema()).unwrap()]);
         // The schema rejects what deserialization rejects.

@@ -5,10 +5,11 @@
 use std::sync::{Arc, Barrier};
 
 use futures_util::stream;
+use harness_core::action::ActionRequest;
 use harness_core::adapter::{
     AgentConfig, BoxFuture, BoxStream, CancelResult, DeploymentContext, EventResult,
-    HarnessAdapter, HarnessRuntime, Interrupt, ResumeDecision, RuntimeContext, RuntimeIdentity,
-    RuntimeInit, TurnInput,
+    HarnessAdapter, HarnessRuntime, ResumeDecision, RuntimeContext, RuntimeIdentity, RuntimeInit,
+    TurnInput,
 };
 use harness_core::capability::CapabilityReport;
 use harness_core::error::{ErrorCategory, HarnessError};
@@ -115,7 +116,7 @@ impl HarnessRuntime for RacingRuntime {
         Box::pin(stream::empty())
     }
 
-    fn pending_interrupt(&self) -> BoxFuture<'_, Option<Interrupt>> {
+    fn pending_action(&self) -> BoxFuture<'_, Option<ActionRequest>> {
         Box::pin(async { None })
     }
 

@@ -10,14 +10,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures_util::StreamExt;
+use harness_core::action::ActionRequest;
 use harness_core::action::{
     ActionResponse, ApprovalRequest, ApprovalResponse, FormResponse, FormValues, Revision,
     ToolDecision,
 };
 use harness_core::adapter::{
     AdapterEvent, BoxFuture, BoxStream, CancelResult, EventResult, HarnessAdapter, HarnessRuntime,
-    Interrupt, InterruptKind, ResumeDecision, RuntimeContext, RuntimeIdentity, RuntimeInit,
-    TurnInput,
+    ResumeDecision, RuntimeContext, RuntimeIdentity, RuntimeInit, TurnInput,
 };
 use harness_core::capability::{Capability, CapabilityKey};
 use harness_core::error::{ErrorCategory, ErrorCode, HarnessError};
@@ -158,7 +158,7 @@ impl HarnessRuntime for ControlledRuntime {
     fn resume(&self, decision: ResumeDecision) -> BoxStream<'_, EventResult> {
         self.play((self.segment)(Some(&decision)))
     }
-    fn pending_interrupt(&self) -> BoxFuture<'_, Option<Interrupt>> {
+    fn pending_action(&self) -> BoxFuture<'_, Option<ActionRequest>> {
         Box::pin(async { None })
     }
     fn cancel(&self, _reason: CancelReason) -> BoxFuture<'_, CancelResult> {
@@ -195,10 +195,9 @@ fn approval_interrupt() -> Step {
         serde_json::json!({"type": "object"}),
     )
     .unwrap();
-    Step::Event(Ok(AdapterEvent::Interrupt(Interrupt {
-        id: APPROVAL_ID.parse().unwrap(),
-        kind: InterruptKind::ToolApproval(approval),
-    })))
+    Step::Event(Ok(AdapterEvent::Action(
+        ActionRequest::approval(approval).with_id(APPROVAL_ID.parse().unwrap()),
+    )))
 }
 
 /// Asks for approval, then completes once approved.

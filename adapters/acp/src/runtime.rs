@@ -16,13 +16,14 @@ use agent_client_protocol::v1::schema::{
     SessionNotification, SessionUpdate, StopReason, TextContent, ToolCallContent, ToolCallStatus,
 };
 use futures_util::{StreamExt, stream};
+use harness_core::action::ActionRequest;
 use harness_core::action::{
     ApprovalRequest, Decision, DecisionKind, FormRequest, ToolCallApproval, ValidatedResponse,
 };
 use harness_core::adapter::{
     AdapterEvent, AgentConfig, BoxFuture, BoxStream, CancelResult, DeploymentContext, EventResult,
-    HarnessAdapter, HarnessRuntime, Interrupt, InterruptKind, ResumeDecision, RuntimeContext,
-    RuntimeIdentity, RuntimeInit, TurnInput,
+    HarnessAdapter, HarnessRuntime, ResumeDecision, RuntimeContext, RuntimeIdentity, RuntimeInit,
+    TurnInput,
 };
 use harness_core::capability::{Capability, CapabilityKey, CapabilityReport};
 use harness_core::error::{ErrorCategory, ErrorCode, HarnessError};
@@ -475,7 +476,7 @@ impl HarnessAdapter for AcpAdapter {
 #[derive(Debug)]
 struct PendingPermission {
     responder: acp::v1::Responder<RequestPermissionResponse>,
-    interrupt: Interrupt,
+    interrupt: ActionRequest,
     call_id: ToolCallId,
     approve: Option<String>,
     reject: Option<String>,
@@ -485,7 +486,7 @@ struct PendingPermission {
 #[derive(Debug)]
 struct PendingElicitation {
     responder: acp::v1::Responder<CreateElicitationResponse>,
-    interrupt: Interrupt,
+    interrupt: ActionRequest,
     form: FormRequest,
 }
 
@@ -497,7 +498,7 @@ enum Pending {
 }
 
 impl Pending {
-    fn interrupt(&self) -> &Interrupt {
+    fn interrupt(&self) -> &ActionRequest {
         match self {
             Self::Permission(p) => &p.interrupt,
             Self::Elicitation(e) => &e.interrupt,
@@ -713,7 +714,7 @@ impl AcpRuntime {
                 if let Some(item) = s.queue.pop_front() {
                     if matches!(
                         item,
-                        Err(_) | Ok(AdapterEvent::Completed(_) | AdapterEvent::Interrupt(_))
+                        Err(_) | Ok(AdapterEvent::Completed(_) | AdapterEvent::Action(_))
                     ) {
                         s.done = true;
                         s.queue.clear();
@@ -953,10 +954,7 @@ impl AcpRuntime {
                     protocol("the ACP agent sent a permission request with no usable option")
                         .with_diagnostic(e.to_string())
                 })?;
-        let interrupt = Interrupt {
-            id: ActionId::generate(),
-            kind: InterruptKind::ToolApproval(approval),
-        };
+        let interrupt = ActionRequest::approval(approval).with_id(ActionId::generate());
         lock(&self.state).pending = Some(Pending::Permission(PendingPermission {
             responder,
             interrupt: interrupt.clone(),
@@ -964,7 +962,7 @@ impl AcpRuntime {
             approve,
             reject,
         }));
-        Ok(AdapterEvent::Interrupt(interrupt))
+        Ok(AdapterEvent::Action(interrupt))
     }
 
     /// A form elicitation becomes a form-input interrupt; one the portable form cannot
@@ -977,16 +975,13 @@ impl AcpRuntime {
     ) {
         match elicitation::form_for(&request.message, &request.mode) {
             Ok(form) => {
-                let interrupt = Interrupt {
-                    id: ActionId::generate(),
-                    kind: InterruptKind::FormInput(form.clone()),
-                };
+                let interrupt = ActionRequest::form(form.clone()).with_id(ActionId::generate());
                 lock(&self.state).pending = Some(Pending::Elicitation(PendingElicitation {
                     responder,
                     interrupt: interrupt.clone(),
                     form,
                 }));
-                out.push_back(Ok(AdapterEvent::Interrupt(interrupt)));
+                out.push_back(Ok(AdapterEvent::Action(interrupt)));
             }
             Err(Unsupported(reason)) => {
                 let _ =
@@ -1223,7 +1218,7 @@ impl HarnessRuntime for AcpRuntime {
         let pending = {
             let mut state = lock(&self.state);
             match state.pending.take() {
-                Some(p) if p.interrupt().id == *decision.interrupt_id() => Some(p),
+                Some(p) if p.interrupt().id == *decision.action_id() => Some(p),
                 other => {
                     state.pending = other;
                     None
@@ -1261,7 +1256,7 @@ impl HarnessRuntime for AcpRuntime {
         self.segment(first)
     }
 
-    fn pending_interrupt(&self) -> BoxFuture<'_, Option<Interrupt>> {
+    fn pending_action(&self) -> BoxFuture<'_, Option<ActionRequest>> {
         let pending = lock(&self.state)
             .pending
             .as_ref()

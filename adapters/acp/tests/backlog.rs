@@ -13,7 +13,7 @@ use common::{
 };
 use harness_acp::{AcpAdapter, AcpOptions, INBOUND_LIMIT};
 use harness_core::action::ActionKind;
-use harness_core::adapter::{AdapterEvent, InterruptKind};
+use harness_core::adapter::AdapterEvent;
 use harness_core::error::ErrorCategory;
 use harness_core::event::{CancelReason, EventKind};
 use harness_core::id::Cursor;
@@ -111,10 +111,10 @@ async fn a_cancel_during_a_held_back_flood_is_graceful() {
     let adapter = AcpAdapter::new();
     let runtime = runtime(&adapter, &flood_agent("flood", &mark, common::WAIT)).await;
     let items = first_segment(&*runtime).await;
-    let Some(Ok(AdapterEvent::Interrupt(interrupt))) = items.last() else {
+    let Some(Ok(AdapterEvent::Action(interrupt))) = items.last() else {
         panic!("the segment did not end on an interrupt: {items:?}");
     };
-    assert!(matches!(interrupt.kind, InterruptKind::ToolApproval(_)));
+    assert!(matches!(interrupt.kind, ActionKind::ToolApproval(_)));
     until_held_back(&adapter).await;
     tokio::time::timeout(common::WAIT, runtime.cancel(CancelReason::new("test")))
         .await

@@ -201,17 +201,18 @@ async fn the_turns_traceparent_reaches_the_agent_in_the_prompts_meta() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_that_loses_the_race_with_a_cancel_ends_cancelled_not_protocol() {
     use futures_util::StreamExt;
+    use harness_core::action::ActionKind;
     use harness_core::action::ActionRequest;
-    use harness_core::adapter::{AdapterEvent, InterruptKind, ResumeDecision};
+    use harness_core::adapter::{AdapterEvent, ResumeDecision};
 
     let mark = marker("permission-race");
     let adapter = AcpAdapter::new();
     let runtime = runtime(&adapter, &test_agent("permission", &mark)).await;
     let items = first_segment(&*runtime).await;
-    let Some(Ok(AdapterEvent::Interrupt(interrupt))) = items.last() else {
+    let Some(Ok(AdapterEvent::Action(interrupt))) = items.last() else {
         panic!("the segment did not end on an interrupt: {items:?}");
     };
-    let InterruptKind::ToolApproval(approval) = &interrupt.kind else {
+    let ActionKind::ToolApproval(approval) = &interrupt.kind else {
         panic!("not an approval");
     };
     let action = ActionRequest::new(ActionKind::ToolApproval(approval.clone()))

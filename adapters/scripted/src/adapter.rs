@@ -4,11 +4,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use futures_core::Stream;
+use harness_core::action::{ActionKind, ActionRequest};
 use harness_core::action::{ApprovalAnswer, Decision, FormAnswer, ValidatedResponse};
 use harness_core::adapter::{
     AdapterEvent, AgentConfig, BoxFuture, BoxStream, CancelResult, DeploymentContext, EventResult,
-    HarnessAdapter, HarnessRuntime, Interrupt, InterruptKind, ResumeDecision, RuntimeContext,
-    RuntimeIdentity, RuntimeInit, TurnInput,
+    HarnessAdapter, HarnessRuntime, ResumeDecision, RuntimeContext, RuntimeIdentity, RuntimeInit,
+    TurnInput,
 };
 use harness_core::capability::CapabilityReport;
 use harness_core::error::{ErrorCategory, ErrorCode, HarnessError};
@@ -583,21 +584,21 @@ impl HarnessRuntime for ScriptedRuntime {
         let Some(pending) = progress.pending.clone() else {
             return failed(protocol(format!(
                 "resume answers action {} but no interrupt is open",
-                decision.interrupt_id()
+                decision.action_id()
             )));
         };
-        if decision.interrupt_id() != &pending.interrupt.id {
+        if decision.action_id() != &pending.interrupt.id {
             return failed(protocol(format!(
                 "resume answers action {} but the open interrupt is {}",
-                decision.interrupt_id(),
+                decision.action_id(),
                 pending.interrupt.id
             )));
         }
         let prefix = match (&pending.interrupt.kind, decision.response()) {
-            (InterruptKind::ToolApproval(_), ValidatedResponse::Approval(answer)) => {
+            (ActionKind::ToolApproval(_), ValidatedResponse::Approval(answer)) => {
                 self.completions(&pending, answer.answer())
             }
-            (InterruptKind::FormInput(_), ValidatedResponse::Form(answer)) => {
+            (ActionKind::FormInput(_), ValidatedResponse::Form(answer)) => {
                 if let FormAnswer::Submit(submitted) = answer.answer() {
                     let values = Arc::make_mut(&mut progress.values);
                     for (name, value) in submitted.iter().filter(|(_, v)| !v.is_null()) {
@@ -624,7 +625,7 @@ impl HarnessRuntime for ScriptedRuntime {
         )
     }
 
-    fn pending_interrupt(&self) -> BoxFuture<'_, Option<Interrupt>> {
+    fn pending_action(&self) -> BoxFuture<'_, Option<ActionRequest>> {
         let pending = lock(&self.progress)
             .pending
             .as_ref()

@@ -8,7 +8,8 @@ use std::task::{Context, Poll, ready};
 
 use futures_core::Stream;
 use futures_util::future::{Either, select};
-use harness_core::adapter::{AdapterEvent, EventResult, Interrupt, InterruptKind};
+use harness_core::action::ActionRequest;
+use harness_core::adapter::{AdapterEvent, EventResult};
 use harness_core::error::{ErrorCategory, HarnessError};
 use harness_core::event::{Content, RunSucceeded, TextDelta, ToolCall, ToolCallCompleted};
 use harness_core::id::{ActionId, ExecutionId};
@@ -59,7 +60,7 @@ pub(crate) fn render(template: &str, values: &Values) -> Option<String> {
 /// An interrupt the runtime is paused on, and the step that raised it.
 #[derive(Debug, Clone)]
 pub(crate) struct Pending {
-    pub(crate) interrupt: Interrupt,
+    pub(crate) interrupt: ActionRequest,
     pub(crate) step: usize,
 }
 
@@ -233,18 +234,14 @@ impl ScriptStream {
                     })
                     .into()));
                 }
-                let interrupt = Interrupt {
-                    id: id.clone().unwrap_or_else(ActionId::generate),
-                    kind: InterruptKind::ToolApproval(request.clone()),
-                };
+                let interrupt = ActionRequest::approval(request.clone())
+                    .with_id(id.clone().unwrap_or_else(ActionId::generate));
                 self.pause(interrupt, index);
                 None
             }
             Op::Form { id, request } => {
-                let interrupt = Interrupt {
-                    id: id.clone().unwrap_or_else(ActionId::generate),
-                    kind: InterruptKind::FormInput(request.clone()),
-                };
+                let interrupt = ActionRequest::form(request.clone())
+                    .with_id(id.clone().unwrap_or_else(ActionId::generate));
                 self.pause(interrupt, index);
                 None
             }
@@ -313,9 +310,9 @@ impl ScriptStream {
         }
     }
 
-    fn pause(&mut self, interrupt: Interrupt, step: usize) {
+    fn pause(&mut self, interrupt: ActionRequest, step: usize) {
         self.queue
-            .push_back(Ok(AdapterEvent::Interrupt(interrupt.clone())));
+            .push_back(Ok(AdapterEvent::Action(interrupt.clone())));
         self.finish(Some(Pending { interrupt, step }));
     }
 }

@@ -1,17 +1,16 @@
 //! Forms, multi-call approvals, and the runtime's interrupt bookkeeping (position kept between
-//! segments, `pending_interrupt`, a resume for the wrong interrupt, restart).
+//! segments, `pending_action`, a resume for the wrong interrupt, restart).
 
 mod common;
 
 use common::{action, completions, context, events, kinds, message_text, options, start, turn};
 use futures_util::StreamExt;
+use harness_core::action::ActionKind;
 use harness_core::action::{
     ActionRequest, ApprovalRequest, ApprovalResponse, FieldKind, FormField, FormResponse,
     FormValues, ToolDecision, ValidatedResponse,
 };
-use harness_core::adapter::{
-    AdapterEvent, EventResult, HarnessAdapter, InterruptKind, ResumeDecision,
-};
+use harness_core::adapter::{AdapterEvent, EventResult, HarnessAdapter, ResumeDecision};
 use harness_core::error::{ErrorCategory, ErrorCode};
 use harness_core::event::{Content, EventPayload, ToolCallOutcome};
 use harness_core::service::Outcome;
@@ -272,17 +271,17 @@ async fn the_runtime_keeps_its_position_and_refuses_a_resume_for_another_interru
     let exec = ctx.execution_id.clone();
     let runtime = adapter.create_runtime(ctx).await.unwrap();
     runtime.initialize().await.unwrap();
-    assert!(runtime.pending_interrupt().await.is_none());
+    assert!(runtime.pending_action().await.is_none());
 
     let first = collect(runtime.stream(turn(&exec))).await;
     assert_eq!(text_of(&first[0]), Some("one"));
-    let Some(Ok(AdapterEvent::Interrupt(interrupt))) = first.last() else {
+    let Some(Ok(AdapterEvent::Action(interrupt))) = first.last() else {
         panic!("{first:?}");
     };
-    let InterruptKind::ToolApproval(approval) = &interrupt.kind else {
+    let ActionKind::ToolApproval(approval) = &interrupt.kind else {
         panic!("{interrupt:?}");
     };
-    assert_eq!(runtime.pending_interrupt().await.as_ref(), Some(interrupt));
+    assert_eq!(runtime.pending_action().await.as_ref(), Some(interrupt));
 
     // A stream while paused, and a decision for another interrupt, are protocol errors.
     let while_paused = collect(runtime.stream(turn(&exec))).await;
@@ -293,7 +292,7 @@ async fn the_runtime_keeps_its_position_and_refuses_a_resume_for_another_interru
     };
     assert_eq!(err.category(), ErrorCategory::Protocol);
     assert!(err.message().contains("act_other"), "{err}");
-    assert_eq!(runtime.pending_interrupt().await.as_ref(), Some(interrupt));
+    assert_eq!(runtime.pending_action().await.as_ref(), Some(interrupt));
 
     // The right decision continues right after the approval step.
     let second = collect(runtime.resume(approve_all(interrupt.id.as_str(), approval))).await;
@@ -306,7 +305,7 @@ async fn the_runtime_keeps_its_position_and_refuses_a_resume_for_another_interru
         matches!(&second[2], Ok(AdapterEvent::Completed(s)) if s.summary.as_deref() == Some("first turn"))
     );
     assert_eq!(second.len(), 3);
-    assert!(runtime.pending_interrupt().await.is_none());
+    assert!(runtime.pending_action().await.is_none());
 
     // A later stream runs the rest, then the script runs out and completes.
     let third = collect(runtime.stream(turn(&exec))).await;
@@ -333,16 +332,16 @@ async fn restart_keeps_the_open_interrupt_and_the_position() {
     let runtime = adapter.create_runtime(ctx).await.unwrap();
     runtime.initialize().await.unwrap();
     let first = collect(runtime.stream(turn(&exec))).await;
-    let Some(Ok(AdapterEvent::Interrupt(interrupt))) = first.last() else {
+    let Some(Ok(AdapterEvent::Action(interrupt))) = first.last() else {
         panic!("{first:?}");
     };
-    let InterruptKind::ToolApproval(approval) = &interrupt.kind else {
+    let ActionKind::ToolApproval(approval) = &interrupt.kind else {
         panic!()
     };
 
     runtime.restart().await.unwrap();
     runtime.initialize().await.unwrap();
-    assert_eq!(runtime.pending_interrupt().await.as_ref(), Some(interrupt));
+    assert_eq!(runtime.pending_action().await.as_ref(), Some(interrupt));
     let resumed = collect(runtime.resume(approve_all(interrupt.id.as_str(), approval))).await;
     assert_eq!(text_of(&resumed[1]), Some("after restart"));
     assert!(matches!(
@@ -365,7 +364,7 @@ async fn a_decision_of_the_wrong_kind_is_a_protocol_error() {
     let exec = ctx.execution_id.clone();
     let runtime = adapter.create_runtime(ctx).await.unwrap();
     let first = collect(runtime.stream(turn(&exec))).await;
-    let Some(Ok(AdapterEvent::Interrupt(interrupt))) = first.last() else {
+    let Some(Ok(AdapterEvent::Action(interrupt))) = first.last() else {
         panic!("{first:?}");
     };
     let approval =
@@ -376,7 +375,7 @@ async fn a_decision_of_the_wrong_kind_is_a_protocol_error() {
     };
     assert_eq!(err.category(), ErrorCategory::Protocol);
     assert_eq!(err.code(), &ErrorCode::EVENT_ORDER_VIOLATION);
-    assert!(runtime.pending_interrupt().await.is_some());
+    assert!(runtime.pending_action().await.is_some());
 }
 
 #[test]

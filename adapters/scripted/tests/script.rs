@@ -2,7 +2,8 @@
 //! stream.
 
 use futures_util::StreamExt;
-use harness_core::adapter::{AdapterEvent, InterruptKind};
+use harness_core::action::ActionKind;
+use harness_core::adapter::AdapterEvent;
 use harness_core::event::Content;
 use harness_core::id::ExecutionId;
 use harness_scripted::{ApprovalCall, QUICKSTART, Script, ScriptError, ScriptedAdapter, Step};
@@ -297,10 +298,10 @@ async fn the_raw_stream_yields_the_adapter_events() {
         &items[items.len() - 2],
         AdapterEvent::Content(Content::ToolCallStarted(c)) if c.tool == "write_file"
     ));
-    let Some(AdapterEvent::Interrupt(interrupt)) = items.last() else {
+    let Some(AdapterEvent::Action(interrupt)) = items.last() else {
         panic!("{items:?}")
     };
-    assert!(matches!(interrupt.kind, InterruptKind::ToolApproval(_)));
+    assert!(matches!(interrupt.kind, ActionKind::ToolApproval(_)));
 }
 
 #[tokio::test]

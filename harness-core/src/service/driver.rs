@@ -14,8 +14,10 @@ use tower::{Service, ServiceExt};
 use super::ServiceConfig;
 use super::handle::{Command, Outcome, Shared, already_resolved, not_pending};
 use super::segment::{BoxSegmentStream, ExecutionRuntime, RuntimeStack, Segment};
-use crate::action::{ActionRequest, ActionResponse, ActionResponseError, ValidatedResponse};
-use crate::adapter::{AdapterEvent, EventResult, Interrupt, InterruptKind, ResumeDecision};
+use crate::action::{
+    ActionKind, ActionRequest, ActionResponse, ActionResponseError, ValidatedResponse,
+};
+use crate::adapter::{AdapterEvent, EventResult, ResumeDecision};
 use crate::error::{ErrorCategory, ErrorCode, HarnessError};
 use crate::event::{CancelReason, CancelSource, Content, RunSucceeded};
 use crate::lifecycle::{Execution, NonTerminal, state};
@@ -28,7 +30,7 @@ pub(super) const BATCH: usize = 64;
 /// How a run segment ended.
 enum SegmentEnd {
     Completed(RunSucceeded),
-    Interrupt(Interrupt),
+    Action(ActionRequest),
     Failed(HarnessError),
     Stopped(Stop),
 }
@@ -263,14 +265,14 @@ impl Driver {
                     self.deadline_passed();
                     return self.fail(running, timeout_error("deadline")).await;
                 }
-                SegmentEnd::Interrupt(interrupt) => {
-                    let resumed = match interrupt.kind {
-                        InterruptKind::FormInput(form) => {
-                            let awaiting = running.request_input(interrupt.id, form);
+                SegmentEnd::Action(request) => {
+                    let resumed = match request.kind {
+                        ActionKind::FormInput(form) => {
+                            let awaiting = running.request_input(request.id, form);
                             self.await_answer(awaiting).await
                         }
-                        InterruptKind::ToolApproval(approval) => {
-                            let awaiting = running.request_approval(interrupt.id, approval);
+                        ActionKind::ToolApproval(approval) => {
+                            let awaiting = running.request_approval(request.id, approval);
                             self.await_answer(awaiting).await
                         }
                     };
@@ -300,7 +302,7 @@ impl Driver {
                 self.fail(starting.run(), err).await;
             }
             SegmentEnd::Failed(err) => self.fail(starting.run(), err).await,
-            SegmentEnd::Completed(_) | SegmentEnd::Interrupt(_) => {
+            SegmentEnd::Completed(_) | SegmentEnd::Action(_) => {
                 unreachable!("a call of the stack yields no segment end")
             }
         }
@@ -316,7 +318,7 @@ impl Driver {
         if ending.is_some() {
             return Some(SegmentEnd::Failed(protocol(
                 "the adapter produced events after the end of a run segment",
-                "item after Completed/Interrupt".to_owned(),
+                "item after Completed/Action".to_owned(),
             )));
         }
         if let AdapterEvent::Content(content) = event {
@@ -339,7 +341,7 @@ impl Driver {
                 }
                 self.emitted = true;
             }
-            AdapterEvent::Interrupt(interrupt) => *ending = Some(SegmentEnd::Interrupt(interrupt)),
+            AdapterEvent::Action(request) => *ending = Some(SegmentEnd::Action(request)),
             AdapterEvent::Completed(summary) => *ending = Some(SegmentEnd::Completed(summary)),
         }
         None
@@ -444,7 +446,7 @@ impl Driver {
                 () = sleep_until(end_by), if end_by.is_some() => {
                     return SegmentEnd::Failed(protocol(
                         "the adapter did not end its run segment after its terminal item",
-                        format!("stream still open {grace:?} after Completed/Interrupt"),
+                        format!("stream still open {grace:?} after Completed/Action"),
                     ));
                 }
                 stop = stop(&shared, deadline) => {

@@ -4,8 +4,9 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
 
+use harness_core::action::ActionKind;
 use harness_core::action::{ApprovalRequest, ToolCallApproval};
-use harness_core::adapter::{AdapterEvent, Interrupt, InterruptKind};
+use harness_core::adapter::AdapterEvent;
 use harness_core::artifact::ArtifactDescriptor;
 use harness_core::error::HarnessError;
 use harness_core::event::{Content, TextDelta, ToolCallOutcome};
@@ -348,14 +349,12 @@ impl Redactor {
             AdapterEvent::Artifact(artifact) => {
                 AdapterEvent::Artifact(self.redact_artifact(artifact)?)
             }
-            AdapterEvent::Interrupt(Interrupt {
-                id,
-                kind: InterruptKind::ToolApproval(approval),
-            }) => AdapterEvent::Interrupt(Interrupt {
-                id,
-                kind: InterruptKind::ToolApproval(self.redact_approval(approval)?),
-            }),
-            AdapterEvent::Interrupt(form) => AdapterEvent::Interrupt(form),
+            AdapterEvent::Action(mut request) => {
+                if let ActionKind::ToolApproval(approval) = request.kind {
+                    request.kind = ActionKind::ToolApproval(self.redact_approval(approval)?);
+                }
+                AdapterEvent::Action(request)
+            }
             AdapterEvent::Completed(mut done) => {
                 if let Some(summary) = &mut done.summary {
                     self.redact_string(summary);
