@@ -23,7 +23,7 @@ use harness::capability::CapabilityReport;
 use harness::error::HarnessError;
 use harness::event::{Content, RunSucceeded, TextDelta, Usage};
 use harness::id::{AdapterId, Cursor};
-use harness::manifest::{AdapterManifest, HarnessDescriptor};
+use harness::manifest::Adapter;
 use harness::registry::Registry;
 use harness::{Adapter, AdapterOptions, ExecutionRequest, HarnessStack, Outcome};
 use serde_json::json;
@@ -81,13 +81,9 @@ enum Split {
 struct Echo;
 
 impl SimpleAdapter for Echo {
-    fn descriptor(&self) -> &HarnessDescriptor {
-        Self::manifest()
-    }
-
     fn evaluate(&self, config: &AgentConfig) -> Result<CapabilityReport, HarnessError> {
         Self::parse_options(&config.options)?;
-        Ok(Self::manifest().capabilities().clone())
+        Ok(Self::static_descriptor().capabilities().clone())
     }
 
     fn stream(&self, run: RunContext) -> BoxStream<'static, EventResult> {
@@ -129,10 +125,10 @@ impl SimpleAdapter for Echo {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     // The manifest and the options schema, as the derives built them.
-    println!("{}", json!({"manifest": Echo::manifest()}));
+    println!("{}", json!({"manifest": Echo::static_descriptor()}));
     println!(
         "{}",
-        json!({"optionsSchema": Echo::manifest().options_schema()})
+        json!({"optionsSchema": Echo::static_descriptor().options_schema()})
     );
 
     // Bad options are refused with every violation listed, each at its JSON pointer.

@@ -12,10 +12,11 @@
 //! configured on the adapter service (its driver calls it once per run segment); the
 //! admission stack wraps the service.
 
+use harness::manifest::Describe;
+
 use std::sync::Arc;
 use std::time::Duration;
 
-use harness::adapter::HarnessAdapter;
 use harness::capability::CapabilityKey;
 use harness::id::Cursor;
 use harness::layers::capacity::CapacityLayer;

@@ -59,7 +59,7 @@ pub mod prelude {
     };
     pub use crate::error::{ErrorCategory, ErrorCode, HarnessError};
     pub use crate::event::{CancelReason, Content, Event, EventPayload, RunSucceeded, TextDelta};
-    pub use crate::manifest::{AdapterManifest, HarnessDescriptor};
+    pub use crate::manifest::{Adapter, Describe, HarnessDescriptor};
     pub use crate::service::{AdapterService, ExecutionHandle, ExecutionRequest, Outcome};
     #[cfg(feature = "macros")]
     pub use crate::{Adapter, AdapterOptions};

@@ -11,7 +11,7 @@ use harness::capability::{CapabilityKey, EvidenceId, SupportLevel};
 use harness::error::{ErrorCategory, ErrorCode, HarnessError};
 use harness::id::AdapterId;
 use harness::manifest::{
-    AdapterManifest, AdapterOptions, ContractVersion, Dependency, DependencyKind, ExecutionMode,
+    Adapter, AdapterOptions, ContractVersion, Dependency, DependencyKind, ExecutionMode,
     HarnessDescriptor, ManifestError, OperatorProfileId, OptionsValidator, TrustBoundary,
 };
 use harness::registry::{Describe, Registry};
@@ -91,10 +91,6 @@ enum Tool {
 struct ClaudeCode;
 
 impl SimpleAdapter for ClaudeCode {
-    fn descriptor(&self) -> &HarnessDescriptor {
-        Self::manifest()
-    }
-
     fn stream(&self, _run: RunContext) -> BoxStream<'static, EventResult> {
         Box::pin(futures_util::stream::empty())
     }
@@ -109,7 +105,7 @@ fn manifest_schema() -> Value {
 fn the_generated_manifest_validates_against_the_committed_manifest_schema() {
     let schema = manifest_schema();
     let validator = jsonschema::validator_for(&schema).unwrap();
-    let wire = serde_json::to_value(ClaudeCode::manifest()).unwrap();
+    let wire = serde_json::to_value(ClaudeCode::static_descriptor()).unwrap();
     let errors: Vec<String> = validator
         .iter_errors(&wire)
         .map(|e| format!("{}: {e}", e.instance_path()))
@@ -117,12 +113,12 @@ fn the_generated_manifest_validates_against_the_committed_manifest_schema() {
     assert!(errors.is_empty(), "{errors:#?}\n{wire:#}");
     // And it round-trips through the validating deserializer.
     let back: HarnessDescriptor = serde_json::from_value(wire).unwrap();
-    assert_eq!(&back, ClaudeCode::manifest());
+    assert_eq!(&back, ClaudeCode::static_descriptor());
 }
 
 #[test]
 fn the_generated_manifest_says_what_the_attribute_says() {
-    let d = ClaudeCode::manifest();
+    let d = ClaudeCode::static_descriptor();
     assert_eq!(d.id().as_str(), "claude_code");
     assert_eq!(d.name(), "Claude Code");
     assert_eq!(d.implementation_version(), env!("CARGO_PKG_VERSION"));
@@ -171,16 +167,16 @@ fn the_generated_manifest_says_what_the_attribute_says() {
 
 #[test]
 fn the_manifest_is_built_once_and_shared() {
-    let a: *const HarnessDescriptor = ClaudeCode::manifest();
+    let a: *const HarnessDescriptor = ClaudeCode::static_descriptor();
     let handles: Vec<_> = (0..4)
-        .map(|_| std::thread::spawn(|| ClaudeCode::manifest() as *const _ as usize))
+        .map(|_| std::thread::spawn(|| ClaudeCode::static_descriptor() as *const _ as usize))
         .collect();
     for h in handles {
         assert_eq!(h.join().unwrap(), a as usize);
     }
     assert!(std::ptr::eq(
-        SimpleAdapter::descriptor(&ClaudeCode),
-        ClaudeCode::manifest()
+        Describe::descriptor(&ClaudeCode),
+        ClaudeCode::static_descriptor()
     ));
 }
 
@@ -333,7 +329,8 @@ fn the_options_schema_rejects_unknown_fields_everywhere() {
     );
     // The same validation through a validator compiled from the published schema, as a
     // preflight layer would run it.
-    let validator = OptionsValidator::new(ClaudeCode::manifest().options_schema()).unwrap();
+    let validator =
+        OptionsValidator::new(ClaudeCode::static_descriptor().options_schema()).unwrap();
     assert_eq!(
         validator
             .validate(&json!({"model": "m", "x": 1}))
@@ -369,7 +366,7 @@ struct Leaky;
 
 #[test]
 fn an_open_schema_behind_unchecked_is_still_refused_when_the_manifest_is_built() {
-    let panic = std::panic::catch_unwind(Leaky::manifest).unwrap_err();
+    let panic = std::panic::catch_unwind(Leaky::static_descriptor).unwrap_err();
     let message = panic.downcast_ref::<String>().cloned().unwrap_or_default();
     assert!(
         message.starts_with("`#[derive(Adapter)]` on `Leaky` declares an invalid descriptor"),

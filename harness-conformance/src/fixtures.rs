@@ -10,6 +10,7 @@ use harness_core::adapter::{AdapterEvent, HarnessAdapter, ResumeDecision};
 use harness_core::capability::CapabilityKey as K;
 use harness_core::error::{ErrorCategory, ErrorCode};
 use harness_core::event::{CancelReason, EventPayload, ToolCallOutcome};
+use harness_core::manifest::Describe;
 use harness_core::service::{CancelStatus, ExecutionRequest, Outcome};
 use serde_json::Value;
 

@@ -400,7 +400,7 @@ impl FixtureOutcome {
 /// Needs a Tokio runtime with the time driver (a `#[tokio::test]` has one).
 pub async fn certify<K: Knobs>(knobs: &K) -> Report {
     let adapter = knobs.adapter();
-    let descriptor = harness_core::adapter::HarnessAdapter::descriptor(&adapter).clone();
+    let descriptor = harness_core::manifest::Describe::descriptor(&adapter).clone();
     let gate = fixtures::gate(knobs, &adapter).await;
     let mut results = Vec::with_capacity(FIXTURES.len());
     for fixture in FIXTURES {

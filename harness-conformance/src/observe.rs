@@ -22,7 +22,7 @@ use harness_core::capability::CapabilityReport;
 use harness_core::error::{ErrorCategory, HarnessError};
 use harness_core::event::{CancelReason, EventPayload};
 use harness_core::id::ExecutionId;
-use harness_core::manifest::HarnessDescriptor;
+use harness_core::manifest::{Describe, HarnessDescriptor};
 use harness_core::service::{ExecutionRequest, Outcome};
 use harness_core::trace::TraceContext;
 use harness_layers::metrics::{MetricsLayer, names};
@@ -570,11 +570,13 @@ pub(crate) struct Spied<A> {
     spy: Spy,
 }
 
-impl<A: HarnessAdapter> HarnessAdapter for Spied<A> {
+impl<A: HarnessAdapter> Describe for Spied<A> {
     fn descriptor(&self) -> &HarnessDescriptor {
         self.inner.descriptor()
     }
+}
 
+impl<A: HarnessAdapter> HarnessAdapter for Spied<A> {
     fn evaluate<'a>(
         &'a self,
         config: &'a AgentConfig,

@@ -27,7 +27,7 @@ use harness_core::event::{
     CancelReason, Content, RunSucceeded, TextDelta, ToolCall, ToolCallCompleted, ToolCallOutcome,
 };
 use harness_core::id::{ActionId, ConversationId};
-use harness_core::manifest::{ContractVersion, ExecutionMode, HarnessDescriptor};
+use harness_core::manifest::{ContractVersion, Describe, ExecutionMode, HarnessDescriptor};
 use harness_core::service::ExecutionRequest;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -154,11 +154,13 @@ impl Broken {
     }
 }
 
-impl HarnessAdapter for Broken {
+impl Describe for Broken {
     fn descriptor(&self) -> &HarnessDescriptor {
         &self.descriptor
     }
+}
 
+impl HarnessAdapter for Broken {
     fn evaluate<'a>(
         &'a self,
         config: &'a AgentConfig,

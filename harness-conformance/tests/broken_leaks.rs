@@ -16,7 +16,7 @@ use harness_core::adapter::{
     AdapterEvent, BoxStream, EventResult, RunContext, Simple, SimpleAdapter,
 };
 use harness_core::event::{Content, RunSucceeded, TextDelta};
-use harness_core::manifest::{ContractVersion, ExecutionMode, HarnessDescriptor};
+use harness_core::manifest::{ContractVersion, Describe, ExecutionMode, HarnessDescriptor};
 use harness_core::service::ExecutionRequest;
 
 const FIXTURE: &str = "observability.leaks.fds_children";
@@ -44,11 +44,13 @@ struct Leaky {
     leaked: Arc<Mutex<Leaked>>,
 }
 
-impl SimpleAdapter for Leaky {
+impl Describe for Leaky {
     fn descriptor(&self) -> &HarnessDescriptor {
         &self.descriptor
     }
+}
 
+impl SimpleAdapter for Leaky {
     fn stream(&self, _run: RunContext) -> BoxStream<'static, EventResult> {
         let mut leaked = self.leaked.lock().unwrap_or_else(PoisonError::into_inner);
         match self.leak {

@@ -3,7 +3,7 @@
 //! that re-exports it, named with `#[adapter(crate = "...")]`).
 //!
 //! Not public API: nothing here is covered by semver, and nothing here should be named by hand.
-//! The public side of the derives is [`AdapterManifest`], [`AdapterOptions`], [`ClosedSchema`],
+//! The public side of the derives is [`Adapter`], [`Describe`], [`AdapterOptions`], [`ClosedSchema`],
 //! [`OptionsValidator`] and [`InvalidOptions`] in [`crate::manifest`].
 
 pub use std::sync::OnceLock;
@@ -13,7 +13,7 @@ pub use serde_json::Value;
 pub use crate::capability::{Capability, CapabilityKey, EvidenceId, SupportLevel};
 pub use crate::id::AdapterId;
 pub use crate::manifest::{
-    AdapterManifest, AdapterOptions, ClosedSchema, ContractVersion, Dependency, DependencyKind,
+    Adapter, AdapterOptions, ClosedSchema, ContractVersion, Dependency, DependencyKind, Describe,
     ExecutionMode, HarnessDescriptor, HarnessDescriptorBuilder, InvalidOptions, OperatorProfileId,
     OptionsValidator, TrustBoundary,
 };
@@ -92,7 +92,7 @@ pub fn options_schema_for<T: AdapterOptions>() -> Value {
 /// `AdapterOptions`) rather than naming the options type again keeps a wrong options type to
 /// one error, at the `options = ...` the author wrote.
 #[must_use]
-pub fn options_schema_of<A: AdapterManifest + ?Sized>() -> Value {
+pub fn options_schema_of<A: Adapter + ?Sized>() -> Value {
     <A::Options as AdapterOptions>::options_schema()
 }
 

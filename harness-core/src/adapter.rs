@@ -44,7 +44,7 @@ use crate::capability::CapabilityReport;
 use crate::error::HarnessError;
 use crate::event::{CancelReason, Content, RunSucceeded};
 use crate::id::{ActionId, AdapterId, ConversationId, ExecutionId, IdempotencyKey};
-use crate::manifest::{ContractVersion, HarnessDescriptor};
+use crate::manifest::{ContractVersion, Describe, HarnessDescriptor};
 use crate::session::{ScopedThreadState, SessionBinding};
 use crate::time::Timestamp;
 use crate::tool::ToolHandle;
@@ -277,11 +277,9 @@ pub enum CancelResult {
     NothingToCancel,
 }
 
-/// An adapter: a static, allowlisted registry entry that builds runtimes.
-pub trait HarnessAdapter: Send + Sync + 'static {
-    /// The descriptor; building it performed no I/O.
-    fn descriptor(&self) -> &HarnessDescriptor;
-
+/// An adapter: a static, allowlisted registry entry that builds runtimes. Its descriptor
+/// comes from [`Describe`] (building it performs no I/O).
+pub trait HarnessAdapter: Describe + Send + Sync + 'static {
     /// A bounded, side-effect-free health check. The caller bounds it with a deadline too.
     fn health(&self) -> BoxFuture<'_, HarnessHealth> {
         Box::pin(async { HarnessHealth::ready() })
@@ -333,9 +331,6 @@ pub trait HarnessRuntime: Send + Sync + 'static {
 }
 
 impl<A: HarnessAdapter + ?Sized> HarnessAdapter for Arc<A> {
-    fn descriptor(&self) -> &HarnessDescriptor {
-        (**self).descriptor()
-    }
     fn health(&self) -> BoxFuture<'_, HarnessHealth> {
         (**self).health()
     }
@@ -351,12 +346,6 @@ impl<A: HarnessAdapter + ?Sized> HarnessAdapter for Arc<A> {
         context: RuntimeContext,
     ) -> BoxFuture<'_, Result<Box<dyn HarnessRuntime>, HarnessError>> {
         (**self).create_runtime(context)
-    }
-}
-
-impl crate::registry::Describe for dyn HarnessAdapter {
-    fn descriptor(&self) -> &HarnessDescriptor {
-        HarnessAdapter::descriptor(self)
     }
 }
 
@@ -379,10 +368,7 @@ pub struct RunContext {
 /// and one stream per run context. Wrap it in [`Simple`] to get a [`HarnessAdapter`].
 ///
 /// A resumed run calls [`SimpleAdapter::stream`] again with [`RunContext::resume`] set.
-pub trait SimpleAdapter: Send + Sync + 'static {
-    /// The descriptor.
-    fn descriptor(&self) -> &HarnessDescriptor;
-
+pub trait SimpleAdapter: Describe + Send + Sync + 'static {
     /// The capability report; by default the descriptor's.
     fn evaluate(&self, config: &AgentConfig) -> Result<CapabilityReport, HarnessError> {
         let _ = config;
@@ -415,11 +401,13 @@ impl<A> Simple<A> {
     }
 }
 
-impl<A: SimpleAdapter> HarnessAdapter for Simple<A> {
+impl<A: SimpleAdapter> Describe for Simple<A> {
     fn descriptor(&self) -> &HarnessDescriptor {
         self.0.descriptor()
     }
+}
 
+impl<A: SimpleAdapter> HarnessAdapter for Simple<A> {
     fn evaluate<'a>(
         &'a self,
         config: &'a AgentConfig,

@@ -393,8 +393,9 @@ impl EventLog {
             state.events.push(Arc::clone(&event));
             (event, std::mem::take(&mut state.waiters))
         };
-        wake(waiters);
+        // Observers first: a parked reader woken by this event finds its hooks already run.
         shared.notify();
+        wake(waiters);
         Ok(event)
     }
 
@@ -435,10 +436,10 @@ impl EventLog {
             };
             (count, waiters)
         };
-        wake(waiters);
         if count > 0 {
             shared.notify();
         }
+        wake(waiters);
         Ok(count)
     }
 

@@ -1720,21 +1720,73 @@ impl HarnessDescriptorBuilder {
 // (in `harness-macros`) implement
 // ---------------------------------------------------------------------------------------------
 
+/// Something that has a [`HarnessDescriptor`]: the one way to ask an adapter for its
+/// descriptor, a supertrait of [`HarnessAdapter`](crate::adapter::HarnessAdapter) and
+/// [`SimpleAdapter`](crate::adapter::SimpleAdapter), and what a
+/// [`Registry`](crate::registry::Registry) needs.
+///
+/// `#[derive(Adapter)]` implements it; written by hand it is three lines. Implemented for
+/// `HarnessDescriptor` itself and, through `Arc`, `Box` and `&`, for pointers to any
+/// implementor, trait objects included (`Arc<dyn HarnessAdapter>`).
+///
+/// ```
+/// use harness_core::manifest::{Describe, HarnessDescriptor};
+///
+/// #[derive(Debug)]
+/// struct MyAdapter {
+///     descriptor: HarnessDescriptor,
+/// }
+///
+/// impl Describe for MyAdapter {
+///     fn descriptor(&self) -> &HarnessDescriptor {
+///         &self.descriptor
+///     }
+/// }
+/// ```
+pub trait Describe {
+    /// The adapter's descriptor. Must return the same descriptor every time.
+    fn descriptor(&self) -> &HarnessDescriptor;
+}
+
+impl Describe for HarnessDescriptor {
+    fn descriptor(&self) -> &HarnessDescriptor {
+        self
+    }
+}
+
+impl<T: Describe + ?Sized> Describe for std::sync::Arc<T> {
+    fn descriptor(&self) -> &HarnessDescriptor {
+        (**self).descriptor()
+    }
+}
+
+impl<T: Describe + ?Sized> Describe for Box<T> {
+    fn descriptor(&self) -> &HarnessDescriptor {
+        (**self).descriptor()
+    }
+}
+
+impl<T: Describe + ?Sized> Describe for &T {
+    fn descriptor(&self) -> &HarnessDescriptor {
+        (**self).descriptor()
+    }
+}
+
 /// An adapter type whose descriptor is known statically: what `#[derive(Adapter)]` implements
-/// from its `#[adapter(...)]` attribute.
+/// from its `#[adapter(...)]` attribute, with [`Describe`].
 ///
 /// The derive checks the attribute at compile time (id pattern, contract versions, execution
 /// mode, trust boundary, dependencies, capability keys and levels) and builds the descriptor
-/// once, on the first call to [`AdapterManifest::manifest`], without I/O. An adapter forwards
-/// the contract's `descriptor` method to it (`fn descriptor(&self) -> &HarnessDescriptor {
-/// Self::manifest() }`) and parses its options with [`AdapterManifest::parse_options`].
+/// once, on the first call to [`Adapter::static_descriptor`], without I/O. The adapter's
+/// [`Describe::descriptor`] returns it, and [`Adapter::parse_options`] parses its options.
+/// (The trait and the derive share their name, as `serde::Serialize` does.)
 ///
 /// What the two derives generate, written by hand:
 ///
 /// ```
 /// use std::sync::OnceLock;
 /// use harness_core::manifest::{
-///     AdapterManifest, AdapterOptions, ClosedSchema, ContractVersion, ExecutionMode,
+///     Adapter, AdapterOptions, ClosedSchema, ContractVersion, Describe, ExecutionMode,
 ///     HarnessDescriptor,
 /// };
 /// use serde_json::json;
@@ -1754,11 +1806,11 @@ impl HarnessDescriptorBuilder {
 ///
 /// // `#[derive(Adapter)]` with `#[adapter(id = "echo", contract_versions = [1],
 /// // execution_mode = in_process(compatibility_only), options = EchoOptions)]`:
-/// impl AdapterManifest for Echo {
+/// impl Adapter for Echo {
 ///     type Options = EchoOptions;
-///     fn manifest() -> &'static HarnessDescriptor {
-///         static MANIFEST: OnceLock<HarnessDescriptor> = OnceLock::new();
-///         MANIFEST.get_or_init(|| {
+///     fn static_descriptor() -> &'static HarnessDescriptor {
+///         static DESCRIPTOR: OnceLock<HarnessDescriptor> = OnceLock::new();
+///         DESCRIPTOR.get_or_init(|| {
 ///             HarnessDescriptor::builder("echo".parse().unwrap(), "0.1.0")
 ///                 .contract_version(ContractVersion::V1)
 ///                 .execution_mode(ExecutionMode::in_process())
@@ -1769,7 +1821,13 @@ impl HarnessDescriptorBuilder {
 ///     }
 /// }
 ///
-/// assert_eq!(Echo::manifest().id().as_str(), "echo");
+/// impl Describe for Echo {
+///     fn descriptor(&self) -> &HarnessDescriptor {
+///         Self::static_descriptor()
+///     }
+/// }
+///
+/// assert_eq!(Echo.descriptor().id().as_str(), "echo");
 /// let options = Echo::parse_options(&json!({"prefix": "> ", "repeat": 2})).unwrap();
 /// assert_eq!((options.prefix.as_deref(), options.repeat), (Some("> "), 2));
 ///
@@ -1777,7 +1835,7 @@ impl HarnessDescriptorBuilder {
 /// let pointers: Vec<&str> = err.violations.iter().map(|v| v.pointer.as_str()).collect();
 /// assert_eq!(pointers, ["/prefx", "/repeat"]);
 /// ```
-pub trait AdapterManifest {
+pub trait Adapter {
     /// The adapter's options: what an execution's `options` deserialize into.
     type Options: AdapterOptions;
 
@@ -1790,7 +1848,7 @@ pub trait AdapterManifest {
     /// checks everything it declares at compile time; what it cannot see is the options
     /// type's schema when a field was marked `#[adapter_options(unchecked)]` or
     /// [`AdapterOptions`] was implemented by hand.
-    fn manifest() -> &'static HarnessDescriptor;
+    fn static_descriptor() -> &'static HarnessDescriptor;
 
     /// Validates `options` (`null` counts as `{}`) against the options schema, listing every
     /// violation with its JSON pointer, then deserializes them.

@@ -5,7 +5,7 @@
 //! fields, and it shares a contract version with the engine; the highest common version is
 //! the one negotiated. A refused adapter leaves the registry unchanged.
 //!
-//! The registry holds anything that implements [`Describe`]: a bare [`HarnessDescriptor`], a
+//! The registry holds anything that implements [`Describe`]: a bare [`HarnessDescriptor`](crate::manifest::HarnessDescriptor), a
 //! concrete adapter, or a trait object behind `Arc` / `Box`.
 //!
 //! ```
@@ -35,60 +35,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::sync::Arc;
 
 use crate::id::AdapterId;
-use crate::manifest::{ContractVersion, HarnessDescriptor, ManifestError, list_pointers};
+use crate::manifest::{ContractVersion, ManifestError, list_pointers};
 
-/// Something that has a [`HarnessDescriptor`]: what the [`Registry`] needs of an adapter.
-///
-/// Implemented for `HarnessDescriptor` itself and, through `Arc`, `Box` and `&`, for pointers
-/// to any implementor, including trait objects (`Arc<dyn Describe>`, or a larger adapter trait
-/// that has `Describe` as a supertrait).
-///
-/// ```
-/// use harness_core::manifest::HarnessDescriptor;
-/// use harness_core::registry::Describe;
-///
-/// #[derive(Debug)]
-/// struct MyAdapter {
-///     descriptor: HarnessDescriptor,
-/// }
-///
-/// impl Describe for MyAdapter {
-///     fn descriptor(&self) -> &HarnessDescriptor {
-///         &self.descriptor
-///     }
-/// }
-/// ```
-pub trait Describe {
-    /// The adapter's descriptor. Must return the same descriptor every time.
-    fn descriptor(&self) -> &HarnessDescriptor;
-}
-
-impl Describe for HarnessDescriptor {
-    fn descriptor(&self) -> &HarnessDescriptor {
-        self
-    }
-}
-
-impl<T: Describe + ?Sized> Describe for Arc<T> {
-    fn descriptor(&self) -> &HarnessDescriptor {
-        (**self).descriptor()
-    }
-}
-
-impl<T: Describe + ?Sized> Describe for Box<T> {
-    fn descriptor(&self) -> &HarnessDescriptor {
-        (**self).descriptor()
-    }
-}
-
-impl<T: Describe + ?Sized> Describe for &T {
-    fn descriptor(&self) -> &HarnessDescriptor {
-        (**self).descriptor()
-    }
-}
+/// What the [`Registry`] needs of an adapter (defined in [`manifest`](crate::manifest)).
+pub use crate::manifest::Describe;
 
 fn list_versions(versions: &[ContractVersion]) -> String {
     let items: Vec<String> = versions.iter().map(ToString::to_string).collect();
@@ -338,7 +290,9 @@ impl<A> fmt::Debug for Registry<A> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manifest::ExecutionMode;
+    use std::sync::Arc;
+
+    use crate::manifest::{ExecutionMode, HarnessDescriptor};
     use rstest::rstest;
     use serde_json::json;
 

@@ -15,7 +15,7 @@ use harness_core::capability::CapabilityReport;
 use harness_core::error::{ErrorCategory, HarnessError};
 use harness_core::event::{CancelReason, EventPayload};
 use harness_core::id::Cursor;
-use harness_core::manifest::{ContractVersion, ExecutionMode, HarnessDescriptor};
+use harness_core::manifest::{ContractVersion, Describe, ExecutionMode, HarnessDescriptor};
 use harness_core::service::{AdapterService, ExecutionRequest, Outcome};
 use tokio_util::sync::CancellationToken;
 
@@ -36,11 +36,13 @@ struct Racing {
     cancelled: Arc<Barrier>,
 }
 
-impl HarnessAdapter for Racing {
+impl Describe for Racing {
     fn descriptor(&self) -> &HarnessDescriptor {
         &self.descriptor
     }
+}
 
+impl HarnessAdapter for Racing {
     fn evaluate<'a>(
         &'a self,
         _: &'a AgentConfig,

@@ -27,7 +27,7 @@ use harness_core::event::{
 use harness_core::extensions::Extensions;
 use harness_core::id::{ActionId, Cursor, ToolCallId};
 use harness_core::lifecycle::ExecutionState;
-use harness_core::manifest::{ContractVersion, ExecutionMode, HarnessDescriptor};
+use harness_core::manifest::{ContractVersion, Describe, ExecutionMode, HarnessDescriptor};
 use harness_core::service::{
     AdapterService, CancelStatus, ExecutionHandle, ExecutionRequest, Outcome, SegmentKind,
     SegmentStream, ServiceConfig,
@@ -82,11 +82,13 @@ impl Controlled {
     }
 }
 
-impl HarnessAdapter for Controlled {
+impl Describe for Controlled {
     fn descriptor(&self) -> &HarnessDescriptor {
         &self.descriptor
     }
+}
 
+impl HarnessAdapter for Controlled {
     fn create_runtime(
         &self,
         context: RuntimeContext,

@@ -149,7 +149,15 @@ async fn capacity_admits_exactly_the_limit_under_concurrency_and_frees_on_end() 
     let handles: Vec<ExecutionHandle> = admitted.into_iter().map(Result::unwrap).collect();
     handles[0].cancel(CancelReason::default());
     handles[0].outcome().await;
-    // The permit is released by a terminal hook, right as the terminal event is appended.
+    // The permit is released by a terminal hook right after the terminal event is appended
+    // (on the driver's thread, which may still be in it): poll the layer's count (bounded,
+    // never a blind sleep).
+    for _ in 0..5000 {
+        if service.active() == 4 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
     assert_eq!(
         service.active(),
         4,
@@ -384,11 +392,13 @@ struct FlakyOnce {
     streams: Arc<AtomicUsize>,
 }
 
-impl harness_core::adapter::SimpleAdapter for FlakyOnce {
+impl harness_core::manifest::Describe for FlakyOnce {
     fn descriptor(&self) -> &harness_core::manifest::HarnessDescriptor {
         &self.descriptor
     }
+}
 
+impl harness_core::adapter::SimpleAdapter for FlakyOnce {
     fn stream(
         &self,
         _run: harness_core::adapter::RunContext,

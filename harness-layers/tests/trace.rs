@@ -12,7 +12,7 @@ use harness_core::adapter::{
 use harness_core::error::{ErrorCategory, HarnessError};
 use harness_core::event::{CancelReason, Content, RunSucceeded, TextDelta};
 use harness_core::id::ConversationId;
-use harness_core::manifest::{ContractVersion, ExecutionMode, HarnessDescriptor};
+use harness_core::manifest::{ContractVersion, Describe, ExecutionMode, HarnessDescriptor};
 use harness_core::service::{AdapterService, ExecutionHandle, ExecutionRequest, Outcome};
 use harness_core::trace::TraceContext;
 use harness_layers::trace::{ResponseFuture, SPAN_NAME, Trace, TraceLayer};
@@ -186,11 +186,13 @@ struct Probe {
     contexts: Arc<Mutex<Vec<Option<TraceContext>>>>,
 }
 
-impl SimpleAdapter for Probe {
+impl Describe for Probe {
     fn descriptor(&self) -> &HarnessDescriptor {
         &self.descriptor
     }
+}
 
+impl SimpleAdapter for Probe {
     fn stream(&self, run: RunContext) -> BoxStream<'static, EventResult> {
         self.contexts
             .lock()

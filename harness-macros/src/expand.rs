@@ -6,7 +6,7 @@
 //!
 //! When the attributes have errors, the errors are emitted together with *fallback* impls of
 //! the same traits whose bodies are unreachable, so that code using the type (an
-//! `impl HarnessAdapter` calling `Self::manifest()`, an `options = MyOptions` naming it) still
+//! `impl HarnessAdapter` calling `Self::static_descriptor()`, an `options = MyOptions` naming it) still
 //! type-checks and one mistake gives one error.
 
 use proc_macro2::{Span, TokenStream};
@@ -123,12 +123,19 @@ fn adapter_impl(input: &DeriveInput, m: &Manifest) -> TokenStream {
             #profile_check
 
             #[automatically_derived]
-            impl #impl_generics #h::AdapterManifest for #ident #ty_generics #where_clause {
+            impl #impl_generics #h::Describe for #ident #ty_generics #where_clause {
+                fn descriptor(&self) -> &#h::HarnessDescriptor {
+                    <Self as #h::Adapter>::static_descriptor()
+                }
+            }
+
+            #[automatically_derived]
+            impl #impl_generics #h::Adapter for #ident #ty_generics #where_clause {
                 type Options = #options;
 
-                fn manifest() -> &'static #h::HarnessDescriptor {
-                    static MANIFEST: #h::OnceLock<#h::HarnessDescriptor> = #h::OnceLock::new();
-                    MANIFEST.get_or_init(|| {
+                fn static_descriptor() -> &'static #h::HarnessDescriptor {
+                    static DESCRIPTOR: #h::OnceLock<#h::HarnessDescriptor> = #h::OnceLock::new();
+                    DESCRIPTOR.get_or_init(|| {
                         #h::build_manifest(
                             ::core::stringify!(#ident),
                             #h::HarnessDescriptor::builder(#h::adapter_id(#id), #version)
@@ -185,10 +192,17 @@ fn adapter_fallback(
             use #krate::__private as #h;
 
             #[automatically_derived]
-            impl #impl_generics #h::AdapterManifest for #ident #ty_generics #where_clause {
+            impl #impl_generics #h::Describe for #ident #ty_generics #where_clause {
+                fn descriptor(&self) -> &#h::HarnessDescriptor {
+                    ::core::unreachable!("`#[adapter(...)]` has errors")
+                }
+            }
+
+            #[automatically_derived]
+            impl #impl_generics #h::Adapter for #ident #ty_generics #where_clause {
                 type Options = #options;
 
-                fn manifest() -> &'static #h::HarnessDescriptor {
+                fn static_descriptor() -> &'static #h::HarnessDescriptor {
                     ::core::unreachable!("`#[adapter(...)]` has errors")
                 }
             }
@@ -367,10 +381,7 @@ mod tests {
         });
         // Every error, then the same trait with an unreachable body.
         assert_eq!(out.matches("compile_error").count(), 4, "{out}");
-        assert!(
-            out.contains("impl __harness :: AdapterManifest for Echo"),
-            "{out}"
-        );
+        assert!(out.contains("impl __harness :: Adapter for Echo"), "{out}");
         assert!(
             out.contains("type Options = __harness :: NoOptions ;"),
             "{out}"

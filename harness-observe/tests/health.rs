@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use harness_core::adapter::{HarnessAdapter, HarnessHealth, HarnessRuntime, RuntimeContext};
 use harness_core::error::{ErrorCategory, HarnessError};
-use harness_core::manifest::{ContractVersion, ExecutionMode, HarnessDescriptor};
+use harness_core::manifest::{ContractVersion, Describe, ExecutionMode, HarnessDescriptor};
 use harness_core::tool::BoxFuture;
 use harness_layers::redaction::Redactor;
 use harness_observe::health::{
@@ -37,11 +37,13 @@ impl Unwell {
     }
 }
 
-impl HarnessAdapter for Unwell {
+impl Describe for Unwell {
     fn descriptor(&self) -> &HarnessDescriptor {
         &self.descriptor
     }
+}
 
+impl HarnessAdapter for Unwell {
     fn health(&self) -> BoxFuture<'_, HarnessHealth> {
         Box::pin(async {
             HarnessHealth::not_ready(format!(

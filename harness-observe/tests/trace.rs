@@ -11,7 +11,7 @@ use harness_core::adapter::{
 };
 use harness_core::event::{Content, RunSucceeded, TextDelta};
 use harness_core::id::Cursor;
-use harness_core::manifest::{ContractVersion, ExecutionMode, HarnessDescriptor};
+use harness_core::manifest::{ContractVersion, Describe, ExecutionMode, HarnessDescriptor};
 use harness_core::service::{ExecutionRequest, Outcome};
 use harness_core::trace::TraceContext;
 use harness_layers::redaction::{RedactionLayer, Redactor};
@@ -143,11 +143,13 @@ struct Probe {
     contexts: Contexts,
 }
 
-impl SimpleAdapter for Probe {
+impl Describe for Probe {
     fn descriptor(&self) -> &HarnessDescriptor {
         &self.descriptor
     }
+}
 
+impl SimpleAdapter for Probe {
     fn stream(&self, run: RunContext) -> BoxStream<'static, EventResult> {
         self.contexts
             .lock()
@@ -261,7 +263,7 @@ fn no_secret_of_the_canary_reaches_a_span_field_a_log_line_or_a_metric_label() {
     let _default = tracing::subscriber::set_default(subscriber);
 
     let scripted = ScriptedAdapter::new(Script::quickstart());
-    let id = harness_core::adapter::HarnessAdapter::descriptor(&scripted)
+    let id = harness_core::manifest::Describe::descriptor(&scripted)
         .id()
         .clone();
     let scripted_service = HarnessStack::defaults_for(&scripted)
@@ -269,7 +271,7 @@ fn no_secret_of_the_canary_reaches_a_span_field_a_log_line_or_a_metric_label() {
         .redaction(RedactionLayer::new(Arc::clone(&redactor)).adapter(&id))
         .service(scripted);
     let (probe, _) = probe();
-    let id = harness_core::adapter::HarnessAdapter::descriptor(&probe)
+    let id = harness_core::manifest::Describe::descriptor(&probe)
         .id()
         .clone();
     let probe_service = HarnessStack::defaults_for(&probe)

@@ -32,7 +32,7 @@ use harness_core::event::{
     ToolCallOutcome,
 };
 use harness_core::id::{ActionId, AdapterId, ConversationId, ToolCallId};
-use harness_core::manifest::{AdapterManifest, HarnessDescriptor};
+use harness_core::manifest::{Adapter, HarnessDescriptor};
 use harness_layers::redaction::Redactor;
 use harness_macros::Adapter;
 use serde_json::{Value, json};
@@ -410,10 +410,6 @@ fn multi_turn_unsupported(conversation: Option<&ConversationId>) -> HarnessError
 }
 
 impl HarnessAdapter for AcpAdapter {
-    fn descriptor(&self) -> &HarnessDescriptor {
-        Self::manifest()
-    }
-
     /// Probes the agent (see [`PROBE_TIMEOUT`]) and reports what it negotiated:
     /// `session.multi_turn` is unsupported, and a conversation refused, when the agent does
     /// not offer `loadSession`.
@@ -428,7 +424,7 @@ impl HarnessAdapter for AcpAdapter {
             let agent = AgentKey::host(&options, &self.keys);
             session_for(&self.sessions, config.conversation.as_ref(), agent)?;
             let probed = self.probe(&options).await?;
-            let mut report = Self::manifest().capabilities().clone();
+            let mut report = Self::static_descriptor().capabilities().clone();
             if !probed.load_session {
                 if config.conversation.is_some() {
                     return Err(multi_turn_unsupported(config.conversation.as_ref()));
@@ -1346,7 +1342,7 @@ impl HarnessRuntime for AcpRuntime {
 /// The descriptor, for tests and registries.
 #[must_use]
 pub fn descriptor() -> &'static HarnessDescriptor {
-    AcpAdapter::manifest()
+    AcpAdapter::static_descriptor()
 }
 
 #[cfg(test)]

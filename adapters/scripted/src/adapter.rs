@@ -15,7 +15,7 @@ use harness_core::capability::CapabilityReport;
 use harness_core::error::{ErrorCategory, ErrorCode, HarnessError};
 use harness_core::event::{CancelReason, Content, ToolCallCompleted, ToolCallOutcome};
 use harness_core::id::{AdapterId, ExecutionId};
-use harness_core::manifest::{AdapterManifest, HarnessDescriptor};
+use harness_core::manifest::Adapter;
 use harness_macros::{Adapter, AdapterOptions};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -341,17 +341,13 @@ impl ScriptedAdapter {
 }
 
 impl HarnessAdapter for ScriptedAdapter {
-    fn descriptor(&self) -> &HarnessDescriptor {
-        Self::manifest()
-    }
-
     fn evaluate<'a>(
         &'a self,
         config: &'a AgentConfig,
         _deployment: &'a DeploymentContext,
     ) -> BoxFuture<'a, Result<CapabilityReport, HarnessError>> {
         let result = ScriptedOptions::from_value(&config.options)
-            .map(|_| Self::manifest().capabilities().clone());
+            .map(|_| Self::static_descriptor().capabilities().clone());
         Box::pin(async move { result })
     }
 
@@ -695,7 +691,7 @@ mod tests {
 
     #[test]
     fn descriptor_builds() {
-        let descriptor = ScriptedAdapter::manifest();
+        let descriptor = ScriptedAdapter::static_descriptor();
         assert_eq!(descriptor.id().as_str(), ADAPTER_ID);
         assert_eq!(
             descriptor.implementation_version(),

@@ -3,10 +3,9 @@
 mod common;
 
 use common::{kinds, message_text};
-use harness_core::adapter::HarnessAdapter;
 use harness_core::capability::{CapabilityKey, Requirement, SupportLevel};
 use harness_core::error::{ErrorCategory, ErrorCode};
-use harness_core::manifest::{ContractVersion, TrustBoundary, open_object_schemas};
+use harness_core::manifest::{ContractVersion, Describe, TrustBoundary, open_object_schemas};
 use harness_core::service::{AdapterService, ExecutionRequest, Outcome};
 use harness_scripted::{ADAPTER_ID, Script, ScriptedAdapter, ScriptedOptions};
 use serde_json::json;

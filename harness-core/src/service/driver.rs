@@ -672,7 +672,7 @@ mod tests {
     use crate::adapter::{BoxStream, RunContext, Simple, SimpleAdapter};
     use crate::event::{EventPayload, TextDelta};
     use crate::id::Cursor;
-    use crate::manifest::{ContractVersion, ExecutionMode, HarnessDescriptor};
+    use crate::manifest::{ContractVersion, Describe, ExecutionMode, HarnessDescriptor};
     use crate::service::{AdapterService, ExecutionHandle, ExecutionRequest};
 
     /// How the test stream behaves after its deltas.
@@ -707,11 +707,13 @@ mod tests {
         }
     }
 
-    impl SimpleAdapter for Deltas {
+    impl Describe for Deltas {
         fn descriptor(&self) -> &HarnessDescriptor {
             &self.descriptor
         }
+    }
 
+    impl SimpleAdapter for Deltas {
         fn stream(&self, _run: RunContext) -> BoxStream<'static, EventResult> {
             let (count, every, then) = (self.count, self.pending_every, self.then);
             Box::pin(

@@ -60,13 +60,15 @@
 //! use harness_core::adapter::{AdapterEvent, BoxStream, EventResult, RunContext, Simple, SimpleAdapter};
 //! use harness_core::event::{Content, RunSucceeded, TextDelta};
 //! use harness_core::id::Cursor;
-//! use harness_core::manifest::HarnessDescriptor;
+//! use harness_core::manifest::{Describe, HarnessDescriptor};
 //! use harness_core::service::{AdapterService, ExecutionRequest, Outcome};
 //! use tower::ServiceExt;
 //!
 //! struct Echo(HarnessDescriptor);
-//! impl SimpleAdapter for Echo {
+//! impl Describe for Echo {
 //!     fn descriptor(&self) -> &HarnessDescriptor { &self.0 }
+//! }
+//! impl SimpleAdapter for Echo {
 //!     fn stream(&self, run: RunContext) -> BoxStream<'static, EventResult> {
 //!         let text = run.turn.message.clone();
 //!         Box::pin(futures_util::stream::iter([
@@ -290,8 +292,10 @@ impl<A: HarnessAdapter> fmt::Debug for AdapterService<A> {
 /// # use harness_core::adapter::{BoxStream, EventResult, RunContext, Simple, SimpleAdapter};
 /// # use harness_core::manifest::{ContractVersion, ExecutionMode, HarnessDescriptor};
 /// # struct Nop(HarnessDescriptor);
-/// # impl SimpleAdapter for Nop {
+/// # impl harness_core::manifest::Describe for Nop {
 /// #     fn descriptor(&self) -> &HarnessDescriptor { &self.0 }
+/// # }
+/// # impl SimpleAdapter for Nop {
 /// #     fn stream(&self, _: RunContext) -> BoxStream<'static, EventResult> { Box::pin(futures_util::stream::empty()) }
 /// # }
 /// # let adapter = Simple::new(Nop(HarnessDescriptor::builder("nop".parse().unwrap(), "0.1.0")

@@ -22,8 +22,10 @@
 //! # use harness_core::event::RunSucceeded;
 //! # use harness_core::manifest::{ContractVersion, ExecutionMode, HarnessDescriptor};
 //! # struct Echo(HarnessDescriptor);
-//! # impl SimpleAdapter for Echo {
+//! # impl harness_core::manifest::Describe for Echo {
 //! #     fn descriptor(&self) -> &HarnessDescriptor { &self.0 }
+//! # }
+//! # impl SimpleAdapter for Echo {
 //! #     fn stream(&self, run: RunContext) -> BoxStream<'static, EventResult> {
 //! #         let text = run.turn.message.clone();
 //! #         Box::pin(futures_util::stream::iter([

@@ -5,7 +5,7 @@ use harness::adapter::{
     AdapterEvent, BoxStream, EventResult, HarnessAdapter, RunContext, SimpleAdapter,
 };
 use harness::event::{Content, RunSucceeded, TextDelta};
-use harness::manifest::{AdapterManifest, HarnessDescriptor};
+use harness::manifest::Adapter;
 use harness::{Adapter, AdapterOptions};
 
 /// Options of [`Shout`].
@@ -29,10 +29,6 @@ pub struct ShoutOptions {
 pub struct Shout;
 
 impl SimpleAdapter for Shout {
-    fn descriptor(&self) -> &HarnessDescriptor {
-        Self::manifest()
-    }
-
     fn stream(&self, run: RunContext) -> BoxStream<'static, EventResult> {
         let bang = Self::parse_options(&run.context.config.options).is_ok_and(|o| o.bang);
         let mut text = run.turn.message.to_uppercase();
@@ -66,7 +62,7 @@ mod tests {
     async fn the_derived_adapter_runs_through_the_facade() {
         let adapter = Simple::new(Shout);
         assert_eq!(id_of(&adapter), "shout");
-        let schema = serde_json::to_string(Shout::manifest().options_schema()).unwrap();
+        let schema = serde_json::to_string(Shout::static_descriptor().options_schema()).unwrap();
         assert!(
             schema.contains("\"additionalProperties\":false"),
             "{schema}"

@@ -1,5 +1,5 @@
 use harness::Adapter;
-use harness::manifest::{AdapterManifest, HarnessDescriptor};
+use harness::manifest::{Adapter, HarnessDescriptor};
 
 #[derive(Adapter)]
 #[adapter(
@@ -12,7 +12,7 @@ struct Echo;
 
 // Code using the derive still compiles: the one error is the missing `options`.
 fn descriptor() -> &'static HarnessDescriptor {
-    Echo::manifest()
+    Echo::static_descriptor()
 }
 
 fn main() {

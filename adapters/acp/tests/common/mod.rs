@@ -14,7 +14,7 @@ use harness_core::adapter::{
 };
 use harness_core::event::{Event, EventKind, EventPayload};
 use harness_core::id::{Cursor, ExecutionId};
-use harness_core::manifest::ContractVersion;
+use harness_core::manifest::{ContractVersion, Describe};
 use harness_core::service::{AdapterService, ExecutionHandle, ExecutionRequest, Outcome};
 use tower::ServiceExt;
 

@@ -3,7 +3,7 @@
 use harness::adapter::{BoxFuture, HarnessAdapter, HarnessRuntime, RuntimeContext};
 use harness::capability::{CapabilityKey, SupportLevel};
 use harness::error::{ErrorCategory, HarnessError};
-use harness::manifest::{AdapterManifest, ExecutionMode, HarnessDescriptor, TrustBoundary};
+use harness::manifest::{Adapter, Describe, ExecutionMode, TrustBoundary};
 use harness::{Adapter, AdapterOptions};
 
 #[derive(serde::Deserialize, schemars::JsonSchema, AdapterOptions)]
@@ -24,10 +24,6 @@ struct Minimal;
 
 // The author writes the behaviour; the descriptor comes from the derive.
 impl HarnessAdapter for Minimal {
-    fn descriptor(&self) -> &HarnessDescriptor {
-        Self::manifest()
-    }
-
     fn create_runtime(
         &self,
         _context: RuntimeContext,
@@ -42,7 +38,7 @@ impl HarnessAdapter for Minimal {
 }
 
 fn main() {
-    let d = HarnessAdapter::descriptor(&Minimal);
+    let d = Describe::descriptor(&Minimal);
     assert_eq!(d.id().as_str(), "minimal");
     assert_eq!(d.name(), "minimal");
     // Defaults to the version of the crate that derives (trybuild's test crate).
@@ -54,7 +50,7 @@ fn main() {
         SupportLevel::Native
     );
     // Built once: the same descriptor every time.
-    assert!(std::ptr::eq(d, Minimal::manifest()));
+    assert!(std::ptr::eq(d, Minimal::static_descriptor()));
     // Undeclared capabilities are unsupported, and say why.
     let mcp = d.capabilities().get(CapabilityKey::ToolMcp);
     assert_eq!(mcp.level(), SupportLevel::Unsupported);

@@ -6,7 +6,7 @@ use std::marker::PhantomData;
 
 use harness_core::capability::{CapabilityKey, SupportLevel};
 use harness_core::manifest::{
-    AdapterManifest, ContractVersion, DependencyKind, ExecutionMode, TrustBoundary,
+    Adapter, ContractVersion, DependencyKind, ExecutionMode, TrustBoundary,
 };
 use harness_macros::{Adapter, AdapterOptions};
 use serde_json::json;
@@ -76,11 +76,11 @@ struct ClaudeCode<C: Send> {
 }
 
 fn main() {
-    let d = <ClaudeCode<u8> as AdapterManifest>::manifest();
+    let d = <ClaudeCode<u8> as Adapter>::static_descriptor();
     // Shared by every instantiation.
     assert!(std::ptr::eq(
         d,
-        <ClaudeCode<String> as AdapterManifest>::manifest()
+        <ClaudeCode<String> as Adapter>::static_descriptor()
     ));
     let _ = ClaudeCode::<u8> {
         client: PhantomData,

@@ -2,7 +2,7 @@
 
 use harness::adapter::{AdapterEvent, BoxStream, EventResult, RunContext, SimpleAdapter};
 use harness::event::{Content, RunSucceeded, TextDelta};
-use harness::manifest::{AdapterManifest, HarnessDescriptor};
+use harness::manifest::{Adapter, Describe};
 use harness::{Adapter, AdapterOptions};
 
 #[derive(serde::Deserialize, schemars::JsonSchema, AdapterOptions)]
@@ -24,10 +24,6 @@ struct EchoOptions {
 struct Echo;
 
 impl SimpleAdapter for Echo {
-    fn descriptor(&self) -> &HarnessDescriptor {
-        Self::manifest()
-    }
-
     fn stream(&self, run: RunContext) -> BoxStream<'static, EventResult> {
         let reply = Self::parse_options(&run.context.config.options)
             .map(|o| format!("{}{}", o.prefix, run.turn.message));
@@ -42,7 +38,7 @@ impl SimpleAdapter for Echo {
 }
 
 fn main() {
-    let descriptor = SimpleAdapter::descriptor(&Echo);
+    let descriptor = Describe::descriptor(&Echo);
     assert_eq!(descriptor.id().as_str(), "echo");
     let options = Echo::parse_options(&serde_json::json!({"prefix": "> "})).unwrap();
     assert_eq!(options.prefix, "> ");
