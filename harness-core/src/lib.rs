@@ -8,6 +8,7 @@ pub mod error;
 pub mod event;
 pub mod extensions;
 pub mod id;
+mod json_schema;
 pub mod lifecycle;
 pub mod log;
 pub mod manifest;

@@ -102,6 +102,7 @@ use serde_json::Value;
 use crate::action::ActionRequest;
 use crate::error::ErrorCode;
 use crate::id::{ExecutionId, InvalidId, ToolCallId};
+use crate::json_schema::CompiledSchema;
 
 /// A boxed, `Send` future: what object-safe async traits of this crate return.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -372,7 +373,7 @@ pub struct ToolDescriptor {
     input_schema: Value,
     annotations: ToolAnnotations,
     #[serde(skip)]
-    validator: Arc<jsonschema::Validator>,
+    validator: CompiledSchema,
 }
 
 /// The wire form of a [`ToolDescriptor`] before its schema is compiled.
@@ -410,17 +411,18 @@ impl ToolDescriptor {
         description: impl Into<String>,
         input_schema: Value,
     ) -> Result<Self, InvalidToolSchema> {
+        // Offline, as every schema this crate compiles: a `$ref` outside it is refused.
         let validator =
-            jsonschema::validator_for(&input_schema).map_err(|e| InvalidToolSchema {
+            CompiledSchema::compile(&input_schema).map_err(|reason| InvalidToolSchema {
                 tool: id.clone(),
-                reason: e.to_string(),
+                reason,
             })?;
         Ok(Self {
             id,
             description: description.into(),
             input_schema,
             annotations: ToolAnnotations::default(),
-            validator: Arc::new(validator),
+            validator,
         })
     }
 
@@ -463,7 +465,7 @@ impl ToolDescriptor {
     /// [`InvalidArguments`] when the arguments do not match.
     pub fn validate_arguments(&self, arguments: &Value) -> Result<(), InvalidArguments> {
         let mut violations = Vec::new();
-        for error in self.validator.iter_errors(arguments) {
+        for error in self.validator.errors(arguments) {
             match error.kind() {
                 ValidationErrorKind::AdditionalProperties { unexpected }
                 | ValidationErrorKind::UnevaluatedProperties { unexpected } => {
