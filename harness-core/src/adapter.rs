@@ -10,9 +10,11 @@
 //! being consumed. The contract's "only one mutating operation at a time" is guaranteed by
 //! the service, which never overlaps `stream`, `resume`, `restart` and `cleanup`.
 //!
-//! For simple adapters there is an easier path, after the contract's vertical-slice note:
-//! implement [`SimpleAdapter`] (descriptor, evaluate, initial provider session id, and a
-//! stream of one run context) and wrap it in [`Simple`] to get a full [`HarnessAdapter`].
+//! For simple adapters there is an easier path, which the contract allows as a smaller
+//! protocol (a descriptor, `evaluate`, an initial provider session id, and one stream per run
+//! context, with the full lifecycle above as the certification target): implement
+//! [`SimpleAdapter`] and wrap it in [`Simple`] to get a full [`HarnessAdapter`], whose
+//! `cancel`, `restart` and `cleanup` [`Simple`] provides.
 //!
 //! # What a runtime yields
 //!
@@ -364,8 +366,9 @@ pub struct RunContext {
     pub cancellation: CancellationToken,
 }
 
-/// The vertical-slice adapter protocol: descriptor, evaluate, initial provider session id,
-/// and one stream per run context. Wrap it in [`Simple`] to get a [`HarnessAdapter`].
+/// The smaller adapter protocol the contract allows: descriptor, evaluate, initial provider
+/// session id, and one stream per run context. Wrap it in [`Simple`] to get a
+/// [`HarnessAdapter`].
 ///
 /// A resumed run calls [`SimpleAdapter::stream`] again with [`RunContext::resume`] set.
 pub trait SimpleAdapter: Describe + Send + Sync + 'static {
