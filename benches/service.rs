@@ -29,9 +29,9 @@ use tokio::runtime::Runtime;
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
 
 /// The service must keep at least this share of the raw stream's throughput.
-const THROUGHPUT_TARGET: f64 = 0.25;
+const THROUGHPUT_TARGET: f64 = 0.5;
 /// An idle execution must cost less than this many bytes.
-const IDLE_TARGET_BYTES: f64 = 16.0 * 1024.0;
+const IDLE_TARGET_BYTES: f64 = 8.0 * 1024.0;
 /// The text of every delta.
 const DELTA_TEXT: &str = "token ";
 

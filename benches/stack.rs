@@ -8,9 +8,11 @@
 //! 1. Throughput: one execution streaming N deltas (100,000), one reader consuming them, the
 //!    bare `AdapterService` against `HarnessStack::defaults_for` over it (tracing, metrics,
 //!    idempotency, preflight, capacity, retry, redaction), alternating, median of 5 rounds.
-//!    Aim: the stack keeps at least half the bare throughput.
+//!    Aim: the stack keeps at least 0.8 of the bare throughput.
 //! 2. Start to first event: the time from the call to the first `message.delta`, median over
-//!    many executions, bare against stack, and the overhead in microseconds.
+//!    many executions, bare against stack, and the overhead in microseconds (aim: 10 us
+//!    through the stack). Measured inside a task on a worker thread, as an application's
+//!    handler runs: `block_on`'s own thread would add two cross-thread wake-ups to each.
 //!
 //! Figures are ratios from one run on one machine; they are printed, never asserted.
 
@@ -102,7 +104,8 @@ fn main() {
         .enable_all()
         .build()
         .expect("a runtime");
-    runtime.block_on(async {
+    // The whole run inside a task on a worker thread (see the module docs).
+    let run = runtime.spawn(async move {
         let script = Script::builder()
             .text_repeated("tok ", deltas)
             .complete("done")
@@ -140,8 +143,8 @@ fn main() {
             stack_t.as_secs_f64() * 1e9 / f64::from(deltas)
         );
         println!(
-            "  ratio stack/bare: {ratio:.3}  (target >= 0.5)  {}",
-            if ratio >= 0.5 { "PASS" } else { "BELOW" }
+            "  ratio stack/bare: {ratio:.3}  (aim >= 0.8)  {}",
+            if ratio >= 0.8 { "PASS" } else { "BELOW" }
         );
 
         let first = Script::builder().text("hello").complete("done").build();
@@ -175,4 +178,5 @@ fn main() {
             stack_t.as_secs_f64() / bare_t.as_secs_f64()
         );
     });
+    runtime.block_on(run).expect("the bench task");
 }

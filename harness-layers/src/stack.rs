@@ -57,12 +57,18 @@ use std::sync::Arc;
 
 use harness_core::adapter::HarnessAdapter;
 use harness_core::error::HarnessError;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures_util::Stream;
+use harness_core::adapter::{AdapterEvent, EventResult};
 use harness_core::service::{
-    AdapterService, BoxSegmentStream, ExecutionHandle, ExecutionRequest, RuntimeStack, Segment,
-    SegmentStream, ServiceConfig,
+    AdapterService, ExecutionHandle, ExecutionRequest, Segment, SegmentStream, ServiceConfig,
 };
+use pin_project_lite::pin_project;
 use tower::util::BoxCloneSyncService;
-use tower::{Layer, Service, ServiceBuilder, ServiceExt};
+use tower::{Layer, Service, ServiceBuilder};
 
 use crate::capacity::CapacityLayer;
 use crate::idempotency::IdempotencyLayer;
@@ -274,40 +280,135 @@ where
     }
 }
 
-/// Boxes one layer of the runtime stack: the layers change the stream type, so optional
-/// ones cannot share a type without it (one allocation per segment call, one dynamic call
-/// per item and layer).
-fn boxed<S>(service: S) -> RuntimeStack
-where
-    S: Service<Segment, Error = HarnessError> + Clone + Send + Sync + 'static,
-    S::Response: SegmentStream + 'static,
-    S::Future: Send + 'static,
-{
-    RuntimeStack::new(service.map_response(|stream| Box::pin(stream) as BoxSegmentStream))
+/// `layer` over `inner` if it is there, else `inner`.
+fn optional<L: Layer<S>, S>(layer: Option<&L>, inner: S) -> Optional<L::Service, S> {
+    match layer {
+        Some(layer) => Optional::Layered(layer.layer(inner)),
+        None => Optional::Bare(inner),
+    }
 }
+
+/// The service [`RuntimeLayers`] makes of `S`: every layer optional, none boxed.
+type Opt<L, S> = Optional<<L as Layer<S>>::Service, S>;
 
 impl<S> Layer<S> for RuntimeLayers
 where
-    S: Service<Segment, Error = HarnessError> + Clone + Send + Sync + 'static,
-    S::Response: SegmentStream + 'static,
-    S::Future: Send + 'static,
+    S: Service<Segment, Error = HarnessError> + Clone,
+    S::Response: SegmentStream,
 {
-    type Service = RuntimeStack;
+    type Service = Opt<RetryLayer, Opt<TimeoutLayer, Opt<ShutdownLayer, Opt<RedactionLayer, S>>>>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        let mut service = boxed(inner);
-        if let Some(layer) = &self.redaction {
-            service = boxed(layer.layer(service));
+        let service = optional(self.redaction.as_ref(), inner);
+        let service = optional(self.shutdown.as_ref(), service);
+        let service = optional(self.timeout.as_ref(), service);
+        optional(self.retry.as_ref(), service)
+    }
+}
+
+/// A layer of the runtime stack that may be absent: its service, or the inner one, under one
+/// type, so an optional layer costs a `match` per item instead of a boxed stream.
+#[derive(Debug, Clone)]
+pub enum Optional<A, B> {
+    /// The layer is there.
+    Layered(A),
+    /// It is not: the inner service, as is.
+    Bare(B),
+}
+
+impl<A, B> Service<Segment> for Optional<A, B>
+where
+    A: Service<Segment, Error = HarnessError>,
+    B: Service<Segment, Error = HarnessError>,
+{
+    type Response = EitherStream<A::Response, B::Response>;
+    type Error = HarnessError;
+    type Future = EitherFuture<A::Future, B::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), HarnessError>> {
+        match self {
+            Self::Layered(a) => a.poll_ready(cx),
+            Self::Bare(b) => b.poll_ready(cx),
         }
-        if let Some(layer) = &self.shutdown {
-            service = boxed(layer.layer(service));
+    }
+
+    fn call(&mut self, segment: Segment) -> Self::Future {
+        match self {
+            Self::Layered(a) => EitherFuture::Left {
+                future: a.call(segment),
+            },
+            Self::Bare(b) => EitherFuture::Right {
+                future: b.call(segment),
+            },
         }
-        if let Some(layer) = &self.timeout {
-            service = boxed(layer.layer(service));
+    }
+}
+
+pin_project! {
+    /// The future of [`Optional`]: the layer's, or the inner service's (`future`).
+    #[project = EitherFutureProj]
+    #[derive(Debug)]
+    #[allow(missing_docs)]
+    pub enum EitherFuture<A, B> {
+        /// The layer's.
+        Left { #[pin] future: A },
+        /// The inner service's.
+        Right { #[pin] future: B },
+    }
+}
+
+impl<A, B, SA, SB> Future for EitherFuture<A, B>
+where
+    A: Future<Output = Result<SA, HarnessError>>,
+    B: Future<Output = Result<SB, HarnessError>>,
+{
+    type Output = Result<EitherStream<SA, SB>, HarnessError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project() {
+            EitherFutureProj::Left { future } => future
+                .poll(cx)
+                .map(|r| r.map(|stream| EitherStream::Left { stream })),
+            EitherFutureProj::Right { future } => future
+                .poll(cx)
+                .map(|r| r.map(|stream| EitherStream::Right { stream })),
         }
-        if let Some(layer) = &self.retry {
-            service = boxed(layer.layer(service));
+    }
+}
+
+pin_project! {
+    /// The stream of [`Optional`]: the layer's, or the inner service's (`stream`).
+    #[project = EitherStreamProj]
+    #[derive(Debug)]
+    #[allow(missing_docs)]
+    pub enum EitherStream<A, B> {
+        /// The layer's.
+        Left { #[pin] stream: A },
+        /// The inner service's.
+        Right { #[pin] stream: B },
+    }
+}
+
+impl<A, B> Stream for EitherStream<A, B>
+where
+    A: Stream<Item = EventResult>,
+    B: Stream<Item = EventResult>,
+{
+    type Item = EventResult;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<EventResult>> {
+        match self.project() {
+            EitherStreamProj::Left { stream } => stream.poll_next(cx),
+            EitherStreamProj::Right { stream } => stream.poll_next(cx),
         }
-        service
+    }
+}
+
+impl<A: SegmentStream, B: SegmentStream> SegmentStream for EitherStream<A, B> {
+    fn drain(self: Pin<&mut Self>, out: &mut Vec<AdapterEvent>) {
+        match self.project() {
+            EitherStreamProj::Left { stream } => stream.drain(out),
+            EitherStreamProj::Right { stream } => stream.drain(out),
+        }
     }
 }
