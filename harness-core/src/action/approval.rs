@@ -252,8 +252,10 @@ impl<'de> Deserialize<'de> for ToolCallApproval {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ApprovalRequest {
     /// The calls awaiting a decision, in the order they were proposed.
+    // Shared by clones: a request is copied into the log, the lifecycle and the runtime, and
+    // an idle execution holds every copy.
     #[schemars(length(min = 1))]
-    pub(super) calls: Vec<ToolCallApproval>,
+    pub(super) calls: Arc<[ToolCallApproval]>,
 }
 
 impl ApprovalRequest {
@@ -278,7 +280,9 @@ impl ApprovalRequest {
                 });
             }
         }
-        Ok(Self { calls })
+        Ok(Self {
+            calls: calls.into(),
+        })
     }
 
     /// An approval of one call allowing `approve` and `reject` (see
@@ -304,9 +308,11 @@ impl ApprovalRequest {
     /// Allows editing the arguments of every call.
     #[must_use]
     pub fn allow_edit(mut self) -> Self {
-        for call in &mut self.calls {
+        let mut calls = self.calls.to_vec();
+        for call in &mut calls {
             call.allowed.insert(DecisionKind::Edit);
         }
+        self.calls = calls.into();
         self
     }
 

@@ -217,10 +217,12 @@ pub struct FormRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     title: Option<String>,
     /// The fields, in display order; names are unique.
-    fields: Vec<FormField>,
+    // Shared by clones: a request is copied into the log, the lifecycle and the runtime, and
+    // an idle execution holds every copy.
+    fields: Arc<[FormField]>,
     /// The compiled `pattern` of each field (parallel to `fields`).
     #[serde(skip)]
-    patterns: Vec<Option<CompiledSchema>>,
+    patterns: Arc<[Option<CompiledSchema>]>,
 }
 
 impl FormRequest {
@@ -250,8 +252,8 @@ impl FormRequest {
         if problems.is_empty() {
             Ok(Self {
                 title: None,
-                fields,
-                patterns,
+                fields: fields.into(),
+                patterns: patterns.into(),
             })
         } else {
             Err(FormDefinitionError { problems })
@@ -295,7 +297,7 @@ impl FormRequest {
     /// the submitted value, which may be sensitive.
     pub fn validate(&self, values: &FormValues) -> Result<(), Vec<FieldViolation>> {
         let mut violations = Vec::new();
-        for (field, pattern) in self.fields.iter().zip(&self.patterns) {
+        for (field, pattern) in self.fields.iter().zip(self.patterns.iter()) {
             match values.get(field.name.as_str()) {
                 None | Some(Value::Null) => {
                     if field.required {
