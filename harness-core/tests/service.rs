@@ -1023,3 +1023,43 @@ async fn answers_during_a_slow_start_are_refused_at_once() {
     handle.cancel(CancelReason::default());
     assert!(matches!(handle.outcome().await, Outcome::Cancelled(_)));
 }
+
+/// Two answers race the end of the run, 100,000 times: each `respond` must return. (With
+/// answers still queued in the channel when the driver went, one in about 20,000 rounds never
+/// returned: the channel keeps queued messages, and their reply senders, while any handle
+/// lives. The driver now closes and drains its queue when it goes.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_racing_the_end_of_the_run_always_return() {
+    let rounds: usize = std::env::var("RESPOND_RACE_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000);
+    let service = AdapterService::new(approval_then_complete());
+    for round in 0..rounds {
+        let handle = service.start(ExecutionRequest::new("go")).await.unwrap();
+        let mut events = handle.events(Cursor::START);
+        while let Some(event) = events.next().await {
+            if event.kind().as_str() == "action.requested" {
+                break;
+            }
+        }
+        let answer = |handle: ExecutionHandle| {
+            tokio::spawn(async move {
+                tokio::time::timeout(
+                    std::time::Duration::from_secs(10),
+                    handle.respond(approve()),
+                )
+                .await
+            })
+        };
+        let (a, b) = (answer(handle.clone()), answer(handle.clone()));
+        let (a, b) = (a.await.unwrap(), b.await.unwrap());
+        let (Ok(a), Ok(b)) = (a, b) else {
+            panic!("round {round}: an answer never returned");
+        };
+        assert!(
+            a.is_ok() != b.is_ok(),
+            "round {round}: exactly one answer wins: {a:?} {b:?}"
+        );
+    }
+}

@@ -8,7 +8,6 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use tokio::sync::mpsc;
 use tower::{Service, ServiceExt};
 
 use super::ServiceConfig;
@@ -53,8 +52,8 @@ pub(super) struct Driver {
     pub(super) shared: Arc<Shared>,
     pub(super) execution: Arc<ExecutionRuntime>,
     pub(super) stack: RuntimeStack,
-    /// `None` once every handle is gone.
-    pub(super) commands: Option<mpsc::UnboundedReceiver<Command>>,
+    /// Whether the driver still listens for commands: `false` once every handle is gone.
+    pub(super) listening: bool,
     /// Whether any content or artifact was appended (output may have occurred).
     pub(super) emitted: bool,
     /// When the execution must end (the request's deadline).
@@ -66,22 +65,18 @@ pub(super) struct Driver {
 impl Drop for Driver {
     fn drop(&mut self) {
         // Answers still queued when the driver goes (the run ended, or the runtime shut
-        // down) would otherwise wait forever: the channel keeps them while any handle lives.
-        if let Some(mut commands) = self.commands.take() {
-            commands.close();
-            while let Ok(Command::Respond(respond)) = commands.try_recv() {
-                let (response, reply) = *respond;
-                let _ = reply.send(Err(self.shared.late_answer(response.action_id())));
-            }
-        }
+        // down) are answered now; later ones are refused at once.
+        self.shared.close_inbox();
     }
 }
 
-/// Waits for the next command, or forever once every handle is gone.
-async fn next_command(commands: &mut Option<mpsc::UnboundedReceiver<Command>>) -> Option<Command> {
-    match commands {
-        Some(rx) => rx.recv().await,
-        None => std::future::pending().await,
+/// Waits for the next command (`None`: every handle is gone), or forever once the driver
+/// stopped listening.
+async fn next_command(shared: &Shared, listening: bool) -> Option<Command> {
+    if listening {
+        shared.next_command().await
+    } else {
+        std::future::pending().await
     }
 }
 
@@ -190,7 +185,7 @@ impl Driver {
     fn on_command(&mut self, command: Option<Command>) {
         match command {
             Some(command) => self.refuse(command),
-            None => self.commands = None,
+            None => self.listening = false,
         }
     }
 
@@ -226,7 +221,7 @@ impl Driver {
             tokio::select! {
                 biased;
                 stop = stop(&shared, deadline) => return Err(SegmentEnd::Stopped(stop)),
-                command = next_command(&mut self.commands) => self.on_command(command),
+                command = next_command(&shared, self.listening) => self.on_command(command),
                 called = &mut calling => break called,
             }
         };
@@ -460,7 +455,7 @@ impl Driver {
                     }
                     return SegmentEnd::Stopped(stop);
                 }
-                command = next_command(&mut self.commands) => {
+                command = next_command(&shared, self.listening) => {
                     self.on_command(command);
                     continue;
                 }
@@ -515,7 +510,7 @@ impl Driver {
         let pending_id = awaiting.pending_request().id.clone();
         let shared = Arc::clone(&self.shared);
         let deadline = self.deadline;
-        if self.commands.is_none() {
+        if !self.listening {
             // Every handle was dropped before the run paused: nobody can answer.
             return Err(self.abandon(awaiting));
         }
@@ -528,11 +523,11 @@ impl Driver {
                     }
                     return Err(awaiting.begin_cancel(self.cancel_reason()));
                 }
-                command = next_command(&mut self.commands) => command,
+                command = next_command(&shared, self.listening) => command,
             };
             let Some(Command::Respond(respond)) = command else {
                 // Every handle is gone: nobody can answer any more.
-                self.commands = None;
+                self.listening = false;
                 return Err(self.abandon(awaiting));
             };
             let (response, reply) = *respond;

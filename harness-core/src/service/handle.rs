@@ -1,7 +1,7 @@
 //! [`ExecutionHandle`]: the caller's side of one execution, and what it shares with the
 //! driver.
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Notify, oneshot};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use crate::action::{ActionRequest, ActionResponse};
@@ -77,6 +77,21 @@ pub(crate) struct Shared {
     /// [`Segment::cancel_on`]: super::Segment::cancel_on
     has_links: AtomicBool,
     links: Mutex<Vec<Link>>,
+    /// Answers for the driver, and whether it still takes them.
+    inbox: Mutex<Inbox>,
+    /// Wakes the driver: a command arrived, or the last handle went.
+    wake: Notify,
+}
+
+/// The driver's queue of commands. Pushing and closing happen under its lock, so a command
+/// is either taken by the driver or answered when it closes the inbox: never left waiting.
+#[derive(Default)]
+struct Inbox {
+    queue: VecDeque<Command>,
+    /// The driver has gone: nothing more is taken.
+    closed: bool,
+    /// Every handle has been dropped: nobody can answer any more.
+    abandoned: bool,
 }
 
 /// A token that cancels the execution, and with which source.
@@ -105,7 +120,63 @@ impl Shared {
             }),
             has_links: AtomicBool::new(false),
             links: Mutex::new(Vec::new()),
+            inbox: Mutex::new(Inbox::default()),
+            wake: Notify::new(),
         }
+    }
+
+    fn inbox(&self) -> MutexGuard<'_, Inbox> {
+        // Every update is a push, a pop or a flag: a poisoned lock is still consistent.
+        self.inbox.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Queues `command` for the driver; gives it back if the driver has gone.
+    fn send(&self, command: Command) -> Result<(), Command> {
+        {
+            let mut inbox = self.inbox();
+            if inbox.closed {
+                return Err(command);
+            }
+            inbox.queue.push_back(command);
+        }
+        self.wake.notify_one();
+        Ok(())
+    }
+
+    /// The next command; `None` once every handle is gone and nothing is queued.
+    pub(super) async fn next_command(&self) -> Option<Command> {
+        loop {
+            {
+                let mut inbox = self.inbox();
+                if let Some(command) = inbox.queue.pop_front() {
+                    return Some(command);
+                }
+                if inbox.abandoned {
+                    return None;
+                }
+            }
+            // A push between the check above and this wait left a permit: no wake-up lost.
+            self.wake.notified().await;
+        }
+    }
+
+    /// The driver goes: no command is taken any more, and those still queued are answered.
+    pub(super) fn close_inbox(&self) {
+        let queued = {
+            let mut inbox = self.inbox();
+            inbox.closed = true;
+            std::mem::take(&mut inbox.queue)
+        };
+        for Command::Respond(respond) in queued {
+            let (response, reply) = *respond;
+            let _ = reply.send(Err(self.late_answer(response.action_id())));
+        }
+    }
+
+    /// The last handle went.
+    fn abandon(&self) {
+        self.inbox().abandoned = true;
+        self.wake.notify_one();
     }
 
     fn links(&self) -> MutexGuard<'_, Vec<Link>> {
@@ -201,8 +272,7 @@ impl Shared {
     }
 }
 
-/// A caller's request to the driver. Boxed so the channel's pre-allocated slots stay small:
-/// every idle execution holds one block of them.
+/// A caller's request to the driver. Boxed so the queue's slots stay small.
 pub(super) enum Command {
     Respond(Box<(ActionResponse, oneshot::Sender<Result<(), HarnessError>>)>),
 }
@@ -213,32 +283,45 @@ pub(super) enum Command {
 /// answer it: when every handle is dropped, the driver cancels it (source `abandoned`).
 #[derive(Clone)]
 pub struct ExecutionHandle {
-    pub(super) shared: Arc<Shared>,
-    pub(super) commands: mpsc::UnboundedSender<Command>,
+    /// Shared by the handle's clones; when the last one goes, the driver hears of it.
+    pub(super) holders: Arc<Holders>,
     pub(super) replay: bool,
+}
+
+/// What every clone of an execution's handles shares: dropped with the last of them.
+pub(super) struct Holders(pub(super) Arc<Shared>);
+
+impl Drop for Holders {
+    fn drop(&mut self) {
+        self.0.abandon();
+    }
 }
 
 impl fmt::Debug for ExecutionHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ExecutionHandle")
-            .field("id", &self.shared.id)
-            .field("adapter", &self.shared.adapter)
+            .field("id", &self.holders.0.id)
+            .field("adapter", &self.holders.0.adapter)
             .field("state", &self.state())
             .finish()
     }
 }
 
 impl ExecutionHandle {
+    fn shared(&self) -> &Shared {
+        &self.holders.0
+    }
+
     /// The execution id.
     #[must_use]
     pub fn id(&self) -> &ExecutionId {
-        &self.shared.id
+        &self.shared().id
     }
 
     /// The adapter running it.
     #[must_use]
     pub fn adapter(&self) -> &AdapterId {
-        &self.shared.adapter
+        &self.shared().adapter
     }
 
     /// Whether this handle answers a request with an execution that already existed (an
@@ -261,32 +344,32 @@ impl ExecutionHandle {
     /// The current state.
     #[must_use]
     pub fn state(&self) -> ExecutionState {
-        self.shared.state()
+        self.shared().state()
     }
 
     /// The events after `cursor`: replay, then the live tail, ending after the terminal event.
     #[must_use]
     pub fn events(&self, cursor: Cursor) -> EventStream {
-        self.shared.reader.subscribe(cursor)
+        self.shared().reader.subscribe(cursor)
     }
 
     /// A reader of the event log (it does not keep the execution answerable: see the type's
     /// docs).
     #[must_use]
     pub fn log(&self) -> &LogReader {
-        &self.shared.reader
+        &self.shared().reader
     }
 
     /// The pending action requests (at most one in this version of the runtime).
     #[must_use]
     pub fn pending_actions(&self) -> Vec<ActionRequest> {
-        self.shared.reader.pending_action().into_iter().collect()
+        self.shared().reader.pending_action().into_iter().collect()
     }
 
     /// The artifacts created so far.
     #[must_use]
     pub fn artifacts(&self) -> Vec<ArtifactDescriptor> {
-        self.shared.reader.artifacts()
+        self.shared().reader.artifacts()
     }
 
     /// Answers a pending action.
@@ -300,17 +383,17 @@ impl ExecutionHandle {
         let (tx, rx) = oneshot::channel();
         let action_id = response.action_id().clone();
         if self
-            .commands
+            .shared()
             .send(Command::Respond(Box::new((response, tx))))
             .is_err()
         {
-            return Err(self.shared.late_answer(&action_id));
+            return Err(self.shared().late_answer(&action_id));
         }
         // The driver answers every queued command, even those still queued when it ends (it
-        // closes and drains the channel then), so this always resolves.
+        // closes the inbox then, under the lock the push took), so this always resolves.
         match rx.await {
             Ok(result) => result,
-            Err(_) => Err(self.shared.late_answer(&action_id)),
+            Err(_) => Err(self.shared().late_answer(&action_id)),
         }
     }
 
@@ -319,13 +402,13 @@ impl ExecutionHandle {
     /// reason's [`source`](CancelReason::source) is recorded as given (a caller's, unless
     /// the application says otherwise).
     pub fn cancel(&self, reason: CancelReason) -> CancelStatus {
-        self.shared.request_cancel(reason)
+        self.shared().request_cancel(reason)
     }
 
     /// Resolves when the execution has ended, with its outcome.
     pub async fn outcome(&self) -> Outcome {
-        let terminal = self.shared.reader.terminal().await;
-        if let Some(outcome) = self.shared.snapshot().outcome.clone() {
+        let terminal = self.shared().reader.terminal().await;
+        if let Some(outcome) = self.shared().snapshot().outcome.clone() {
             return outcome;
         }
         // The driver records the outcome before appending the terminal event, so this is

@@ -103,7 +103,6 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tower::layer::util::{Identity, Stack};
 use tower::{Layer, ServiceBuilder, ServiceExt};
@@ -116,7 +115,7 @@ pub use self::segment::{
 };
 
 use self::driver::{Driver, instant_of};
-use self::handle::Shared;
+use self::handle::{Holders, Shared};
 use self::segment::{ExecutionRuntime, catch};
 use crate::adapter::{
     AgentConfig, DeploymentContext, HarnessAdapter, InputFile, RunLimits, RuntimeContext, TurnInput,
@@ -445,7 +444,6 @@ impl<A: HarnessAdapter> AdapterService<A> {
         // If the driver is lost (a runtime shutting down), the execution still ends its log
         // with exactly one terminal event.
         let queued = Execution::queue(id.clone()).fail_on_drop();
-        let (tx, rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared::new(
             id.clone(),
             inner.adapter.descriptor().id().clone(),
@@ -453,8 +451,7 @@ impl<A: HarnessAdapter> AdapterService<A> {
             CancellationToken::new(),
         ));
         let handle = ExecutionHandle {
-            shared: Arc::clone(&shared),
-            commands: tx,
+            holders: Arc::new(Holders(Arc::clone(&shared))),
             replay: false,
         };
         let deadline = request.deadline.map(instant_of);
@@ -492,7 +489,7 @@ impl<A: HarnessAdapter> AdapterService<A> {
             shared,
             execution,
             stack: inner.stack.clone(),
-            commands: Some(rx),
+            listening: true,
             emitted: false,
             deadline,
             content: Vec::new(),
