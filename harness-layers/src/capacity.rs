@@ -55,11 +55,20 @@ pub struct CapacityLayer {
 }
 
 impl CapacityLayer {
-    /// At most `limit` concurrent executions; refusals advise retrying after one second.
+    /// The largest bound: a limit above it (`usize::MAX` included) is this one, which no
+    /// process reaches.
+    pub const MAX_LIMIT: usize = Semaphore::MAX_PERMITS;
+
+    /// At most `limit` concurrent executions (at most [`MAX_LIMIT`](Self::MAX_LIMIT));
+    /// refusals advise retrying after one second.
     #[must_use]
     pub const fn new(limit: usize) -> Self {
         Self {
-            limit,
+            limit: if limit > Self::MAX_LIMIT {
+                Self::MAX_LIMIT
+            } else {
+                limit
+            },
             retry_after: Duration::from_secs(1),
         }
     }

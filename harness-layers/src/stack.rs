@@ -42,8 +42,9 @@
 //! | [`redaction`](crate::redaction) | innermost: everything the adapter yields, errors and panics included, is redacted before any other layer or the log sees it |
 //!
 //! Every layer is optional: start from [`HarnessStack::new`] (none) or
-//! [`HarnessStack::defaults_for`] (all but timeout and shutdown, which need values only the
-//! application knows) and set or remove layers. For another *order*, compose the layers with
+//! [`HarnessStack::defaults_for`] (all of them, the timeout with an initialization deadline
+//! only; a turn deadline and shutdown need values only the application knows) and set or
+//! remove layers. For another *order*, compose the layers with
 //! `tower::ServiceBuilder` and [`AdapterService::builder`] directly: each documents what it
 //! assumes of its neighbours.
 //!
@@ -85,6 +86,11 @@ pub type StackService = BoxCloneSyncService<ExecutionRequest, ExecutionHandle, H
 
 /// The default bound on concurrent executions of [`HarnessStack::defaults_for`].
 pub const DEFAULT_CAPACITY: usize = 256;
+
+/// The default initialization deadline of [`HarnessStack::defaults_for`]: a runtime that has
+/// not started by then (an agent that never answers `initialize`) fails the run with
+/// `timeout` instead of keeping it `starting`.
+pub const DEFAULT_INIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// The layers of the admission stack, each optional, in the order of the
 /// [module docs](self). A [`Layer`] over any service of executions.
@@ -189,9 +195,10 @@ impl HarnessStack {
 
     /// Every layer with its defaults for `adapter`: tracing, metrics labelled with the
     /// adapter id, in-memory idempotency, preflight against its descriptor, a capacity of
-    /// [`DEFAULT_CAPACITY`], [`Backoff`] retries, and redaction with the built-in rules.
-    /// Timeouts and shutdown need the application's values: add them with
-    /// [`timeout`](Self::timeout) and [`shutdown`](Self::shutdown).
+    /// [`DEFAULT_CAPACITY`], [`Backoff`] retries, an initialization deadline of
+    /// [`DEFAULT_INIT_TIMEOUT`], and redaction with the built-in rules. A turn deadline and
+    /// shutdown need the application's values: set them with [`timeout`](Self::timeout) and
+    /// [`shutdown`](Self::shutdown).
     ///
     /// # Errors
     /// When the adapter's options schema does not compile (preflight) or the built-in
@@ -212,6 +219,7 @@ impl HarnessStack {
             .preflight(PreflightLayer::for_adapter(adapter)?)
             .capacity(CapacityLayer::new(DEFAULT_CAPACITY))
             .retry(RetryLayer::new(Backoff::new()).adapter(&id))
+            .timeout(TimeoutLayer::new().init(DEFAULT_INIT_TIMEOUT))
             .redaction(RedactionLayer::new(Arc::new(redactor)).adapter(&id)))
     }
 

@@ -484,3 +484,83 @@ async fn the_order_of_retry_and_timeout_decides_what_a_deadline_covers() {
     assert_eq!(err.code(), &ErrorCode::TURN_TIMEOUT);
     assert_eq!(streams.load(Ordering::SeqCst), 1);
 }
+
+/// A provider that asks to wait longer than the backoff's cap is not waited for: the run fails
+/// at once, retryable, with the provider's interval in the error (a day's `retryAfterMs` used
+/// to keep the run, and its capacity permit, for a day).
+#[tokio::test]
+async fn a_retry_interval_beyond_the_cap_fails_at_once_with_the_interval() {
+    let day = Duration::from_secs(86_400);
+    let step = harness_scripted::Step::Error {
+        category: ErrorCategory::Unavailable,
+        message: "come back tomorrow".to_owned(),
+        code: None,
+        provider_code: None,
+        retryable: None,
+        retry_after_ms: Some(day.as_millis() as u64),
+        side_effects: false,
+        diagnostic: None,
+    };
+    let adapter = ScriptedAdapter::new(Script::builder().step(step).build());
+    let stats = adapter.stats();
+    let service = AdapterService::builder(adapter)
+        .layer(RetryLayer::new(Backoff::new()))
+        .build();
+    let started = std::time::Instant::now();
+    let execution = service.oneshot(ExecutionRequest::new("go")).await.unwrap();
+    let Outcome::Failed(err) = execution.outcome().await else {
+        panic!("expected a failure");
+    };
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(err.retryable());
+    assert_eq!(err.retry_after(), Some(day));
+    assert_eq!(stats.snapshot().runtimes_created, 1, "no retry");
+}
+
+/// Limits too large for the clock or the semaphore neither panic nor break the service.
+#[tokio::test]
+async fn extreme_limits_neither_panic_nor_fail_the_run() {
+    let service = AdapterService::builder(ScriptedAdapter::new(
+        Script::builder().text("hi").complete("done").build(),
+    ))
+    .config(harness_core::service::ServiceConfig {
+        cancel_grace: Duration::MAX,
+        cleanup_deadline: Duration::MAX,
+    })
+    .layer(TimeoutLayer::new().init(Duration::MAX).turn(Duration::MAX))
+    .build();
+    let service = ServiceBuilder::new()
+        .layer(CapacityLayer::new(usize::MAX))
+        .service(service);
+    assert_eq!(service.limit(), CapacityLayer::MAX_LIMIT);
+    let far: harness_core::time::Timestamp = "9999-01-01T00:00:00Z".parse().unwrap();
+    let execution = service
+        .oneshot(ExecutionRequest::new("go").with_deadline(far))
+        .await
+        .unwrap();
+    assert!(matches!(execution.outcome().await, Outcome::Succeeded(_)));
+}
+
+/// The default stack bounds start-up: a runtime that never finishes initializing fails the
+/// run with `timeout` after `DEFAULT_INIT_TIMEOUT` (paused time: no real wait).
+#[tokio::test(start_paused = true)]
+async fn the_default_stack_bounds_a_start_that_never_ends() {
+    use harness_layers::stack::{DEFAULT_INIT_TIMEOUT, HarnessStack};
+    let adapter = ScriptedAdapter::quickstart();
+    let service = HarnessStack::defaults_for(&adapter)
+        .unwrap()
+        .service(adapter);
+    let options = harness_scripted::ScriptedOptions::with_script(Script::quickstart())
+        .with_initialize_delay_ms(u64::MAX / 4)
+        .to_value();
+    let started = tokio::time::Instant::now();
+    let execution = service
+        .oneshot(ExecutionRequest::new("go").with_options(options))
+        .await
+        .unwrap();
+    let Outcome::Failed(err) = execution.outcome().await else {
+        panic!("expected a timeout failure");
+    };
+    assert_eq!(err.code(), &ErrorCode::INIT_TIMEOUT);
+    assert!(started.elapsed() >= DEFAULT_INIT_TIMEOUT);
+}

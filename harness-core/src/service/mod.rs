@@ -52,8 +52,12 @@
 //! request extensions: a layer of the admission stack that rebuilds the request cannot drop
 //! them. See [`segment`] for the types and an example layer.
 //!
-//! The service needs a Tokio runtime (it spawns the drivers); without one `call` fails with
-//! an `internal` error rather than panicking.
+//! The service needs a Tokio runtime with its time driver (it spawns the drivers, and bounds
+//! deadlines, grace periods and cleanup with timers); without one `call` fails with an
+//! `internal` error saying so. Tokio cannot be asked whether a runtime has timers: the
+//! service finds out once per runtime by arming one, which, in a runtime without them, the
+//! panic hook reports (and `panic = "abort"` turns into an abort): build the runtime with
+//! `enable_time()` or `enable_all()`.
 //!
 //! ```
 //! use futures_util::StreamExt;
@@ -410,7 +414,7 @@ impl<A: HarnessAdapter> AdapterService<A> {
         })?;
         // Deadlines, grace periods and cleanup bounds need the runtime's timer; without it the
         // driver could not bound anything, so refuse here rather than fail later.
-        if std::panic::catch_unwind(|| drop(tokio::time::sleep(Duration::ZERO))).is_err() {
+        if !has_timers(&tokio) {
             return Err(HarnessError::new(
                 ErrorCategory::Internal,
                 "the adapter service needs a Tokio runtime with timers enabled",
@@ -499,6 +503,30 @@ impl<A: HarnessAdapter> AdapterService<A> {
         tokio.spawn(driver.run(queued).instrument(tracing::Span::current()));
         Ok(handle)
     }
+}
+
+/// Whether the runtime of `handle` has its time driver. Tokio has no query for it: the only
+/// way to know is to arm a timer, which panics without one (the panic is caught, but the
+/// process's panic hook prints it, and under `panic = "abort"` it aborts). So the answer is
+/// remembered for the last few runtimes: a runtime is asked once, and one with timers (every
+/// `#[tokio::main]` and `enable_all()` runtime) never panics at all.
+fn has_timers(handle: &tokio::runtime::Handle) -> bool {
+    use std::sync::Mutex;
+    static KNOWN: Mutex<Vec<(tokio::runtime::Id, bool)>> = Mutex::new(Vec::new());
+    const REMEMBERED: usize = 16;
+    let id = handle.id();
+    let mut known = KNOWN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(&(_, timers)) = known.iter().find(|(known, _)| *known == id) {
+        return timers;
+    }
+    let timers = std::panic::catch_unwind(|| drop(tokio::time::sleep(Duration::ZERO))).is_ok();
+    if known.len() == REMEMBERED {
+        known.remove(0);
+    }
+    known.push((id, timers));
+    timers
 }
 
 impl<A: HarnessAdapter> tower::Service<ExecutionRequest> for AdapterService<A> {
