@@ -196,6 +196,10 @@ impl EventPayload {
 
 /// The content an execution may append while running or cancelling: everything but
 /// lifecycle, action and artifact events, which have their own typed transitions.
+///
+/// Each variant is the [`EventPayload`] variant of the same name (`From` one way, `TryFrom`
+/// the other): a separate type so that an adapter can yield content but never a lifecycle
+/// or action event, which only the typestate appends.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Content {
     /// `message.delta`
@@ -210,6 +214,24 @@ pub enum Content {
     ToolCallCompleted(ToolCallCompleted),
     /// `native`
     Native(NativeEvent),
+}
+
+impl TryFrom<EventPayload> for Content {
+    type Error = EventPayload;
+
+    /// The content a payload carries; the payload back if it is a lifecycle, action or
+    /// artifact event.
+    fn try_from(payload: EventPayload) -> Result<Self, EventPayload> {
+        Ok(match payload {
+            EventPayload::MessageDelta(d) => Self::MessageDelta(d),
+            EventPayload::ReasoningDelta(d) => Self::ReasoningDelta(d),
+            EventPayload::Usage(u) => Self::Usage(u),
+            EventPayload::ToolCallStarted(t) => Self::ToolCallStarted(*t),
+            EventPayload::ToolCallCompleted(t) => Self::ToolCallCompleted(*t),
+            EventPayload::Native(n) => Self::Native(*n),
+            other => return Err(other),
+        })
+    }
 }
 
 impl From<Content> for EventPayload {

@@ -813,7 +813,7 @@ fn plain_text_is_not_held_back() {
 }
 
 #[test]
-fn held_text_is_flushed_before_any_other_item_and_streams_are_separate() {
+fn held_text_stays_held_across_other_items_until_the_segment_ends() {
     let mut stream = StreamRedactor::new(redactor());
     let mut out = Vec::new();
     stream.on_event(message("key crd_CANARY1"), &mut out);
@@ -850,9 +850,7 @@ fn held_text_is_flushed_before_any_other_item_and_streams_are_separate() {
         reasoning("thinking about "),
         // "e" could begin `eyJ`.
         message("[REDACTED:secret] don"),
-        // Flushed before the tool call, the one held longer first.
-        reasoning("sk-"),
-        message("e"),
+        // The held tails stay held across tool activity and native events ...
         AdapterEvent::Content(Content::ToolCallStarted(ToolCall {
             call_id: "call_1".parse().unwrap(),
             tool: "t".to_owned(),
@@ -872,6 +870,9 @@ fn held_text_is_flushed_before_any_other_item_and_streams_are_separate() {
             )
             .unwrap(),
         )),
+        // ... and come back at the end of the segment, the one held longer first.
+        reasoning("sk-"),
+        message("e"),
         AdapterEvent::Completed(RunSucceeded::default()),
     ];
     assert_eq!(out, expected);
@@ -1122,4 +1123,274 @@ fn json_values_are_left_alone_when_clean() {
     let before = value.clone();
     assert!(!redactor.redact_json(&mut value));
     assert_eq!(value, before);
+}
+
+/// A secret split around a non-text item (agents interleave usage updates and tool updates
+/// with message chunks) is still one secret.
+#[test]
+fn a_secret_split_around_a_usage_update_or_a_tool_call_is_caught() {
+    let redactor = Arc::new(
+        Redactor::builder()
+            .secret("hunter2-db-password")
+            .build()
+            .unwrap(),
+    );
+    let between = [
+        AdapterEvent::Content(Content::Usage(harness_core::event::Usage {
+            input_tokens: 3,
+            ..Default::default()
+        })),
+        AdapterEvent::Content(Content::ToolCallStarted(ToolCall {
+            call_id: "call_1".parse().unwrap(),
+            tool: "t".to_owned(),
+            arguments: json!({}),
+        })),
+    ];
+    for item in between {
+        let mut stream = StreamRedactor::new(Arc::clone(&redactor));
+        let mut out = Vec::new();
+        stream.on_event(message("pw: hunter2-d"), &mut out);
+        stream.on_event(item, &mut out);
+        stream.on_event(message("b-password ok"), &mut out);
+        stream.on_segment_end(&mut out);
+        let text: String = out
+            .iter()
+            .filter_map(|e| match e {
+                AdapterEvent::Content(Content::MessageDelta(d)) => Some(d.text.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(text, "pw: [REDACTED:secret] ok");
+    }
+}
+
+/// Every string of an item passes the redactor, whatever field holds it: a tool's name,
+/// a form's title, labels, descriptions and choices, an error's code.
+#[test]
+fn strings_in_fields_no_rule_names_are_redacted_too() {
+    use harness_core::action::{
+        ActionKind, ActionRequest, ApprovalRequest, FieldKind, FormField, FormRequest,
+        ToolCallApproval,
+    };
+    let redactor = redactor();
+    let leaky_tool = format!("curl -H 'Authorization: Bearer {TOKEN}'");
+    let started = Content::ToolCallStarted(ToolCall {
+        call_id: "call_1".parse().unwrap(),
+        tool: leaky_tool.clone(),
+        arguments: json!({}),
+    });
+    let approval = ApprovalRequest::new([ToolCallApproval::new(
+        "call_1".parse().unwrap(),
+        leaky_tool,
+        json!({}),
+        json!({"type": "object"}),
+    )
+    .unwrap()])
+    .unwrap();
+    let form = FormRequest::new([FormField::new(
+        "f".parse().unwrap(),
+        format!("Paste {CRED} here"),
+        FieldKind::choice([SK.to_owned(), "no".to_owned()]),
+    )
+    .with_description(format!("for {JWT}"))])
+    .unwrap()
+    .with_title(format!("About {CRED}"));
+    for item in [
+        AdapterEvent::Content(started),
+        AdapterEvent::Action(ActionRequest::approval(approval)),
+        AdapterEvent::Action(ActionRequest::form(form)),
+    ] {
+        let redacted = redactor.redact_event(item).expect("rebuilt");
+        let wire = match &redacted {
+            AdapterEvent::Content(c) => serde_json::to_string(&EventPayload::from(c.clone())),
+            AdapterEvent::Action(a) => serde_json::to_string(a),
+            other => panic!("{other:?}"),
+        }
+        .unwrap();
+        assert_clean("the item", &wire);
+        if let AdapterEvent::Action(a) = &redacted
+            && let ActionKind::FormInput(form) = &a.kind
+        {
+            assert_eq!(form.title(), Some("About [REDACTED:secret]"));
+        }
+    }
+    let err = redactor.redact_error(
+        HarnessError::new(ErrorCategory::Unavailable, "down")
+            .with_code("AKIAIOSFODNN7EXAMPLE".parse().unwrap()),
+    );
+    assert_eq!(err.code(), &ErrorCode::UNAVAILABLE);
+}
+
+/// The canary walk: for every kind of item an adapter may yield, every string of its wire
+/// form (object keys included) in turn holds a secret; whatever the field, the redacted item
+/// holds none. Strings whose format a secret cannot take (ids, media types, timestamps) are
+/// skipped because the item does not even deserialize with one.
+#[test]
+fn a_secret_in_any_string_of_any_item_is_redacted() {
+    use harness_core::action::{
+        ActionRequest, ApprovalRequest, FieldKind, FormField, FormRequest, ToolCallApproval,
+    };
+    use harness_core::artifact::ArtifactDescriptor;
+
+    fn strings(value: &Value, at: String, out: &mut Vec<(String, bool)>) {
+        match value {
+            Value::String(_) => out.push((at, false)),
+            Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    strings(item, format!("{at}/{i}"), out);
+                }
+            }
+            Value::Object(map) => {
+                for (key, item) in map {
+                    let here = format!("{at}/{}", key.replace('~', "~0").replace('/', "~1"));
+                    out.push((here.clone(), true));
+                    strings(item, here, out);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// `wire` with the string (or key) at `pointer` holding `CRED`.
+    fn plant(wire: &Value, pointer: &str, key: bool) -> Value {
+        let mut wire = wire.clone();
+        if key {
+            let (parent, name) = pointer.rsplit_once('/').unwrap();
+            let name = name.replace("~1", "/").replace("~0", "~");
+            let map = wire.pointer_mut(parent).unwrap().as_object_mut().unwrap();
+            let item = map.remove(&name).unwrap();
+            map.insert(format!("{name}{CRED}"), item);
+        } else {
+            let s = wire.pointer_mut(pointer).unwrap();
+            *s = Value::String(format!("x {CRED} y"));
+        }
+        wire
+    }
+
+    fn walk<T>(redactor: &Redactor, sample: &T, wrap: impl Fn(T) -> AdapterEvent) -> usize
+    where
+        T: serde::Serialize + serde::de::DeserializeOwned,
+    {
+        let wire = serde_json::to_value(sample).unwrap();
+        let mut at = Vec::new();
+        strings(&wire, String::new(), &mut at);
+        let mut covered = 0;
+        for (pointer, key) in at {
+            let Ok(item) = serde_json::from_value::<T>(plant(&wire, &pointer, key)) else {
+                continue;
+            };
+            covered += 1;
+            let out = match redactor.redact_event(wrap(item)) {
+                Some(AdapterEvent::Content(c)) => serde_json::to_string(&EventPayload::from(c)),
+                Some(AdapterEvent::Action(a)) => serde_json::to_string(&a),
+                Some(AdapterEvent::Artifact(a)) => serde_json::to_string(&a),
+                Some(AdapterEvent::Completed(c)) => serde_json::to_string(&c),
+                None => continue, // dropped rather than leaked
+            }
+            .unwrap();
+            assert_clean(&format!("the item with a secret at {pointer}"), &out);
+        }
+        covered
+    }
+
+    let redactor = redactor();
+    let content = |p: EventPayload| AdapterEvent::Content(Content::try_from(p).unwrap());
+    let call = ToolCall {
+        call_id: "call_1".parse().unwrap(),
+        tool: "shell".to_owned(),
+        arguments: json!({"cmd": "ls", "env": {"A": "b"}, "list": ["x"]}),
+    };
+    let mut covered = 0;
+    covered += walk(
+        &redactor,
+        &EventPayload::from(Content::ToolCallStarted(call)),
+        content,
+    );
+    for outcome in [
+        ToolCallOutcome::Success {
+            output: json!({"out": "o", "n": ["m"]}),
+        },
+        ToolCallOutcome::Failure {
+            message: "m".to_owned(),
+        },
+        ToolCallOutcome::Rejected {
+            reason: Some("r".to_owned()),
+        },
+    ] {
+        let done = Content::ToolCallCompleted(ToolCallCompleted {
+            call_id: "call_1".parse().unwrap(),
+            outcome,
+        });
+        covered += walk(&redactor, &EventPayload::from(done), content);
+    }
+    let native = NativeEvent::new("acp", "update", json!({"a": "b", "c": ["d"]})).unwrap();
+    covered += walk(
+        &redactor,
+        &EventPayload::from(Content::Native(native)),
+        content,
+    );
+    let artifact = ArtifactDescriptor::builder(
+        "art_1".parse().unwrap(),
+        harness_core::id::ExecutionId::generate(),
+        "text/plain",
+    )
+    .name("notes.md")
+    .uri("file:///w/notes.md")
+    .metadata("tool", "write")
+    .build()
+    .unwrap();
+    covered += walk(&redactor, &artifact, AdapterEvent::Artifact);
+    let approval = ApprovalRequest::new([ToolCallApproval::new(
+        "call_1".parse().unwrap(),
+        "shell",
+        json!({"cmd": "ls"}),
+        json!({"type": "object", "description": "d", "properties": {"cmd": {"type": "string"}}}),
+    )
+    .unwrap()])
+    .unwrap();
+    covered += walk(
+        &redactor,
+        &ActionRequest::approval(approval),
+        AdapterEvent::Action,
+    );
+    let form = FormRequest::new([
+        FormField::new(
+            "a".parse().unwrap(),
+            "Label",
+            FieldKind::choice(["one", "two"]),
+        )
+        .with_description("desc"),
+        FormField::new("b".parse().unwrap(), "Other", FieldKind::text()),
+    ])
+    .unwrap()
+    .with_title("Title");
+    covered += walk(&redactor, &ActionRequest::form(form), AdapterEvent::Action);
+    let done = RunSucceeded {
+        summary: Some("s".to_owned()),
+    };
+    covered += walk(&redactor, &done, AdapterEvent::Completed);
+    assert!(covered >= 35, "only {covered} string fields were tried");
+}
+
+/// A registered secret inside JSON-encoded text (a tool argument holding JSON, or JSON in
+/// JSON) is caught in its escaped forms too.
+#[test]
+fn a_secret_in_encoded_json_is_caught() {
+    const PW: &str = "pa\"ss-word-123";
+    let redactor = Redactor::builder().secret(PW).build().unwrap();
+    let inner = serde_json::to_string(&json!({"pw": PW})).unwrap();
+    let mut arguments = json!({"body": inner});
+    assert!(redactor.redact_json(&mut arguments));
+    let wire = serde_json::to_string(&arguments).unwrap();
+    assert!(!wire.contains("ss-word-123"), "{wire}");
+    // Twice escaped: the (unredacted) arguments as JSON text, a JSON string inside JSON.
+    let text = serde_json::to_string(&json!({"body": inner})).unwrap();
+    assert!(text.contains(r#"pa\\\"ss-word-123"#), "{text}");
+    let redacted = redactor.redact_str(&text);
+    assert!(!redacted.contains("ss-word-123"), "{redacted}");
+    assert!(
+        !redactor
+            .redact_str(&format!("raw {PW}"))
+            .contains("ss-word")
+    );
 }

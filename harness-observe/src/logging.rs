@@ -22,14 +22,15 @@
 //! - one line when each span closes, with its final fields (the execution's `outcome`,
 //!   `error.category` and `error.code`) and its busy and idle times;
 //! - every line passed through the [`Redactor`] ([`RedactingMakeWriter`]) before it is
-//!   written: messages, event fields and span fields alike. The layers record only
+//!   written: messages, event fields and span fields alike, parsed as the JSON it is, so the
+//!   sensitive-field rule applies to field names too (`tracing::info!(password = "...")`
+//!   logs `"password":"[REDACTED:field]"`). The layers record only
 //!   identifiers, categories and codes on spans (see `harness_layers::trace`), so this is
 //!   defence in depth for what other code logs (a panic payload, a store error, an
 //!   application's own fields).
 //!
-//! Redaction works on the formatted line, after JSON escaping: a registered secret that
-//! contains `"`, `\` or control characters is escaped in the line and is not found there.
-//! Register such secrets in their escaped form too.
+//! A registered secret that contains `"`, `\` or control characters is caught in the
+//! line's strings (decoded) and in its escaped forms (the redactor registers those too).
 
 use std::io::{self, Write};
 use std::sync::Arc;
@@ -105,8 +106,24 @@ pub struct RedactingWriter<'a, W> {
 }
 
 impl<W: Write> Write for RedactingWriter<'_, W> {
+    /// A JSON line (what the formatter writes) is redacted as JSON, so the sensitive-field
+    /// rule applies to its fields too (`tracing::info!(password = "...")` logs
+    /// `"password":"[REDACTED:field]"`); anything else as text.
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let text = String::from_utf8_lossy(buf);
+        let line = text.trim_end_matches('\n');
+        if let Ok(mut json) = serde_json::from_str::<serde_json::Value>(line)
+            && json.is_object()
+        {
+            if self.redactor.redact_json(&mut json) {
+                let mut out = serde_json::to_vec(&json).map_err(io::Error::other)?;
+                out.extend_from_slice(&buf[line.len()..]);
+                self.inner.write_all(&out)?;
+            } else {
+                self.inner.write_all(buf)?;
+            }
+            return Ok(buf.len());
+        }
         let redacted = self.redactor.redact_span_field(&text);
         self.inner.write_all(redacted.as_bytes())?;
         Ok(buf.len())

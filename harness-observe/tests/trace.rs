@@ -340,3 +340,29 @@ fn no_secret_of_the_canary_reaches_a_span_field_a_log_line_or_a_metric_label() {
         "{exposition}"
     );
 }
+
+/// The JSON log writer applies the sensitive-field rule to the fields of a line, not only
+/// the secret and pattern rules to its text.
+#[test]
+fn sensitive_fields_of_a_log_line_are_redacted() {
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let redactor = Arc::new(Redactor::builder().build().unwrap());
+    let subscriber = Registry::default().with(json_layer(move || writer.clone(), redactor));
+    tracing::subscriber::with_default(subscriber, || {
+        tracing::info!(
+            password = "hunter2-plain",
+            api_key = "plain-key-value",
+            user = "ada",
+            "logging in"
+        );
+    });
+    let text = lines.text();
+    assert!(!text.contains("hunter2-plain"), "{text}");
+    assert!(!text.contains("plain-key-value"), "{text}");
+    let line = &lines.json()[0];
+    assert_eq!(line["fields"]["password"], "[REDACTED:field]");
+    assert_eq!(line["fields"]["api_key"], "[REDACTED:field]");
+    assert_eq!(line["fields"]["user"], "ada");
+    assert_eq!(line["fields"]["message"], "logging in");
+}

@@ -16,8 +16,8 @@ use super::stream::StreamRedactor;
 pin_project! {
     /// The stream of [`Redaction`](super::Redaction): passes every item of the inner stream
     /// through a [`StreamRedactor`], which may hold text back (a possible secret's beginning)
-    /// and gives it back before any other item, before an error, at the end, and on
-    /// [`drain`](SegmentStream::drain).
+    /// and gives it back before the segment's terminal item, before an error, at the end,
+    /// and on [`drain`](SegmentStream::drain).
     pub struct RedactedStream<S> {
         #[pin]
         inner: S,

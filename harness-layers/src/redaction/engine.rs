@@ -295,7 +295,10 @@ impl Default for RedactorBuilder {
 
 impl RedactorBuilder {
     /// Registers an exact secret value (a credential): every occurrence is redacted as
-    /// `[REDACTED:secret]`.
+    /// `[REDACTED:secret]`, and so is every occurrence of its JSON-escaped forms (escaped
+    /// once, as inside a JSON string, and twice, as inside JSON that is itself in a JSON
+    /// string): a secret with a `"` or `\` in it stays caught when a tool argument carries
+    /// it as encoded JSON.
     pub fn secret(mut self, value: impl Into<String>) -> Self {
         self.secrets.push(value.into());
         self
@@ -373,8 +376,14 @@ impl RedactorBuilder {
             if secret.len() < MIN_SECRET_LEN {
                 return Err(RedactionError::SecretTooShort { index });
             }
-            if unique.insert(secret.clone()) {
-                secrets.push(secret.into_bytes());
+            // A secret inside a JSON-encoded string (a tool argument holding JSON, JSON in
+            // JSON) appears escaped once or twice: those forms are secrets too.
+            let once = json_escaped(&secret);
+            let twice = json_escaped(&once);
+            for form in [secret, once, twice] {
+                if unique.insert(form.clone()) {
+                    secrets.push(form.into_bytes());
+                }
             }
         }
 
@@ -479,6 +488,16 @@ impl RedactorBuilder {
             hold_back,
         })
     }
+}
+
+/// `s` as it appears between the quotes of a JSON string.
+fn json_escaped(s: &str) -> String {
+    let quoted = serde_json::to_string(s).unwrap_or_default();
+    quoted
+        .strip_prefix('"')
+        .and_then(|q| q.strip_suffix('"'))
+        .unwrap_or(s)
+        .to_owned()
 }
 
 fn marker(rule: &str) -> Box<str> {
@@ -620,9 +639,10 @@ impl Redactor {
         changed
     }
 
-    /// Redacts an error's message, diagnostic and provider code, keeping its category,
-    /// code, retry advice and side-effect mark. Returns the error unchanged when nothing
-    /// matched.
+    /// Redacts every string of an error: its message and diagnostic (secrets replaced by
+    /// markers), its provider code (dropped if it holds one) and its code (the category's
+    /// generic code instead, if it holds one), keeping the category, retry advice and
+    /// side-effect mark. Returns the error unchanged when nothing matched.
     #[must_use]
     pub fn redact_error(&self, error: HarnessError) -> HarnessError {
         let message = self.redact_str(error.message());
@@ -630,14 +650,23 @@ impl Redactor {
         let provider_leaks = error
             .provider_code()
             .is_some_and(|p| matches!(self.redact_str(p), Cow::Owned(_)));
+        // A code is SCREAMING_SNAKE, which an AWS key id (`AKIA...`) is too: a code that
+        // holds a secret becomes the category's generic code (a marker is no code).
+        let code_leaks = matches!(self.redact_str(error.code().as_str()), Cow::Owned(_));
         let changed = matches!(message, Cow::Owned(_))
             || matches!(diagnostic, Some(Cow::Owned(_)))
-            || provider_leaks;
+            || provider_leaks
+            || code_leaks;
         if !changed {
             return error;
         }
+        let code = if code_leaks {
+            error.category().default_code()
+        } else {
+            error.code().clone()
+        };
         let mut out = HarnessError::new(error.category(), message.into_owned())
-            .with_code(error.code().clone())
+            .with_code(code)
             .with_retryable(error.retryable())
             .with_side_effects(error.side_effects_may_have_occurred());
         if let Some(after) = error.retry_after() {

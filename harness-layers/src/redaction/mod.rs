@@ -128,9 +128,12 @@
 //! - for rules without prefixes, their `max_len` (or the trailing run of token characters);
 //! - and never a cut inside a redaction.
 //!
-//! The tail is given back at the end of the run segment and before any other item (the text
-//! then ends: what follows starts a new text, without the old one as context), so
-//! nothing is lost or reordered within a stream, and the concatenation of what a stream
+//! The tail is given back at the end of the run segment and before its terminal item (the
+//! text then ends: what follows starts a new text, without the old one as context). Usage,
+//! tool activity, native events and artifacts between deltas do not end the text (agents
+//! interleave them with message chunks, so a secret split around one is still caught); they
+//! are emitted at once and may precede the held tail. So nothing is lost or reordered within
+//! a stream, and the concatenation of what a stream
 //! emits is exactly [`Redactor::redact_str`] of the concatenation of its deltas (a property
 //! the tests check on random texts and split points, after every delta: what has been
 //! emitted is always a prefix of it, so no part of a secret is emitted even when the next
@@ -140,10 +143,12 @@
 //! matches, held whole until it ends. Nothing is held back for throughput's sake: a delta
 //! whose text is settled is emitted at once, whatever its size.
 //!
-//! Tool arguments and results, native payloads, approval arguments, artifact names, URIs
-//! and metadata, completion summaries, and errors (message, diagnostic and provider code)
-//! are redacted whole ([`Redactor::redact_event`], [`Redactor::redact_error`]). Forms pass
-//! unchanged (their labels and titles are the adapter's, not the provider's output).
+//! Every other item is redacted whole ([`Redactor::redact_event`]): its data with the
+//! sensitive-field rule (tool arguments and results, native payloads, approval arguments,
+//! artifact metadata), then every string of its wire form whatever the field (a tool's name,
+//! a form's title, labels and choices, an id): by construction, a field added to a type
+//! later is covered too. Errors ([`Redactor::redact_error`]) lose secrets from their
+//! message, diagnostic, provider code and code.
 //!
 //! # The layer and its neighbours
 //!

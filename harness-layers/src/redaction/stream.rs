@@ -1,5 +1,6 @@
 //! The per-segment streaming redactor and the redaction of whole adapter items.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
@@ -9,9 +10,11 @@ use harness_core::action::{ApprovalRequest, ToolCallApproval};
 use harness_core::adapter::AdapterEvent;
 use harness_core::artifact::ArtifactDescriptor;
 use harness_core::error::HarnessError;
-use harness_core::event::{Content, TextDelta, ToolCallOutcome};
+use harness_core::event::{Content, EventPayload, TextDelta, ToolCallOutcome};
 
 use super::engine::{Interval, Redactor, Scan, Tally, plan, take_tally};
+use serde_json::Value;
+
 use crate::metrics::names;
 
 /// Emitted text kept as context is dropped once it reaches this many bytes.
@@ -123,11 +126,16 @@ enum Stream {
 /// Message and reasoning text are redacted as two streams: each holds back the shortest
 /// tail that could still be the start of a secret or match (see the
 /// [module docs](super)), emits the rest at once, and gives the tail back at
-/// [`on_segment_end`](Self::on_segment_end) and before any other item. So the
-/// concatenation of what a stream emits equals [`Redactor::redact_str`] of the
-/// concatenation of its deltas, whatever the split points; within a stream nothing is lost
-/// or reordered, and no item overtakes text that arrived before it. (Between the two text
-/// streams, text held back by one may follow deltas of the other that arrived later.)
+/// [`on_segment_end`](Self::on_segment_end) and before the segment's terminal item (an
+/// action or the completion). So the concatenation of what a stream emits equals
+/// [`Redactor::redact_str`] of the concatenation of its deltas, whatever the split points
+/// and whatever comes between them; within a stream nothing is lost or reordered.
+///
+/// Other items (usage, tool activity, native events, artifacts) do not end a text: agents
+/// interleave them with message chunks, and a secret split around one is still one secret.
+/// They are emitted at once, so one may precede the held tail of text that arrived before
+/// it (at most [`Redactor::max_hold_back`] bytes, usually none). (Between the two text
+/// streams, text held back by one may likewise follow deltas of the other.)
 ///
 /// Every other item is redacted whole with [`Redactor::redact_event`], and errors with
 /// [`Redactor::redact_error`].
@@ -316,7 +324,15 @@ impl StreamRedactor {
             AdapterEvent::Content(Content::ReasoningDelta(delta)) => {
                 self.text(Stream::Reasoning, delta, out);
             }
-            other => {
+            // The text goes on across these: a secret split around a usage update or a tool
+            // call is still caught (the item may overtake the held tail).
+            other @ (AdapterEvent::Content(_) | AdapterEvent::Artifact(_)) => {
+                if let Some(event) = self.redactor.redact_event(other) {
+                    out.push(event);
+                }
+            }
+            // The segment ends: the held text first, in place.
+            other @ (AdapterEvent::Action(_) | AdapterEvent::Completed(_)) => {
                 self.flush(out);
                 if let Some(event) = self.redactor.redact_event(other) {
                     out.push(event);
@@ -327,24 +343,26 @@ impl StreamRedactor {
 }
 
 impl Redactor {
-    /// Redacts one whole adapter item (text deltas as complete texts):
+    /// Redacts one whole adapter item (text deltas as complete texts), in two passes:
     ///
-    /// | item | redacted |
-    /// |---|---|
-    /// | message / reasoning delta | its text |
-    /// | tool call started | its arguments (JSON) |
-    /// | tool call completed | its output (JSON), failure message or rejection reason |
-    /// | native event | its payload (JSON) |
-    /// | artifact | its name, URI and metadata |
-    /// | tool approval | each call's proposed arguments (JSON) |
-    /// | completion | its summary |
+    /// 1. The data an agent fills in, with the sensitive-field rule where fields are data:
+    ///    a tool call's arguments, a tool result's output (JSON), its failure message or
+    ///    rejection reason, a native event's payload, an artifact's name, URI and metadata,
+    ///    each approval call's proposed arguments, a completion's summary.
+    /// 2. **Every** string of the item's wire form, object keys included, whatever field it
+    ///    is in (a tool's name, a form's title, labels, descriptions and choices, an id, a
+    ///    media type...): the item is serialized, each string passes
+    ///    [`redact_str`](Self::redact_str), and only if one changed is the item rebuilt from
+    ///    its redacted form (and validated again, as any item from the wire). This pass is
+    ///    by construction: a field added to a type later is covered without being named here.
     ///
-    /// Usage and forms carry no free text from the provider and pass unchanged. `None`
-    /// only if a redacted approval or artifact could not be rebuilt (which the core's
-    /// checks make unreachable): the item is then dropped rather than leaked.
+    /// `None` if the redacted item does not rebuild (a secret in a field whose format the
+    /// marker breaks, such as an id): the item is dropped rather than leaked, with a warning.
+    /// Dropping an action or a completion leaves the segment without its terminal item, so
+    /// the run fails with `protocol`: it fails closed.
     #[must_use]
     pub fn redact_event(&self, event: AdapterEvent) -> Option<AdapterEvent> {
-        Some(match event {
+        let event = match event {
             AdapterEvent::Content(content) => AdapterEvent::Content(self.redact_content(content)),
             AdapterEvent::Artifact(artifact) => {
                 AdapterEvent::Artifact(self.redact_artifact(artifact)?)
@@ -361,7 +379,75 @@ impl Redactor {
                 }
                 AdapterEvent::Completed(done)
             }
-        })
+        };
+        self.redact_every_string(event)
+    }
+
+    /// Pass 2 of [`redact_event`](Self::redact_event): every string of the item's wire form.
+    fn redact_every_string(&self, event: AdapterEvent) -> Option<AdapterEvent> {
+        fn rebuild<T: serde::Serialize + serde::de::DeserializeOwned>(
+            redactor: &Redactor,
+            item: T,
+        ) -> Result<T, String> {
+            let mut wire = serde_json::to_value(&item).map_err(|e| e.to_string())?;
+            if !redactor.redact_strings(&mut wire) {
+                return Ok(item);
+            }
+            serde_json::from_value(wire).map_err(|e| e.to_string())
+        }
+        let rebuilt = match event {
+            // The hot path's own items: text is redacted as a stream, usage has no string.
+            AdapterEvent::Content(
+                Content::MessageDelta(_) | Content::ReasoningDelta(_) | Content::Usage(_),
+            ) => return Some(event),
+            AdapterEvent::Content(content) => rebuild(self, EventPayload::from(content))
+                .and_then(|p| Content::try_from(p).map_err(|_| "not content".to_owned()))
+                .map(AdapterEvent::Content),
+            AdapterEvent::Artifact(artifact) => rebuild(self, artifact).map(AdapterEvent::Artifact),
+            AdapterEvent::Action(request) => rebuild(self, request).map(AdapterEvent::Action),
+            AdapterEvent::Completed(done) => rebuild(self, done).map(AdapterEvent::Completed),
+        };
+        rebuilt
+            .map_err(|error| {
+                tracing::warn!(%error, "an item redacted whole could not be rebuilt; dropping it");
+            })
+            .ok()
+    }
+
+    /// Every string of `value`, object keys included, through
+    /// [`redact_str`](Self::redact_str) (no sensitive-field rule: this walks the structure
+    /// of an item, not only its data). Returns whether anything changed.
+    fn redact_strings(&self, value: &mut Value) -> bool {
+        match value {
+            Value::String(s) => match self.redact_str(s) {
+                Cow::Borrowed(_) => false,
+                Cow::Owned(r) => {
+                    *s = r;
+                    true
+                }
+            },
+            Value::Array(items) => items
+                .iter_mut()
+                .fold(false, |changed, item| self.redact_strings(item) | changed),
+            Value::Object(map) => {
+                let mut changed = false;
+                let mut renamed = Vec::new();
+                for (key, item) in map.iter_mut() {
+                    changed |= self.redact_strings(item);
+                    if let Cow::Owned(redacted) = self.redact_str(key) {
+                        renamed.push((key.clone(), redacted));
+                    }
+                }
+                for (old, new) in renamed {
+                    if let Some(item) = map.remove(&old) {
+                        map.insert(new, item);
+                        changed = true;
+                    }
+                }
+                changed
+            }
+            Value::Null | Value::Bool(_) | Value::Number(_) => false,
+        }
     }
 
     fn redact_string(&self, s: &mut String) {
