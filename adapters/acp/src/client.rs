@@ -51,6 +51,7 @@ use agent_client_protocol::v1::schema::{
 };
 use futures_util::{FutureExt as _, future};
 use harness_core::error::{ErrorCategory, HarnessError};
+use rustix::process::{Pid, Signal};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
@@ -423,7 +424,7 @@ impl Drop for AgentProcess {
         if let Ok(mut child) = self.child.try_lock()
             && let Some(child) = child.take()
         {
-            signal_group(self.pgid, "-KILL");
+            signal_group(self.pgid, Signal::KILL);
             reap_in_background(child);
         }
         if let Some(watch) = lock(&self.exit_watch).take() {
@@ -500,7 +501,7 @@ impl KillGroup {
 
 impl Drop for KillGroup {
     fn drop(&mut self) {
-        signal_group(self.pgid, "-KILL");
+        signal_group(self.pgid, Signal::KILL);
         if let Some(child) = self.child.take() {
             reap_in_background(child);
         }
@@ -668,7 +669,7 @@ impl AgentProcess {
     }
 
     async fn reap_on_failure(mut child: Child, pgid: Option<u32>) {
-        signal_group(pgid, "-KILL");
+        signal_group(pgid, Signal::KILL);
         let _ = child.start_kill();
         let _ = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
     }
@@ -828,7 +829,7 @@ impl AgentProcess {
         if let Some(stop) = lock(&self.stop).take() {
             let _ = stop.send(());
         }
-        signal_group(self.pgid, "-TERM");
+        signal_group(self.pgid, Signal::TERM);
         if let Some(pid) = self.pgid {
             let deadline = tokio::time::Instant::now() + grace;
             while !exited_unreaped(pid) && tokio::time::Instant::now() < deadline {
@@ -836,7 +837,7 @@ impl AgentProcess {
             }
         }
         // Children of the agent may outlive it in the group: kill the group either way.
-        signal_group(self.pgid, "-KILL");
+        signal_group(self.pgid, Signal::KILL);
         let _ = child.start_kill();
         let _ = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
         // The connection and the stderr reader end once every holder of the agent's stdout
@@ -1235,15 +1236,19 @@ fn keep_stderr(stderr: tokio::process::ChildStderr) -> (Arc<Mutex<VecDeque<u8>>>
     (buf, task)
 }
 
-/// Signals the whole process group.
-fn signal_group(pgid: Option<u32>, signal: &str) {
-    if let Some(pgid) = pgid {
-        let _ = std::process::Command::new("kill")
-            .args([signal, "--", &format!("-{pgid}")])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
+/// Signals the whole process group with kill(2): no program is run (none needs to be on
+/// `PATH`), nothing blocks, and it is safe in `Drop`. A group already gone is not an error.
+fn signal_group(pgid: Option<u32>, signal: Signal) {
+    let Some(pid) = pgid
+        .and_then(|p| i32::try_from(p).ok())
+        .and_then(Pid::from_raw)
+    else {
+        return;
+    };
+    if let Err(error) = rustix::process::kill_process_group(pid, signal)
+        && error != rustix::io::Errno::SRCH
+    {
+        tracing::warn!(pgid = pid.as_raw_nonzero().get(), %error, "could not signal the agent's process group");
     }
 }
 
@@ -1328,6 +1333,38 @@ fn agent_error(code: i32, message: &str) -> HarnessError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// kill(2) on the group, no `kill` program: a shell and its child, in their own group,
+    /// both end; a group already gone is no error.
+    #[test]
+    fn a_process_group_is_signalled_with_the_system_call() {
+        use std::os::unix::process::CommandExt;
+        let mut shell = std::process::Command::new("/bin/sh")
+            .args(["-c", "/bin/sleep 60 & echo $!; wait"])
+            .process_group(0)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(shell.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        let child: u32 = line.trim().parse().unwrap();
+        let pgid = shell.id();
+        signal_group(Some(pgid), Signal::KILL);
+        assert!(!shell.wait().unwrap().success());
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !exited_unreaped(child) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the child outlived its group's kill"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        signal_group(Some(pgid), Signal::KILL);
+    }
 
     fn fault(wire: &Wire, line: &str) -> HarnessError {
         wire.incoming(line).expect_err("a protocol fault")
