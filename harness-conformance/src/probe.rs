@@ -235,6 +235,7 @@ fn config(bounds: Bounds) -> ServiceConfig {
     ServiceConfig {
         cancel_grace: bounds.grace,
         cleanup_deadline: bounds.grace,
+        ..ServiceConfig::default()
     }
 }
 

@@ -255,6 +255,10 @@ codes! {
     ADAPTER_PANICKED: Some(C::Internal);
     /// A layer of the runtime stack panicked.
     LAYER_PANICKED: Some(C::Internal);
+    /// The execution reached its limit of events (`ServiceConfig::max_events`).
+    EVENT_LIMIT_REACHED: Some(C::Capacity);
+    /// The idempotency store holds as many records as it may, none of them ended.
+    IDEMPOTENCY_STORE_FULL: Some(C::Capacity);
     /// The execution's driver was lost (its Tokio runtime shut down) before its end.
     EXECUTION_LOST: Some(C::Internal);
     /// The execution has already ended.

@@ -1063,3 +1063,25 @@ async fn answers_racing_the_end_of_the_run_always_return() {
         );
     }
 }
+
+/// An adapter that yields without end is stopped at the service's event limit.
+#[tokio::test]
+async fn an_execution_stops_at_its_event_limit() {
+    let adapter = Controlled::new(|_| (0..500).map(|_| delta("x")).chain([complete()]).collect());
+    let config = ServiceConfig {
+        max_events: 100,
+        ..ServiceConfig::default()
+    };
+    let handle = AdapterService::with_config(adapter, config)
+        .start(ExecutionRequest::new("go"))
+        .await
+        .unwrap();
+    let Outcome::Failed(err) = handle.outcome().await else {
+        panic!("expected failure");
+    };
+    assert_eq!(err.code(), &ErrorCode::EVENT_LIMIT_REACHED);
+    assert!(!err.retryable());
+    let events = handle.log().snapshot(Cursor::START);
+    assert!(events.len() <= 101, "{} events", events.len());
+    assert_eq!(events.last().unwrap().kind().as_str(), "run.failed");
+}

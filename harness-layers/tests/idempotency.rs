@@ -941,3 +941,65 @@ proptest! {
         prop_assert_ne!(Fingerprint::of(&other), Fingerprint::of(&request));
     }
 }
+
+/// A keyed execution awaiting an action is abandoned when its callers let go, as any other:
+/// the store's record does not keep it answerable (256 such executions used to hold every
+/// capacity permit for a day).
+#[tokio::test]
+async fn a_keyed_execution_whose_callers_let_go_is_abandoned() {
+    use harness_core::event::CancelSource;
+    let adapter = ScriptedAdapter::new(
+        Script::builder()
+            .approval([harness_scripted::ApprovalCall::new(
+                "call_1".parse().unwrap(),
+                "shell",
+                serde_json::json!({}),
+            )])
+            .complete("done")
+            .build(),
+    );
+    let service = ServiceBuilder::new()
+        .layer(IdempotencyLayer::default())
+        .service(AdapterService::new(adapter));
+    let request = || ExecutionRequest::new("go").with_idempotency_key("k-1".parse().unwrap());
+    let handle = service.clone().oneshot(request()).await.unwrap();
+    let log = handle.log().clone();
+    drop(handle);
+    let terminal = tokio::time::timeout(Duration::from_secs(10), log.terminal())
+        .await
+        .expect("the execution was abandoned, not kept by the store");
+    let harness_core::event::EventPayload::RunCancelled(reason) = terminal.payload() else {
+        panic!("expected run.cancelled, got {:?}", terminal.kind());
+    };
+    assert_eq!(reason.source, CancelSource::Abandoned);
+    // A replay still finds the original execution, ended.
+    let replay = service.oneshot(request()).await.unwrap();
+    assert!(replay.is_replay());
+    assert!(replay.state().is_terminal());
+}
+
+/// The store holds at most its limit of keys: the oldest ended record makes room, and with
+/// none ended a new key is refused with IDEMPOTENCY_STORE_FULL.
+#[tokio::test]
+async fn the_store_is_bounded_and_evicts_the_oldest_ended_record() {
+    use harness_layers::idempotency::InMemoryIdempotencyStore;
+    let store = InMemoryIdempotencyStore::with_limits(std::time::Duration::from_secs(3600), 2);
+    let keyed = |key: &str| ExecutionRequest::new("go").with_idempotency_key(key.parse().unwrap());
+    let hang = ScriptedAdapter::new(Script::builder().hang().build());
+    let service = ServiceBuilder::new()
+        .layer(IdempotencyLayer::new(store.clone()))
+        .service(AdapterService::new(hang));
+    let a = service.clone().oneshot(keyed("a")).await.unwrap();
+    let b = service.clone().oneshot(keyed("b")).await.unwrap();
+    let err = service.clone().oneshot(keyed("c")).await.unwrap_err();
+    assert_eq!(err.code(), &ErrorCode::IDEMPOTENCY_STORE_FULL);
+    assert!(err.retryable());
+    a.cancel(harness_core::event::CancelReason::new("done"));
+    a.outcome().await;
+    let c = service.clone().oneshot(keyed("c")).await.unwrap();
+    assert_eq!(store.len(), 2);
+    // "a" was evicted: its key starts a new execution; "b" still replays.
+    let again = service.clone().oneshot(keyed("b")).await.unwrap();
+    assert_eq!(again.id(), b.id());
+    drop((b, c));
+}

@@ -526,6 +526,7 @@ async fn extreme_limits_neither_panic_nor_fail_the_run() {
     .config(harness_core::service::ServiceConfig {
         cancel_grace: Duration::MAX,
         cleanup_deadline: Duration::MAX,
+        max_events: usize::MAX,
     })
     .layer(TimeoutLayer::new().init(Duration::MAX).turn(Duration::MAX))
     .build();

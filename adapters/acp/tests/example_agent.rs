@@ -122,6 +122,7 @@ async fn a_cancel_mid_turn_ends_in_run_cancelled_and_leaves_no_process() {
     let config = ServiceConfig {
         cancel_grace: Duration::from_secs(20),
         cleanup_deadline: Duration::from_secs(10),
+        ..ServiceConfig::default()
     };
     let service = AdapterService::with_config(adapter, config);
     let execution = service

@@ -470,11 +470,22 @@ fn is_templated(text: &str) -> bool {
     text.contains("{{")
 }
 
+/// The most times one step may repeat its text: one event each, so a request's options
+/// cannot ask the service for unbounded work (the service's event limit bounds the whole
+/// execution too).
+pub const MAX_REPEAT: u32 = 100_000;
+
 fn compile(step: &Step) -> Result<Op, String> {
     Ok(match step {
         Step::Text { text, repeat } | Step::Reasoning { text, repeat } => {
             if *repeat == 0 {
                 return Err("`repeat` must be at least 1".to_owned());
+            }
+            if *repeat > MAX_REPEAT {
+                return Err(format!(
+                    "`repeat` is at most {MAX_REPEAT} (one event each): split the step, or ask \
+                     for less"
+                ));
             }
             Op::Delta {
                 text: text.clone(),
@@ -1240,6 +1251,16 @@ mod tests {
         assert!(
             err.to_string().contains("`repeat` must be at least 1"),
             "{err}"
+        );
+        // From a request's options: a step asking for u32::MAX events is refused up front.
+        let options = serde_json::json!({"script": {"steps": [
+            {"type": "text", "text": "x", "repeat": u32::MAX}, {"type": "complete"}
+        ]}});
+        let err = crate::ScriptedOptions::from_value(&options).unwrap_err();
+        assert!(
+            err.message().contains("`repeat` is at most 100000"),
+            "{}",
+            err.message()
         );
     }
 }

@@ -328,6 +328,9 @@ impl Driver {
         match event {
             AdapterEvent::Content(_) => unreachable!("handled above"),
             AdapterEvent::Artifact(artifact) => {
+                if self.over_limit(1) {
+                    return Some(SegmentEnd::Failed(self.limit_reached()));
+                }
                 if let Err(e) = running.create_artifact(artifact) {
                     return Some(SegmentEnd::Failed(protocol(
                         "the adapter produced an invalid artifact",
@@ -347,6 +350,10 @@ impl Driver {
         if self.content.is_empty() {
             return None;
         }
+        if self.over_limit(self.content.len()) {
+            self.content.clear();
+            return Some(SegmentEnd::Failed(self.limit_reached()));
+        }
         match running.emit_all(self.content.drain(..)) {
             Ok(_) => None,
             Err(e) => Some(SegmentEnd::Failed(protocol(
@@ -354,6 +361,24 @@ impl Driver {
                 e.to_string(),
             ))),
         }
+    }
+
+    /// Whether appending `more` events would pass the execution's event limit.
+    fn over_limit(&self, more: usize) -> bool {
+        self.shared.reader.len().saturating_add(more) > self.config.max_events
+    }
+
+    fn limit_reached(&self) -> HarnessError {
+        HarnessError::new(
+            ErrorCategory::Capacity,
+            format!(
+                "the execution reached its limit of {} events; raise `ServiceConfig::max_events` \
+                 or give the adapter less to do per execution",
+                self.config.max_events
+            ),
+        )
+        .with_code(ErrorCode::EVENT_LIMIT_REACHED)
+        .with_retryable(false)
     }
 
     /// Handles one item of a segment (`None`: the stream ended); `Some` ends the segment.

@@ -6,7 +6,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::task::{Context, Poll};
 
 use tokio::sync::{Notify, oneshot};
@@ -179,6 +179,12 @@ impl Shared {
         self.wake.notify_one();
     }
 
+    /// A handle is made again after every handle went (see [`WeakExecutionHandle::upgrade`]):
+    /// a driver that has not seen the abandonment yet keeps listening.
+    fn revive(&self) {
+        self.inbox().abandoned = false;
+    }
+
     fn links(&self) -> MutexGuard<'_, Vec<Link>> {
         self.links.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -312,6 +318,17 @@ impl ExecutionHandle {
         &self.holders.0
     }
 
+    /// A handle that does not keep the execution answerable: holding only weak handles, an
+    /// execution awaiting an action is abandoned as if every handle were gone. What a store
+    /// that keeps executions for later (idempotent replays) holds.
+    #[must_use]
+    pub fn downgrade(&self) -> WeakExecutionHandle {
+        WeakExecutionHandle {
+            shared: Arc::clone(&self.holders.0),
+            holders: Arc::downgrade(&self.holders),
+        }
+    }
+
     /// The execution id.
     #[must_use]
     pub fn id(&self) -> &ExecutionId {
@@ -421,6 +438,64 @@ impl ExecutionHandle {
                 ErrorCategory::Internal,
                 "the execution ended without a terminal event",
             )),
+        }
+    }
+}
+
+/// A handle on an execution that does not keep it answerable: see
+/// [`ExecutionHandle::downgrade`]. It keeps the execution's log readable.
+#[derive(Clone)]
+pub struct WeakExecutionHandle {
+    shared: Arc<Shared>,
+    holders: Weak<Holders>,
+}
+
+impl fmt::Debug for WeakExecutionHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WeakExecutionHandle")
+            .field("id", &self.shared.id)
+            .field("state", &self.shared.state())
+            .finish_non_exhaustive()
+    }
+}
+
+impl WeakExecutionHandle {
+    /// The execution id.
+    #[must_use]
+    pub fn id(&self) -> &ExecutionId {
+        &self.shared.id
+    }
+
+    /// The adapter running it.
+    #[must_use]
+    pub fn adapter(&self) -> &AdapterId {
+        &self.shared.adapter
+    }
+
+    /// The current state.
+    #[must_use]
+    pub fn state(&self) -> ExecutionState {
+        self.shared.state()
+    }
+
+    /// A reader of the event log.
+    #[must_use]
+    pub fn log(&self) -> &LogReader {
+        &self.shared.reader
+    }
+
+    /// A full handle: one sharing the other handles' if any is alive, else a new one. If
+    /// every handle was gone while the execution awaited an action, it was abandoned
+    /// (cancelled, source `abandoned`), and this handle shows that.
+    #[must_use]
+    pub fn upgrade(&self) -> ExecutionHandle {
+        let holders = self.holders.upgrade().unwrap_or_else(|| {
+            self.shared.revive();
+            Arc::new(Holders(Arc::clone(&self.shared)))
+        });
+        ExecutionHandle {
+            holders,
+            replay: false,
         }
     }
 }

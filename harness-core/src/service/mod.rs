@@ -112,7 +112,7 @@ use tower::layer::util::{Identity, Stack};
 use tower::{Layer, ServiceBuilder, ServiceExt};
 use tracing::Instrument;
 
-pub use self::handle::{CancelStatus, ExecutionHandle, Outcome};
+pub use self::handle::{CancelStatus, ExecutionHandle, Outcome, WeakExecutionHandle};
 pub use self::segment::{
     AdapterStream, BoxSegmentStream, RuntimeService, RuntimeStack, Segment, SegmentKind,
     SegmentStream,
@@ -237,20 +237,29 @@ impl ExecutionRequest {
     }
 }
 
-/// Timing knobs of the service.
+/// Timing knobs and bounds of the service.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ServiceConfig {
     /// How long the runtime's cancel hook may take before cleanup runs anyway.
     pub cancel_grace: Duration,
     /// How long cleanup may take.
     pub cleanup_deadline: Duration,
+    /// The most events one execution's log may hold before its terminal event: an adapter
+    /// that yields more fails the run with `EVENT_LIMIT_REACHED` (the terminal event is
+    /// appended beyond it). Each event is held in memory for the life of the execution (about
+    /// 110 bytes, plus its text), so this bounds an execution's memory.
+    pub max_events: usize,
 }
+
+/// The default [`ServiceConfig::max_events`]: a million events, about 110 MB of log.
+pub const DEFAULT_MAX_EVENTS: usize = 1_000_000;
 
 impl Default for ServiceConfig {
     fn default() -> Self {
         Self {
             cancel_grace: Duration::from_secs(5),
             cleanup_deadline: Duration::from_secs(10),
+            max_events: DEFAULT_MAX_EVENTS,
         }
     }
 }

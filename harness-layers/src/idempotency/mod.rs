@@ -95,9 +95,11 @@
 //! Records expire after the store's retention ([`InMemoryIdempotencyStore::with_retention`],
 //! [`DEFAULT_RETENTION`] by default), counted from when their execution started; after that,
 //! the key is free again. Expired records are purged lazily, and by
-//! [`IdempotencyStore::purge_expired`]. An in-memory record holds its execution's handle, so
-//! the execution's event log stays in memory until the record expires: choose the retention
-//! with that in mind.
+//! [`IdempotencyStore::purge_expired`]. An in-memory record holds a weak handle on its
+//! execution: the execution's event log stays in memory until the record expires or is
+//! evicted (at most [`DEFAULT_MAX_RECORDS`] keys by default, the oldest ended record first;
+//! see [`InMemoryIdempotencyStore::with_limits`]), but a record never keeps an execution
+//! answerable: one awaiting an action whose callers all let go is abandoned as any other.
 //!
 //! # Neighbours
 //!
@@ -140,8 +142,8 @@ pub use self::fingerprint::{
 pub use self::future::ResponseFuture;
 pub use self::layer::IdempotencyLayer;
 pub use self::store::{
-    DEFAULT_RETENTION, IdempotencyStore, InFlight, InMemoryIdempotencyStore, Reservation,
-    ReservationId, ScopedKey,
+    DEFAULT_MAX_RECORDS, DEFAULT_RETENTION, IdempotencyStore, InFlight, InMemoryIdempotencyStore,
+    Reservation, ReservationId, ScopedKey,
 };
 
 /// Who a request comes from: the scope of its idempotency key.

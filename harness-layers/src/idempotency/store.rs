@@ -9,9 +9,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use harness_core::error::{ErrorCategory, HarnessError};
+use harness_core::error::{ErrorCategory, ErrorCode, HarnessError};
 use harness_core::id::{AdapterId, IdempotencyKey};
-use harness_core::service::ExecutionHandle;
+use harness_core::service::{ExecutionHandle, WeakExecutionHandle};
 use harness_core::tool::BoxFuture;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -173,15 +173,25 @@ pub trait IdempotencyStore: fmt::Debug + Send + Sync {
 /// How long [`InMemoryIdempotencyStore::new`] keeps records: 24 hours.
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
 
+/// How many keys [`InMemoryIdempotencyStore::new`] holds at most: 10,000.
+pub const DEFAULT_MAX_RECORDS: usize = 10_000;
+
 /// The in-memory [`IdempotencyStore`]: correct under concurrency, for one process.
 ///
 /// Records are kept for the store's retention after their execution started, measured on
 /// Tokio's clock (so tests can pause and advance it). Expired records are removed lazily: the
 /// record of a key when that key is next looked up, and all of them by
 /// [`purge_expired`](IdempotencyStore::purge_expired) or by a sweep that `reserve` runs at most
-/// once per retention period. A record holds its execution's handle, so its event log stays in
-/// memory while the record lives (a replay can start from any cursor), and an execution
-/// awaiting an action is not abandoned (a retry with the key can still answer it).
+/// once per retention period.
+///
+/// A record holds a [weak handle](harness_core::service::WeakExecutionHandle) on its
+/// execution: its event log stays in memory while the record lives (a replay can start from
+/// any cursor), but the record does not keep the execution answerable: one awaiting an
+/// action whose callers are all gone is abandoned like any other (a replay then finds it
+/// cancelled). The store holds at most `max_records` keys ([`DEFAULT_MAX_RECORDS`]): a new
+/// key when it is full evicts the oldest record whose execution has ended, and if none has,
+/// the request is refused with `IDEMPOTENCY_STORE_FULL` (`capacity`, retryable). Each record's
+/// memory is its execution's log, which the service bounds (`ServiceConfig::max_events`).
 ///
 /// The state sits behind one `std::sync::Mutex`, held only for map operations and never
 /// across an `.await`. Cheap to clone; clones share the records.
@@ -201,6 +211,7 @@ pub struct InMemoryIdempotencyStore {
 
 struct Inner {
     retention: Duration,
+    max_records: usize,
     state: Mutex<State>,
 }
 
@@ -220,7 +231,9 @@ enum Entry {
     },
     Recorded {
         fingerprint: Fingerprint,
-        execution: ExecutionHandle,
+        execution: WeakExecutionHandle,
+        /// When it was recorded: the oldest ended record is evicted first.
+        recorded: Instant,
         /// `None`: the retention is too long to represent; never expires.
         expires: Option<Instant>,
     },
@@ -251,9 +264,17 @@ impl InMemoryIdempotencyStore {
     /// An empty store keeping records for `retention` after their execution started.
     #[must_use]
     pub fn with_retention(retention: Duration) -> Self {
+        Self::with_limits(retention, DEFAULT_MAX_RECORDS)
+    }
+
+    /// An empty store keeping records for `retention`, and at most `max_records` keys (at
+    /// least one).
+    #[must_use]
+    pub fn with_limits(retention: Duration, max_records: usize) -> Self {
         Self {
             inner: Arc::new(Inner {
                 retention,
+                max_records: max_records.max(1),
                 state: Mutex::new(State {
                     entries: HashMap::new(),
                     next_id: 0,
@@ -289,7 +310,11 @@ impl Inner {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn reserve(&self, key: ScopedKey, fingerprint: Fingerprint) -> Reservation {
+    fn reserve(
+        &self,
+        key: ScopedKey,
+        fingerprint: Fingerprint,
+    ) -> Result<Reservation, HarnessError> {
         let now = Instant::now();
         let mut state = self.state();
         if state.next_sweep.is_none_or(|at| at <= now) {
@@ -305,14 +330,14 @@ impl Inner {
                 ..
             }) => {
                 if *held != fingerprint {
-                    return Reservation::Conflict { adapter: None };
+                    return Ok(Reservation::Conflict { adapter: None });
                 }
                 let mut ended = ended.subscribe();
-                return Reservation::InFlight(InFlight::new(async move {
+                return Ok(Reservation::InFlight(InFlight::new(async move {
                     // Nothing is ever sent: this resolves with `Err` once the sender is
                     // dropped, that is when the reservation ends.
                     while ended.changed().await.is_ok() {}
-                }));
+                })));
             }
             Some(Entry::Recorded {
                 fingerprint: recorded,
@@ -320,11 +345,17 @@ impl Inner {
                 ..
             }) => {
                 if *recorded != fingerprint {
-                    return Reservation::Conflict {
+                    return Ok(Reservation::Conflict {
                         adapter: Some(execution.adapter().clone()),
-                    };
+                    });
                 }
-                return Reservation::Existing(execution.clone());
+                return Ok(Reservation::Existing(execution.upgrade()));
+            }
+        }
+        if !state.entries.contains_key(&key) && state.entries.len() >= self.max_records {
+            state.entries.retain(|_, entry| !entry.expired(now));
+            if state.entries.len() >= self.max_records && !evict_oldest_ended(&mut state) {
+                return Err(full(self.max_records));
             }
         }
         state.next_id += 1;
@@ -338,14 +369,14 @@ impl Inner {
                 ended,
             },
         );
-        Reservation::Reserved(id)
+        Ok(Reservation::Reserved(id))
     }
 
     fn complete(
         &self,
         key: ScopedKey,
         id: ReservationId,
-        execution: ExecutionHandle,
+        execution: &ExecutionHandle,
     ) -> Result<(), HarnessError> {
         let expires = Instant::now().checked_add(self.retention);
         let mut state = self.state();
@@ -362,7 +393,8 @@ impl Inner {
             key,
             Entry::Recorded {
                 fingerprint,
-                execution,
+                execution: execution.downgrade(),
+                recorded: Instant::now(),
                 expires,
             },
         );
@@ -386,6 +418,36 @@ impl Inner {
     }
 }
 
+/// Removes the oldest record whose execution has ended; `false` if there is none.
+fn evict_oldest_ended(state: &mut State) -> bool {
+    let oldest = state
+        .entries
+        .iter()
+        .filter_map(|(key, entry)| match entry {
+            Entry::Recorded {
+                execution,
+                recorded,
+                ..
+            } if execution.state().is_terminal() => Some((*recorded, key)),
+            _ => None,
+        })
+        .min_by_key(|(recorded, _)| *recorded)
+        .map(|(_, key)| key.clone());
+    oldest.is_some_and(|key| state.entries.remove(&key).is_some())
+}
+
+fn full(max: usize) -> HarnessError {
+    HarnessError::new(
+        ErrorCategory::Capacity,
+        format!(
+            "the idempotency store holds its {max} keys and none of their executions has \
+             ended; retry later, or send the request without an idempotency key"
+        ),
+    )
+    .with_code(ErrorCode::IDEMPOTENCY_STORE_FULL)
+    .with_retry_after(Duration::from_secs(1))
+}
+
 fn lost(key: &ScopedKey) -> HarnessError {
     HarnessError::new(
         ErrorCategory::Internal,
@@ -401,7 +463,7 @@ impl IdempotencyStore for InMemoryIdempotencyStore {
         fingerprint: Fingerprint,
     ) -> BoxFuture<'static, Result<Reservation, HarnessError>> {
         let inner = Arc::clone(&self.inner);
-        Box::pin(async move { Ok(inner.reserve(key, fingerprint)) })
+        Box::pin(async move { inner.reserve(key, fingerprint) })
     }
 
     fn complete(
@@ -411,7 +473,7 @@ impl IdempotencyStore for InMemoryIdempotencyStore {
         execution: ExecutionHandle,
     ) -> BoxFuture<'static, Result<(), HarnessError>> {
         let inner = Arc::clone(&self.inner);
-        Box::pin(async move { inner.complete(key, id, execution) })
+        Box::pin(async move { inner.complete(key, id, &execution) })
     }
 
     fn release(&self, key: &ScopedKey, id: ReservationId) {
@@ -434,6 +496,7 @@ impl fmt::Debug for InMemoryIdempotencyStore {
             .count();
         f.debug_struct("InMemoryIdempotencyStore")
             .field("retention", &self.inner.retention)
+            .field("max_records", &self.inner.max_records)
             .field("reserved", &reserved)
             .field("recorded", &(state.entries.len() - reserved))
             .finish()
