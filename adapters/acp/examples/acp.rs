@@ -5,6 +5,9 @@
 //! cargo run -p harness-acp --example acp -- "<message>" <agent program> [args...]
 //! ```
 //!
+//! Here the operator and the caller are one person: the command line configures the agent
+//! ([`AcpAgent`], the operator's side), and the execution request carries only the message.
+//!
 //! The agent runs in the current directory with only `PATH` and `HOME` from the environment,
 //! plus the variables named (comma-separated) in `HARNESS_ACP_ENV`, and may read files in
 //! the current directory.
@@ -12,7 +15,7 @@
 use std::io::Write as _;
 
 use futures_util::StreamExt;
-use harness_acp::{AcpAdapter, AcpOptions, FileAccess};
+use harness_acp::{AcpAdapter, AcpAgent, FileAccess};
 use harness_core::action::{
     ActionKind, ApprovalResponse, DecisionKind, FieldKind, FormResponse, FormValues, ToolDecision,
 };
@@ -30,20 +33,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     if command.is_empty() {
         return Err("usage: acp <message> <agent program> [args...]".into());
     }
-    let mut options = AcpOptions::new(command, std::env::current_dir()?)
+    let mut agent = AcpAgent::new(command, std::env::current_dir()?)
         .allow_env("PATH")
         .allow_env("HOME")
         .with_files(FileAccess::Read);
     if let Ok(extra) = std::env::var("HARNESS_ACP_ENV") {
         for name in extra.split(',').filter(|n| !n.is_empty()) {
-            options = options.allow_env(name);
+            agent = agent.allow_env(name);
         }
     }
 
-    let service = AdapterService::new(AcpAdapter::new());
-    let execution = service
-        .oneshot(ExecutionRequest::new(message).with_options(options.to_value()))
-        .await?;
+    let service = AdapterService::new(AcpAdapter::new(agent)?);
+    let execution = service.oneshot(ExecutionRequest::new(message)).await?;
     let mut events = execution.events(Cursor::START);
     while let Some(event) = events.next().await {
         match event.payload() {

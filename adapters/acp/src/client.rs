@@ -59,7 +59,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tracing::Instrument as _;
 
-use crate::options::{AcpOptions, FileAccess};
+use crate::options::{AcpAgent, FileAccess};
 use crate::runtime::Stats;
 
 /// How much of the agent's stderr is kept, for diagnostics.
@@ -512,25 +512,25 @@ impl AgentProcess {
     /// Spawns the agent in its own process group, with only the allowlisted environment, and
     /// connects the crate's client to its stdio. What the agent sends goes to `inbound`.
     pub(crate) async fn spawn(
-        options: &AcpOptions,
+        agent: &AcpAgent,
         inbound: mpsc::UnboundedSender<Inbound>,
         stats: Arc<Stats>,
     ) -> Result<Arc<Self>, HarnessError> {
-        let (program, args) = options
+        let (program, args) = agent
             .command
             .split_first()
             .ok_or_else(|| HarnessError::new(ErrorCategory::Configuration, "empty command"))?;
         let mut command = Command::new(program);
         command
             .args(args)
-            .current_dir(&options.cwd)
+            .current_dir(&agent.cwd)
             .env_clear()
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
-        for name in &options.env {
+        for name in &agent.env {
             if let Some(value) = std::env::var_os(name) {
                 command.env(name, value);
             }
@@ -571,8 +571,8 @@ impl AgentProcess {
         let handlers = Handlers {
             inbound: inbound.clone(),
             replay: Arc::clone(&replay),
-            workspace: options.cwd.clone(),
-            files: options.files,
+            workspace: agent.cwd.clone(),
+            files: agent.files,
             backlog: Arc::clone(&backlog),
         };
         let (cx_tx, cx_rx) = oneshot::channel();

@@ -1,7 +1,11 @@
 //! A harness adapter that drives any [Agent Client Protocol](https://agentclientprotocol.com)
 //! agent (Gemini CLI, Claude Code or Codex through their ACP bridges, ...) over stdio.
 //!
-//! Each execution spawns the agent command from [`AcpOptions`] in its own process group, with
+//! The operator configures the agents ([`AcpAgent`]: command, workspace, allowlisted
+//! environment, file access) when building [`AcpAdapter`]; a request picks one of them by name
+//! at most ([`AcpOptions`]), never a program, a directory or the host's environment.
+//!
+//! Each execution spawns its agent's command in its own process group, with
 //! an environment built only from the allowlisted host variables, negotiates protocol
 //! version 1 at `initialize`, opens an ACP session (`session/new`, or `session/load` for a
 //! later turn of a conversation when the agent offers `loadSession`) and sends the turn's
@@ -23,7 +27,7 @@
 //! agent outlives its cleanup.
 //!
 //! [`AcpAdapter`]'s `evaluate` probes the agent (start, `initialize`, shut down; cached per
-//! options) and reports what it negotiated. The mapping table, the capabilities and how
+//! agent) and reports what it negotiated. The mapping table, the capabilities and how
 //! conversations map to sessions are in the crate's `README.md`.
 //!
 //! What is not implemented is reported as unsupported, never emulated: portable token usage
@@ -36,7 +40,8 @@ mod options;
 mod runtime;
 
 pub use client::{INBOUND_BYTES, INBOUND_LIMIT, READ_LIMIT};
-pub use options::{AcpOptions, DEFAULT_CANCEL_GRACE_MS, FileAccess};
+pub use options::{AcpAgent, AcpOptions, DEFAULT_CANCEL_GRACE_MS, FileAccess};
 pub use runtime::{
-    ADAPTER_ID, AcpAdapter, NAMESPACE, PROBE_TIMEOUT, Stats, StatsSnapshot, descriptor,
+    ADAPTER_ID, AcpAdapter, DEFAULT_AGENT, MAX_AGENT_NAME, NAMESPACE, PROBE_TIMEOUT, Stats,
+    StatsSnapshot, descriptor,
 };

@@ -1,8 +1,6 @@
 //! [`AcpAdapter`] and its runtime: one agent process and one ACP session per execution.
 
-use std::collections::{HashMap, HashSet, VecDeque};
-use std::ffi::OsString;
-use std::hash::{BuildHasher, RandomState};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -40,7 +38,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::client::{AgentProcess, Inbound, protocol};
 use crate::elicitation::{self, Unsupported};
-use crate::options::AcpOptions;
+use crate::options::{AcpAgent, AcpOptions};
 
 /// The adapter id.
 pub const ADAPTER_ID: &str = "acp";
@@ -70,7 +68,7 @@ pub struct StatsSnapshot {
     /// Agent processes spawned for executions.
     pub agents_started: u64,
     /// Agent processes spawned by `evaluate` to probe what the agent negotiates (once per
-    /// options: the result is cached).
+    /// adapter: the result is cached).
     pub probes: u64,
     /// Cancels whose turn ended within the grace period after `session/cancel`.
     pub graceful_cancels: u64,
@@ -120,102 +118,96 @@ struct Probed {
     load_session: bool,
 }
 
-/// The probe cache: one cell per [`probe_key`].
-type ProbeCells = HashMap<(String, u64), Arc<tokio::sync::OnceCell<Probed>>>;
+/// The name [`AcpAdapter::new`] registers its agent under: the agent that runs when a request
+/// names none.
+pub const DEFAULT_AGENT: &str = "default";
 
-/// What determines the agent a session lives in: keyed hashes of the options' `command`,
-/// `cwd` and environment (the allowlisted names with their host values). The key is the
-/// adapter's own random one (SipHash), so the hashes identify values within this adapter only
-/// and are no public digest of them; the values themselves are never stored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-struct AgentKey {
-    command: u64,
-    cwd: u64,
-    env: u64,
+/// The longest agent name [`AcpAdapter::with_agent`] accepts.
+pub const MAX_AGENT_NAME: usize = 64;
+
+/// One of the operator's agents, with what its probe found.
+#[derive(Debug, Clone)]
+struct Profile {
+    name: Arc<str>,
+    agent: Arc<AcpAgent>,
+    /// Probed once for the adapter and its clones; a failed or dropped probe leaves the cell
+    /// empty (retried by the next `evaluate`). One cell per agent, so a slow agent never holds
+    /// up `evaluate` for another.
+    probed: Arc<tokio::sync::OnceCell<Probed>>,
 }
 
-impl AgentKey {
-    /// The key of `options`, with host variables from `host`.
-    fn of(
-        options: &AcpOptions,
-        keys: &RandomState,
-        host: impl Fn(&str) -> Option<OsString>,
-    ) -> Self {
-        let mut env: Vec<(&str, Option<OsString>)> = options
-            .env
-            .iter()
-            .map(|name| (name.as_str(), host(name)))
-            .collect();
-        env.sort();
-        env.dedup();
+impl Profile {
+    fn new(name: &str, agent: AcpAgent) -> Self {
         Self {
-            command: keys.hash_one(&options.command),
-            cwd: keys.hash_one(&options.cwd),
-            env: keys.hash_one(&env),
+            name: Arc::from(name),
+            agent: Arc::new(agent),
+            probed: Arc::default(),
         }
     }
-
-    /// The key of `options`, with the process environment (what the agent is spawned with).
-    fn host(options: &AcpOptions, keys: &RandomState) -> Self {
-        Self::of(options, keys, |name| std::env::var_os(name))
-    }
-
-    /// What differs from `other`, as option names.
-    fn differences(self, other: Self) -> Vec<&'static str> {
-        [
-            (self.command != other.command, "`command`"),
-            (self.cwd != other.cwd, "`cwd`"),
-            (self.env != other.env, "`env` (names or host values)"),
-        ]
-        .into_iter()
-        .filter_map(|(differs, name)| differs.then_some(name))
-        .collect()
-    }
 }
 
-/// The ACP session a conversation maps to, and the agent it lives in.
+/// The ACP session a conversation maps to, and the name of the agent it lives in.
 #[derive(Debug, Clone)]
 struct Bound {
-    agent: AgentKey,
+    agent: Arc<str>,
     session: SessionId,
 }
 
 /// A conversation's mapped ACP session, if any, for the agent `agent`; a conversation bound
-/// to another agent is a `configuration` error naming what differs.
+/// to another agent is a `configuration` error naming both.
 fn session_for(
     sessions: &Mutex<HashMap<ConversationId, Bound>>,
     conversation: Option<&ConversationId>,
-    agent: AgentKey,
+    agent: &str,
 ) -> Result<Option<SessionId>, HarnessError> {
     let Some(conversation) = conversation else {
         return Ok(None);
     };
     match lock(sessions).get(conversation) {
         None => Ok(None),
-        Some(bound) if bound.agent == agent => Ok(Some(bound.session.clone())),
+        Some(bound) if &*bound.agent == agent => Ok(Some(bound.session.clone())),
         Some(bound) => Err(HarnessError::new(
             ErrorCategory::Configuration,
             format!(
-                "conversation {conversation} cannot be continued with these options: its ACP \
-                 session lives in another agent (its {} differ from the options that opened \
-                 it); continue it with those options, or start a new conversation",
-                bound.agent.differences(agent).join(", ")
+                "conversation {conversation} cannot be continued with agent `{agent}`: its ACP \
+                 session lives in agent `{}`; continue it with that agent, or start a new \
+                 conversation",
+                bound.agent
             ),
-        )),
+        )
+        .with_code(ErrorCode::OPTIONS_INVALID)),
     }
 }
 
 /// Drives any ACP agent: see the [crate docs](crate).
 ///
-/// The adapter remembers which ACP session each conversation maps to, and in which agent (a
-/// keyed hash of the options' `command`, `cwd` and environment names and values), in memory,
-/// per adapter instance and its clones: a conversation's later turns with the same agent
-/// reopen that session with `session/load`; with another agent, they are refused as
+/// The operator builds it from [`AcpAgent`]s: a default one ([`new`](Self::new)) and any
+/// number of named ones ([`with_agent`](Self::with_agent)). A caller's request picks one by
+/// name at most (its options are [`AcpOptions`]); it chooses no program, directory or
+/// environment. An unknown name is refused as `OPTIONS_INVALID` before anything starts.
+///
+/// The adapter remembers which ACP session each conversation maps to, and in which agent, in
+/// memory, per adapter instance and its clones: a conversation's later turns with the same
+/// agent reopen that session with `session/load`; with another agent, they are refused as
 /// `configuration` (at `evaluate` when there is a preflight, before the agent is started
 /// otherwise). The durable home of that mapping is the thread-state store, which the
 /// service does not hand to runtimes yet; an adapter restarted (or another replica) does not
 /// know the mapping, and a later turn then opens a new session.
-#[derive(Debug, Clone, Default, Adapter)]
+///
+/// ```
+/// use harness_acp::{AcpAdapter, AcpAgent, AcpOptions, DEFAULT_AGENT};
+/// let adapter = AcpAdapter::new(AcpAgent::new(["my-agent", "--acp"], "/srv/workspace"))?
+///     .with_agent("other", AcpAgent::new(["other-agent"], "/srv/other"))?;
+/// assert_eq!(adapter.agents().collect::<Vec<_>>(), [DEFAULT_AGENT, "other"]);
+/// assert_eq!(adapter.agent(DEFAULT_AGENT).unwrap().command[0], "my-agent");
+/// // What a request sets to run the other agent.
+/// let options = AcpOptions::named("other").to_value();
+/// assert_eq!(options, serde_json::json!({"agent": "other"}));
+/// // A relative workspace is refused when the adapter is built, not at the first execution.
+/// assert!(AcpAdapter::new(AcpAgent::new(["my-agent"], "workspace")).is_err());
+/// # Ok::<(), harness_core::error::HarnessError>(())
+/// ```
+#[derive(Debug, Clone, Adapter)]
 #[adapter(
     id = "acp",
     name = "Agent Client Protocol (any ACP agent over stdio)",
@@ -310,21 +302,96 @@ fn session_for(
     ),
 )]
 pub struct AcpAdapter {
+    /// The operator's agents by name, [`DEFAULT_AGENT`] among them.
+    profiles: Arc<BTreeMap<String, Profile>>,
     stats: Arc<Stats>,
     sessions: Arc<Mutex<HashMap<ConversationId, Bound>>>,
-    /// One cell per options and host values of their variables (hashed): a probe holds only
-    /// its own cell, so a slow agent never holds up `evaluate` for other options; a failed
-    /// probe leaves its cell empty (retried).
-    probes: Arc<Mutex<ProbeCells>>,
-    /// The key of the [`AgentKey`] hashes, random per adapter (shared by its clones).
-    keys: RandomState,
 }
 
 impl AcpAdapter {
-    /// The adapter.
+    /// The adapter running `agent` (as [`DEFAULT_AGENT`]) for every request that names no
+    /// agent.
+    ///
+    /// # Errors
+    /// A `configuration` error (`OPTIONS_INVALID`) when [`AcpAgent::check`] refuses `agent`.
+    pub fn new(agent: AcpAgent) -> Result<Self, HarnessError> {
+        agent.check()?;
+        let profiles =
+            BTreeMap::from([(DEFAULT_AGENT.to_owned(), Profile::new(DEFAULT_AGENT, agent))]);
+        Ok(Self {
+            profiles: Arc::new(profiles),
+            stats: Arc::default(),
+            sessions: Arc::default(),
+        })
+    }
+
+    /// Also offers `agent` under `name`, for requests whose options name it
+    /// (`{"agent": name}`). Names are the operator's: callers see them in errors.
+    ///
+    /// # Errors
+    /// A `configuration` error (`OPTIONS_INVALID`) when `name` is taken, empty, longer than
+    /// [`MAX_AGENT_NAME`] or not made of ASCII letters, digits, `-`, `_` and `.`, or when
+    /// [`AcpAgent::check`] refuses `agent`.
+    pub fn with_agent(
+        mut self,
+        name: impl Into<String>,
+        agent: AcpAgent,
+    ) -> Result<Self, HarnessError> {
+        let name = name.into();
+        let valid = !name.is_empty()
+            && name.len() <= MAX_AGENT_NAME
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+        if !valid {
+            return Err(HarnessError::new(
+                ErrorCategory::Configuration,
+                format!(
+                    "invalid agent name {name:?} for the acp adapter: use 1 to {MAX_AGENT_NAME} \
+                     ASCII letters, digits, `-`, `_` or `.`"
+                ),
+            )
+            .with_code(ErrorCode::OPTIONS_INVALID));
+        }
+        if self.profiles.contains_key(&name) {
+            return Err(HarnessError::new(
+                ErrorCategory::Configuration,
+                format!("the acp adapter already has an agent named `{name}`"),
+            )
+            .with_code(ErrorCode::OPTIONS_INVALID));
+        }
+        agent.check()?;
+        let profile = Profile::new(&name, agent);
+        Arc::make_mut(&mut self.profiles).insert(name, profile);
+        Ok(self)
+    }
+
+    /// The agent registered as `name`.
     #[must_use]
-    pub fn new() -> Self {
-        Self::default()
+    pub fn agent(&self, name: &str) -> Option<&AcpAgent> {
+        self.profiles.get(name).map(|profile| &*profile.agent)
+    }
+
+    /// The names of the registered agents, in order.
+    pub fn agents(&self) -> impl Iterator<Item = &str> {
+        self.profiles.keys().map(String::as_str)
+    }
+
+    /// The agent a request's options pick.
+    fn profile(&self, options: &Value) -> Result<&Profile, HarnessError> {
+        let options = AcpOptions::from_value(options)?;
+        let name = options.agent.as_deref().unwrap_or(DEFAULT_AGENT);
+        self.profiles.get(name).ok_or_else(|| {
+            let known: Vec<&str> = self.agents().collect();
+            HarnessError::new(
+                ErrorCategory::Configuration,
+                format!(
+                    "the acp adapter has no agent named {name:?}; its agents are: {}",
+                    known.join(", ")
+                ),
+            )
+            .with_code(ErrorCode::OPTIONS_INVALID)
+        })
     }
 
     /// The counters shared by this adapter's runtimes.
@@ -342,16 +409,17 @@ impl AcpAdapter {
     }
 
     /// Starts the agent, negotiates `initialize` and shuts it down again (bounded by
-    /// [`PROBE_TIMEOUT`]); the result is cached per options.
-    async fn probe(&self, options: &AcpOptions) -> Result<Probed, HarnessError> {
-        let key = probe_key(options, AgentKey::host(options, &self.keys));
-        let cell = Arc::clone(lock(&self.probes).entry(key).or_default());
-        cell.get_or_try_init(|| self.run_probe(options))
+    /// [`PROBE_TIMEOUT`]); the result is cached for the adapter and its clones, so each agent
+    /// is probed once however many executions are evaluated.
+    async fn probe(&self, profile: &Profile) -> Result<Probed, HarnessError> {
+        profile
+            .probed
+            .get_or_try_init(|| self.run_probe(&profile.agent))
             .await
             .copied()
     }
 
-    async fn run_probe(&self, options: &AcpOptions) -> Result<Probed, HarnessError> {
+    async fn run_probe(&self, options: &AcpAgent) -> Result<Probed, HarnessError> {
         bump(&self.stats.probes);
         let (tx, _rx) = mpsc::unbounded_channel();
         let started = tokio::time::timeout(PROBE_TIMEOUT, async {
@@ -388,12 +456,6 @@ impl AcpAdapter {
     }
 }
 
-/// The probe cache's key: the options, and the hash of their variables' host values (an
-/// agent started with other values may negotiate otherwise).
-fn probe_key(options: &AcpOptions, agent: AgentKey) -> (String, u64) {
-    (options.to_value().to_string(), agent.env)
-}
-
 fn multi_turn_unsupported(conversation: Option<&ConversationId>) -> HarnessError {
     let what = conversation.map_or_else(
         || "a conversation".to_owned(),
@@ -419,11 +481,11 @@ impl HarnessAdapter for AcpAdapter {
         _deployment: &'a DeploymentContext,
     ) -> BoxFuture<'a, Result<CapabilityReport, HarnessError>> {
         Box::pin(async move {
-            let options = AcpOptions::from_value(&config.options)?;
-            // A conversation bound to another agent is refused before anything is started.
-            let agent = AgentKey::host(&options, &self.keys);
-            session_for(&self.sessions, config.conversation.as_ref(), agent)?;
-            let probed = self.probe(&options).await?;
+            // A caller's options, and a conversation bound to another agent, are refused
+            // before anything is started.
+            let profile = self.profile(&config.options)?;
+            session_for(&self.sessions, config.conversation.as_ref(), &profile.name)?;
+            let probed = self.probe(profile).await?;
             let mut report = Self::static_descriptor().capabilities().clone();
             if !probed.load_session {
                 if config.conversation.is_some() {
@@ -445,14 +507,14 @@ impl HarnessAdapter for AcpAdapter {
         &self,
         context: RuntimeContext,
     ) -> BoxFuture<'_, Result<Box<dyn HarnessRuntime>, HarnessError>> {
-        let result = AcpOptions::from_value(&context.config.options).map(|options| {
+        let result = self.profile(&context.config.options).map(|profile| {
             let (turn_tx, _) = watch::channel(false);
             let (halt_tx, _) = watch::channel(false);
             Box::new(AcpRuntime {
-                agent: AgentKey::host(&options, &self.keys),
                 adapter: context.adapter.clone(),
                 execution_id: context.execution_id,
-                options,
+                agent: Arc::clone(&profile.agent),
+                agent_name: Arc::clone(&profile.name),
                 conversation: context.config.conversation,
                 sessions: Arc::clone(&self.sessions),
                 stats: Arc::clone(&self.stats),
@@ -538,10 +600,10 @@ struct State {
 struct AcpRuntime {
     adapter: AdapterId,
     execution_id: harness_core::id::ExecutionId,
-    options: AcpOptions,
+    agent: Arc<AcpAgent>,
+    /// The agent's name: a conversation's session is looked up for it.
+    agent_name: Arc<str>,
     conversation: Option<ConversationId>,
-    /// The agent these options start: a conversation's session is looked up for it.
-    agent: AgentKey,
     sessions: Arc<Mutex<HashMap<ConversationId, Bound>>>,
     stats: Arc<Stats>,
     init: tokio::sync::Mutex<Option<Result<RuntimeInit, HarnessError>>>,
@@ -621,7 +683,7 @@ impl AcpRuntime {
             futures_util::future::Either::Right(_) => {
                 let agent = lock(&self.state).agent.clone();
                 if let Some(agent) = agent {
-                    agent.shutdown(self.options.cancel_grace()).await;
+                    agent.shutdown(self.agent.cancel_grace()).await;
                 }
                 Err(HarnessError::new(
                     ErrorCategory::Cancelled,
@@ -633,9 +695,9 @@ impl AcpRuntime {
 
     async fn start_agent(&self) -> Result<RuntimeInit, HarnessError> {
         // A conversation bound to another agent fails before an agent is started.
-        session_for(&self.sessions, self.conversation.as_ref(), self.agent)?;
+        session_for(&self.sessions, self.conversation.as_ref(), &self.agent_name)?;
         let (tx, rx) = mpsc::unbounded_channel();
-        let agent = AgentProcess::spawn(&self.options, tx.clone(), Arc::clone(&self.stats)).await?;
+        let agent = AgentProcess::spawn(&self.agent, tx.clone(), Arc::clone(&self.stats)).await?;
         bump(&self.stats.agents_started);
         *self.inbound.lock().await = Some(rx);
         {
@@ -645,17 +707,17 @@ impl AcpRuntime {
         }
         let result = self.handshake(&agent).await;
         if result.is_err() {
-            agent.shutdown(self.options.cancel_grace()).await;
+            agent.shutdown(self.agent.cancel_grace()).await;
         }
         result.map_err(|e| with_stderr(&agent, e))
     }
 
     async fn handshake(&self, agent: &AgentProcess) -> Result<RuntimeInit, HarnessError> {
-        let init = agent.initialize(self.options.files).await?;
-        let known = session_for(&self.sessions, self.conversation.as_ref(), self.agent)?;
+        let init = agent.initialize(self.agent.files).await?;
+        let known = session_for(&self.sessions, self.conversation.as_ref(), &self.agent_name)?;
         let (session_id, loaded) = match known {
             Some(session_id) if init.agent_capabilities.load_session => {
-                let request = LoadSessionRequest::new(session_id.clone(), self.options.cwd.clone());
+                let request = LoadSessionRequest::new(session_id.clone(), self.agent.cwd.clone());
                 let (_, replayed) = agent.load(request).await?;
                 let loaded = json!({"sessionId": session_id.0, "replayedUpdates": replayed});
                 (session_id, Some(loaded))
@@ -663,7 +725,7 @@ impl AcpRuntime {
             Some(_) => return Err(multi_turn_unsupported(self.conversation.as_ref())),
             None => {
                 let response = agent
-                    .call(NewSessionRequest::new(self.options.cwd.clone()))
+                    .call(NewSessionRequest::new(self.agent.cwd.clone()))
                     .await?;
                 (response.session_id, None)
             }
@@ -1011,14 +1073,11 @@ impl AcpRuntime {
         };
         // The conversation now continues in this session.
         if let Some((conversation, session_id)) = lock(&self.state).record.take() {
-            let agent = self.agent;
-            lock(&self.sessions).insert(
-                conversation,
-                Bound {
-                    agent,
-                    session: session_id,
-                },
-            );
+            let bound = Bound {
+                agent: Arc::clone(&self.agent_name),
+                session: session_id,
+            };
+            lock(&self.sessions).insert(conversation, bound);
         }
         Ok(AdapterEvent::Completed(RunSucceeded { summary }))
     }
@@ -1293,7 +1352,7 @@ impl HarnessRuntime for AcpRuntime {
                 pending.cancel();
             }
             let mut turn = self.turn.subscribe();
-            let grace = self.options.cancel_grace();
+            let grace = self.agent.cancel_grace();
             let ended = std::pin::pin!(async move {
                 let _ = turn.wait_for(|active| !*active).await;
             });
@@ -1333,7 +1392,7 @@ impl HarnessRuntime for AcpRuntime {
                 state.agent.clone()
             };
             if let Some(agent) = agent {
-                agent.shutdown(self.options.cancel_grace()).await;
+                agent.shutdown(self.agent.cancel_grace()).await;
             }
         })
     }
@@ -1349,72 +1408,33 @@ pub fn descriptor() -> &'static HarnessDescriptor {
 mod tests {
     use super::*;
 
-    fn host(value: &str) -> impl Fn(&str) -> Option<OsString> {
-        let value = OsString::from(value);
-        move |name| (name == "TOKEN").then(|| value.clone())
-    }
-
-    fn options(cwd: &str) -> AcpOptions {
-        AcpOptions::new(["agent", "--acp"], cwd).allow_env("TOKEN")
-    }
-
-    /// Defect: the probe cache key held the variables' names, not their values, so an agent
-    /// started with another value (another API key, another endpoint) reused a stale probe.
-    #[test]
-    fn the_probe_key_follows_host_values_without_holding_them() {
-        let keys = RandomState::new();
-        let options = options("/w");
-        let a = probe_key(&options, AgentKey::of(&options, &keys, host("secret-a")));
-        let b = probe_key(&options, AgentKey::of(&options, &keys, host("secret-b")));
-        let a_again = probe_key(&options, AgentKey::of(&options, &keys, host("secret-a")));
-        assert_ne!(a, b);
-        assert_eq!(a, a_again);
-        assert!(!format!("{a:?}").contains("secret-a"), "{a:?}");
-    }
-
     /// Defect: the conversation → session map was keyed by the conversation only, so a
-    /// conversation continued with another agent (command, cwd, environment) loaded a foreign
-    /// session id in it.
+    /// conversation continued with another agent loaded a foreign session id in it.
     #[test]
     fn a_conversation_is_bound_to_the_agent_that_opened_its_session() {
-        let keys = RandomState::new();
         let sessions = Mutex::new(HashMap::new());
         let conversation: ConversationId = "conv_a".parse().expect("a valid id");
-        let opened = AgentKey::of(&options("/w"), &keys, host("v1"));
         lock(&sessions).insert(
             conversation.clone(),
             Bound {
-                agent: opened,
+                agent: Arc::from("a"),
                 session: SessionId::new("s-1"),
             },
         );
-        let same = AgentKey::of(&options("/w"), &keys, host("v1"));
         assert_eq!(
-            session_for(&sessions, Some(&conversation), same).expect("the same agent"),
+            session_for(&sessions, Some(&conversation), "a").expect("the same agent"),
             Some(SessionId::new("s-1"))
         );
-        for (other, differs) in [
-            (AgentKey::of(&options("/x"), &keys, host("v1")), "`cwd`"),
-            (AgentKey::of(&options("/w"), &keys, host("v2")), "`env`"),
-            (
-                AgentKey::of(
-                    &AcpOptions::new(["other"], "/w").allow_env("TOKEN"),
-                    &keys,
-                    host("v1"),
-                ),
-                "`command`",
-            ),
-        ] {
-            let err = session_for(&sessions, Some(&conversation), other)
-                .expect_err("another agent is refused");
-            assert_eq!(err.category(), ErrorCategory::Configuration);
-            assert!(err.message().contains(differs), "{err:?}");
-            assert!(!err.message().contains("v1"), "{err:?}");
-        }
+        let err =
+            session_for(&sessions, Some(&conversation), "b").expect_err("another agent is refused");
+        assert_eq!(err.category(), ErrorCategory::Configuration);
+        assert!(
+            err.message().contains("`a`") && err.message().contains("`b`"),
+            "{err:?}"
+        );
         // Other conversations, and no conversation, are free.
         let other: ConversationId = "conv_b".parse().expect("a valid id");
-        let moved = AgentKey::of(&options("/x"), &keys, host("v1"));
-        assert_eq!(session_for(&sessions, Some(&other), moved).ok(), Some(None));
-        assert_eq!(session_for(&sessions, None, moved).ok(), Some(None));
+        assert_eq!(session_for(&sessions, Some(&other), "b").ok(), Some(None));
+        assert_eq!(session_for(&sessions, None, "b").ok(), Some(None));
     }
 }

@@ -8,10 +8,10 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    approve_all, assert_no_process_left, first_segment, is, logged_text, marker, outcome,
-    processes_with, read_until, runtime, start, test_agent, until_action,
+    adapter_for, approve_all, assert_no_process_left, first_segment, is, logged_text, marker,
+    outcome, processes_with, read_until, runtime, start, test_agent, until_action,
 };
-use harness_acp::{AcpAdapter, AcpOptions, INBOUND_LIMIT};
+use harness_acp::{AcpAdapter, AcpAgent, INBOUND_LIMIT};
 use harness_core::action::ActionKind;
 use harness_core::adapter::AdapterEvent;
 use harness_core::error::ErrorCategory;
@@ -22,7 +22,7 @@ use harness_core::service::Outcome;
 /// Updates `flood` sends while its permission request is unanswered.
 const FLOOD: usize = 100_000;
 
-fn flood_agent(mode: &str, mark: &str, grace: Duration) -> AcpOptions {
+fn flood_agent(mode: &str, mark: &str, grace: Duration) -> AcpAgent {
     test_agent(mode, mark).with_cancel_grace(grace)
 }
 
@@ -54,8 +54,8 @@ fn assert_bounded(adapter: &AcpAdapter) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_while_paused_on_an_approval_is_held_back_and_the_approval_finishes_the_run() {
     let mark = marker("flood-approve");
-    let adapter = AcpAdapter::new();
-    let execution = start(&adapter, &flood_agent("flood", &mark, common::WAIT)).await;
+    let adapter = adapter_for(flood_agent("flood", &mark, common::WAIT));
+    let execution = start(&adapter).await;
     let action = until_action(&execution).await;
     let ActionKind::ToolApproval(approval) = &action.kind else {
         panic!("not an approval");
@@ -83,12 +83,8 @@ async fn a_flood_while_paused_on_an_approval_is_held_back_and_the_approval_finis
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_while_a_flood_is_held_back_ends_the_run_cancelled() {
     let mark = marker("flood-cancel");
-    let adapter = AcpAdapter::new();
-    let execution = start(
-        &adapter,
-        &flood_agent("flood", &mark, Duration::from_millis(500)),
-    )
-    .await;
+    let adapter = adapter_for(flood_agent("flood", &mark, Duration::from_millis(500)));
+    let execution = start(&adapter).await;
     read_until(&execution, Cursor::START, |e| {
         is(e, EventKind::ActionRequested) || e.kind().is_terminal()
     })
@@ -108,8 +104,8 @@ async fn a_cancel_while_a_flood_is_held_back_ends_the_run_cancelled() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_during_a_held_back_flood_is_graceful() {
     let mark = marker("flood-graceful");
-    let adapter = AcpAdapter::new();
-    let runtime = runtime(&adapter, &flood_agent("flood", &mark, common::WAIT)).await;
+    let adapter = adapter_for(flood_agent("flood", &mark, common::WAIT));
+    let runtime = runtime(&adapter).await;
     let items = first_segment(&*runtime).await;
     let Some(Ok(AdapterEvent::Action(interrupt))) = items.last() else {
         panic!("the segment did not end on an interrupt: {items:?}");
@@ -136,12 +132,8 @@ async fn a_cancel_during_a_held_back_flood_is_graceful() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_before_the_session_is_open_fails_the_start_naming_the_limit() {
     let mark = marker("flood-init");
-    let adapter = AcpAdapter::new();
-    let execution = start(
-        &adapter,
-        &flood_agent("flood-init", &mark, Duration::from_millis(500)),
-    )
-    .await;
+    let adapter = adapter_for(flood_agent("flood-init", &mark, Duration::from_millis(500)));
+    let execution = start(&adapter).await;
     let Outcome::Failed(err) = outcome(&execution).await else {
         panic!("expected a failure");
     };
@@ -162,14 +154,10 @@ async fn a_flood_before_the_session_is_open_fails_the_start_naming_the_limit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_task_outlives_an_execution_whose_agent_left_a_detached_child() {
     let mark = marker("detach");
-    let adapter = AcpAdapter::new();
+    let adapter = adapter_for(flood_agent("detach", &mark, Duration::from_millis(500)));
     let metrics = tokio::runtime::Handle::current().metrics();
     let before = metrics.num_alive_tasks();
-    let runtime = runtime(
-        &adapter,
-        &flood_agent("detach", &mark, Duration::from_millis(500)),
-    )
-    .await;
+    let runtime = runtime(&adapter).await;
     let items = first_segment(&*runtime).await;
     assert!(
         matches!(items.last(), Some(Ok(AdapterEvent::Completed(_)))),

@@ -5,61 +5,96 @@ mod common;
 
 use std::time::Duration;
 
-use harness_acp::{AcpAdapter, AcpOptions};
+use harness_acp::{AcpAdapter, AcpAgent, AcpOptions};
 use harness_conformance::{Behaviour, Bounds, Knobs, certify};
 use harness_core::error::ErrorCategory;
 use harness_core::service::ExecutionRequest;
 
-/// The knobs. Every turn of the suite's conversations runs the same `echo` agent in one
-/// workspace (it keeps each session's history there, and `session/load` reads it back), so
-/// that a recall depends only on the conversation the suite sets.
+/// The knobs. The operator's side of the adapter registers one agent per behaviour (the test
+/// agent in that mode); a request picks it by name, as any caller would. Every turn of the
+/// suite's conversations runs the `conversations` agent (`echo`) in one workspace (it keeps
+/// each session's history there, and `session/load` reads it back), so that a recall depends
+/// only on the conversation the suite sets. `crash`, `auth` and `emit` repeat the prompt
+/// text: a request for a diagnostic or a secret carries it as its message.
 struct AcpKnobs {
-    echo: AcpOptions,
+    conversations: std::path::PathBuf,
+    workspace: std::path::PathBuf,
 }
+
+/// The test agent's modes the knobs offer, by agent name (the same).
+const MODES: [&str; 14] = [
+    "text",
+    "reasoning",
+    "tool",
+    "tool-error",
+    "approval",
+    "elicit",
+    "hang",
+    "crash",
+    "auth",
+    "slow-init",
+    "approval-hang",
+    "sequential",
+    "trace",
+    "emit",
+];
 
 impl AcpKnobs {
     fn new() -> Self {
-        let mark = common::marker("conformance-conversations");
-        let echo = AcpOptions::new(
-            [env!("CARGO_BIN_EXE_acp-test-agent"), "echo", &mark],
-            common::workspace(&mark),
-        )
-        .with_cancel_grace(Duration::from_millis(500));
-        Self { echo }
+        Self {
+            conversations: common::workspace(&common::marker("conformance-conversations")),
+            workspace: common::workspace(&common::marker("conformance")),
+        }
     }
 }
 
-fn agent(mode: &str, canary: &str) -> AcpOptions {
-    let mark = common::marker(&format!("conformance-{mode}"));
-    AcpOptions::new(
-        [env!("CARGO_BIN_EXE_acp-test-agent"), mode, &mark, canary],
-        common::workspace(&mark),
-    )
-    .with_cancel_grace(Duration::from_millis(500))
+fn agent(mode: &str, workspace: &std::path::Path) -> AcpAgent {
+    AcpAgent::new([env!("CARGO_BIN_EXE_acp-test-agent"), mode], workspace)
+        .with_cancel_grace(Duration::from_millis(500))
+}
+
+fn request(agent: &str, message: &str) -> ExecutionRequest {
+    ExecutionRequest::new(message).with_options(AcpOptions::named(agent).to_value())
 }
 
 impl Knobs for AcpKnobs {
     type Adapter = AcpAdapter;
 
+    /// The default agent is `echo`, which advertises `loadSession`: the configuration the
+    /// capability gate evaluates (the plain request's) then offers `session.multi_turn`.
     fn adapter(&self) -> AcpAdapter {
-        AcpAdapter::new()
+        let adapter = AcpAdapter::new(agent("echo", &self.workspace))
+            .and_then(|adapter| {
+                adapter.with_agent("conversations", agent("echo", &self.conversations))
+            })
+            .expect("valid agents");
+        MODES
+            .iter()
+            .try_fold(adapter, |adapter, mode| {
+                adapter.with_agent(*mode, agent(mode, &self.workspace))
+            })
+            .expect("valid agents")
     }
 
     fn request_for(&self, behaviour: &Behaviour) -> Option<ExecutionRequest> {
-        let (message, options) = match behaviour {
+        Some(match behaviour {
             // `echo` answers `turn <n>: <prompt>`, and a prompt starting with `recall` with the
             // session's earlier prompts; the conversation's later turns reopen its session.
-            Behaviour::Remember { marker } => (format!("remember {marker}"), self.echo.clone()),
-            Behaviour::Recall => ("recall".to_owned(), self.echo.clone()),
-            other => ("conformance".to_owned(), Self::agent_for(other)?),
-        };
-        Some(ExecutionRequest::new(message).with_options(options.to_value()))
-    }
-
-    /// `echo`, which advertises `loadSession`: the configuration the capability gate
-    /// evaluates then offers `session.multi_turn`.
-    fn plain_request(&self) -> ExecutionRequest {
-        ExecutionRequest::new("conformance").with_options(agent("echo", "").to_value())
+            Behaviour::Remember { marker } => {
+                request("conversations", &format!("remember {marker}"))
+            }
+            Behaviour::Recall => request("conversations", "recall"),
+            Behaviour::Fail {
+                category: ErrorCategory::Unavailable,
+                diagnostic,
+            } => request("crash", diagnostic),
+            Behaviour::Fail {
+                category: ErrorCategory::Authentication,
+                diagnostic,
+            } => request("auth", diagnostic),
+            Behaviour::EmitSecret { secret } => request("emit", secret),
+            other => request(Self::mode_for(other)?, "conformance"),
+        })
     }
 
     /// This test binary holds one test, so child processes and descriptors are the suite's.
@@ -77,31 +112,22 @@ impl Knobs for AcpKnobs {
 
 impl AcpKnobs {
     /// The test agent's mode for a behaviour of one turn.
-    fn agent_for(behaviour: &Behaviour) -> Option<AcpOptions> {
+    fn mode_for(behaviour: &Behaviour) -> Option<&'static str> {
         Some(match behaviour {
-            Behaviour::StreamText => agent("text", ""),
-            Behaviour::StreamReasoning => agent("reasoning", ""),
-            Behaviour::ToolSuccess => agent("tool", ""),
-            Behaviour::ToolError => agent("tool-error", ""),
+            Behaviour::StreamText => "text",
+            Behaviour::StreamReasoning => "reasoning",
+            Behaviour::ToolSuccess => "tool",
+            Behaviour::ToolError => "tool-error",
             Behaviour::ToolApproval {
                 calls: 1,
                 editable: false,
-            } => agent("approval", ""),
-            Behaviour::FormInput => agent("elicit", ""),
-            Behaviour::Hang => agent("hang", ""),
-            Behaviour::Fail {
-                category: ErrorCategory::Unavailable,
-                diagnostic,
-            } => agent("crash", diagnostic),
-            Behaviour::Fail {
-                category: ErrorCategory::Authentication,
-                diagnostic,
-            } => agent("auth", diagnostic),
-            Behaviour::SlowInitialize => agent("slow-init", ""),
-            Behaviour::ApprovalThenHang => agent("approval-hang", ""),
-            Behaviour::SequentialApprovals => agent("sequential", ""),
-            Behaviour::EchoTraceContext => agent("trace", ""),
-            Behaviour::EmitSecret { secret } => agent("emit", secret),
+            } => "approval",
+            Behaviour::FormInput => "elicit",
+            Behaviour::Hang => "hang",
+            Behaviour::SlowInitialize => "slow-init",
+            Behaviour::ApprovalThenHang => "approval-hang",
+            Behaviour::SequentialApprovals => "sequential",
+            Behaviour::EchoTraceContext => "trace",
             _ => return None,
         })
     }

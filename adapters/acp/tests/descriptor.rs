@@ -1,11 +1,14 @@
-//! The descriptor, the options, and an evaluate whose probe cannot start the agent: no agent
+//! The descriptor, the operator's configuration and the caller's options, and an evaluate whose probe cannot start the agent: no agent
 //! runs. (What `evaluate` reports for real agents is tested in `sessions.rs`.)
 
-use harness_acp::{AcpAdapter, AcpOptions, FileAccess, descriptor};
+use harness_acp::{AcpAdapter, AcpAgent, AcpOptions, FileAccess, descriptor};
 use harness_core::adapter::{AgentConfig, DeploymentContext, HarnessAdapter};
 use harness_core::capability::{CapabilityKey, SupportLevel};
-use harness_core::error::ErrorCategory;
+use harness_core::error::{ErrorCategory, ErrorCode};
+use harness_core::service::{AdapterService, ExecutionRequest, Outcome};
+use harness_layers::preflight::PreflightLayer;
 use serde_json::json;
+use tower::{Layer, ServiceExt};
 
 #[test]
 fn the_descriptor_builds_and_reports_only_what_is_implemented() {
@@ -51,31 +54,98 @@ fn the_descriptor_builds_and_reports_only_what_is_implemented() {
 }
 
 #[test]
-fn the_options_schema_rejects_unknown_fields() {
+fn a_caller_sets_no_option_and_the_schema_says_so() {
     let schema = descriptor().options_schema();
     assert_eq!(schema["additionalProperties"], json!(false));
-    assert!(AcpOptions::from_value(&json!({"command": ["a"], "cwd": "/", "sh": 1})).is_err());
-    assert!(AcpOptions::from_value(&json!({"command": [], "cwd": "/"})).is_err());
-    assert!(AcpOptions::from_value(&json!({"command": ["a"], "cwd": "rel"})).is_err());
-    assert!(
-        AcpOptions::from_value(&json!({"command": ["a"], "cwd": "/", "env": ["A=B"]})).is_err()
-    );
-    let ok = AcpOptions::from_value(&json!({"command": ["a"], "cwd": "/", "files": "read"}))
-        .expect("valid options");
+    assert!(AcpOptions::from_value(&json!({})).is_ok());
+    assert!(AcpOptions::from_value(&json!(null)).is_ok());
+    for field in [
+        json!({"command": ["/bin/sh"]}),
+        json!({"cwd": "/"}),
+        json!({"env": ["HOME"]}),
+        json!({"files": "read_write"}),
+        json!({"cancelGraceMs": 1}),
+    ] {
+        let err = AcpOptions::from_value(&field).expect_err("a caller may not set it");
+        assert_eq!(err.code(), &ErrorCode::OPTIONS_INVALID, "{field}");
+        assert!(err.message().contains("AcpAgent"), "{err:?}");
+    }
+}
+
+#[test]
+fn the_operator_configuration_is_checked() {
+    assert!(AcpAgent::from_value(&json!({"command": ["a"], "cwd": "/", "sh": 1})).is_err());
+    assert!(AcpAgent::from_value(&json!({"command": [], "cwd": "/"})).is_err());
+    assert!(AcpAgent::from_value(&json!({"command": [""], "cwd": "/"})).is_err());
+    assert!(AcpAgent::from_value(&json!({"command": ["a"], "cwd": "rel"})).is_err());
+    assert!(AcpAgent::from_value(&json!({"command": ["a"], "cwd": "/", "env": ["A=B"]})).is_err());
+    let ok = AcpAgent::from_value(&json!({"command": ["a"], "cwd": "/", "files": "read"}))
+        .expect("a valid configuration");
     assert_eq!(ok.files, FileAccess::Read);
-    assert_eq!(
-        AcpOptions::from_value(&ok.to_value()).expect("round trip"),
-        ok
-    );
+    let round = serde_json::to_value(&ok).expect("serializable");
+    assert_eq!(AcpAgent::from_value(&round).expect("round trip"), ok);
+    // Built in code, the same checks apply when the adapter is constructed.
+    let err = AcpAdapter::new(AcpAgent::new(Vec::<String>::new(), "/")).expect_err("no program");
+    assert_eq!(err.code(), &ErrorCode::OPTIONS_INVALID);
+    assert!(AcpAdapter::new(AcpAgent::new(["a"], "relative")).is_err());
+}
+
+/// Defect: the agent's `command`, `cwd` and `env` were execution options, so any caller
+/// able to start an execution chose the program the host runs. They are the operator's now;
+/// a request naming them is refused at preflight, and, without a preflight layer, by the
+/// adapter itself, before any process starts.
+#[tokio::test]
+async fn a_request_choosing_a_program_is_refused_before_any_process_starts() {
+    let witness = std::env::temp_dir().join(format!("acp-caller-program-{}", std::process::id()));
+    let _ = std::fs::remove_file(&witness);
+    let hostile = json!({
+        "command": ["/bin/sh", "-c", format!("touch {}", witness.display())],
+        "cwd": "/",
+    });
+    let adapter = AcpAdapter::new(AcpAgent::new(["/nonexistent/acp-agent"], "/"))
+        .expect("a valid configuration");
+    let preflight = PreflightLayer::for_adapter(&adapter).expect("the descriptor is valid");
+    let service = preflight.layer(AdapterService::new(adapter.clone()));
+    let request = ExecutionRequest::new("go").with_options(hostile.clone());
+    let err = service
+        .oneshot(request)
+        .await
+        .expect_err("refused at preflight");
+    assert_eq!(err.code(), &ErrorCode::OPTIONS_INVALID, "{err:?}");
+    assert!(err.message().contains("command"), "{err:?}");
+
+    // Without a preflight layer: `evaluate` and `create_runtime` refuse the options too.
+    let config = AgentConfig {
+        options: hostile.clone(),
+        ..AgentConfig::default()
+    };
+    let err = adapter
+        .evaluate(&config, &DeploymentContext::default())
+        .await
+        .expect_err("evaluate refuses");
+    assert_eq!(err.code(), &ErrorCode::OPTIONS_INVALID, "{err:?}");
+    let execution = AdapterService::new(adapter.clone())
+        .oneshot(ExecutionRequest::new("go").with_options(hostile))
+        .await;
+    let failed = match execution {
+        Err(err) => err,
+        Ok(handle) => match handle.outcome().await {
+            Outcome::Failed(err) => err,
+            other => panic!("expected a failure, got {other:?}"),
+        },
+    };
+    assert_eq!(failed.code(), &ErrorCode::OPTIONS_INVALID, "{failed:?}");
+
+    let stats = adapter.stats().snapshot();
+    assert_eq!((stats.agents_started, stats.probes), (0, 0), "{stats:?}");
+    assert!(!witness.exists(), "the caller's program ran");
 }
 
 #[tokio::test]
 async fn an_agent_that_cannot_be_probed_is_an_evaluate_error_naming_the_probe() {
-    let adapter = AcpAdapter::new();
-    let config = AgentConfig {
-        options: AcpOptions::new(["/nonexistent/acp-agent"], "/").to_value(),
-        ..AgentConfig::default()
-    };
+    let adapter = AcpAdapter::new(AcpAgent::new(["/nonexistent/acp-agent"], "/"))
+        .expect("a valid configuration");
+    let config = AgentConfig::default();
     let err = adapter
         .evaluate(&config, &DeploymentContext::default())
         .await

@@ -6,20 +6,26 @@ mod common;
 
 use std::time::Duration;
 
-use common::{assert_no_process_left, finish, kinds, marker, test_agent, text, until_action};
-use harness_acp::{AcpAdapter, AcpOptions};
+use common::{
+    adapter_for, assert_no_process_left, finish, kinds, marker, test_agent, text, until_action,
+};
+use harness_acp::{AcpAdapter, AcpAgent};
 use harness_core::action::{ActionKind, ActionRequest, FieldKind, FormResponse, FormValues};
 use harness_core::event::CancelReason;
 use harness_core::service::{AdapterService, ExecutionHandle, ExecutionRequest, Outcome};
 
-fn elicit_agent(mark: &str) -> AcpOptions {
+fn elicit_agent(mark: &str) -> AcpAdapter {
+    adapter_for(elicit_config(mark))
+}
+
+fn elicit_config(mark: &str) -> AcpAgent {
     test_agent("elicit", mark).with_cancel_grace(Duration::from_secs(10))
 }
 
 /// Starts an `elicit` turn and waits for its form; checks the form's fields.
-async fn until_form(adapter: AcpAdapter, mark: &str) -> (ExecutionHandle, ActionRequest) {
+async fn until_form(adapter: AcpAdapter) -> (ExecutionHandle, ActionRequest) {
     let execution = AdapterService::new(adapter)
-        .start(ExecutionRequest::new("who am I?").with_options(elicit_agent(mark).to_value()))
+        .start(ExecutionRequest::new("who am I?"))
         .await
         .expect("execution starts");
     let request = until_action(&execution).await;
@@ -41,7 +47,7 @@ async fn until_form(adapter: AcpAdapter, mark: &str) -> (ExecutionHandle, Action
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_submitted_form_accepts_the_elicitation_with_its_values() {
     let mark = marker("elicit-submit");
-    let (execution, form) = until_form(AcpAdapter::new(), &mark).await;
+    let (execution, form) = until_form(elicit_agent(&mark)).await;
     let values = FormValues::new().with("name", "Ada").with("age", 36);
     execution
         .respond(FormResponse::submit(form.id.clone(), form.revision, values).into())
@@ -61,7 +67,7 @@ async fn a_submitted_form_accepts_the_elicitation_with_its_values() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dismissed_form_declines_the_elicitation() {
     let mark = marker("elicit-dismiss");
-    let (execution, form) = until_form(AcpAdapter::new(), &mark).await;
+    let (execution, form) = until_form(elicit_agent(&mark)).await;
     execution
         .respond(FormResponse::dismiss(form.id.clone(), form.revision).into())
         .await
@@ -76,9 +82,9 @@ async fn a_dismissed_form_declines_the_elicitation() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_while_the_form_is_open_cancels_the_elicitation() {
     let mark = marker("elicit-cancel");
-    let adapter = AcpAdapter::new();
+    let adapter = elicit_agent(&mark);
     let stats = adapter.stats();
-    let (execution, _form) = until_form(adapter, &mark).await;
+    let (execution, _form) = until_form(adapter).await;
     let _request = execution.cancel(CancelReason::new("test"));
     let (events, outcome) = finish(&execution).await;
     assert!(matches!(outcome, Outcome::Cancelled(_)), "{outcome:?}");

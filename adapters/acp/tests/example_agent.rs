@@ -7,10 +7,9 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    assert_no_process_left, example_agent, finish, is, kinds, marker, outcome, read_until, text,
-    until_action,
+    adapter_for, assert_no_process_left, example_agent, finish, is, kinds, marker, outcome,
+    read_until, text, until_action,
 };
-use harness_acp::AcpAdapter;
 use harness_core::action::{ActionKind, ApprovalResponse, DecisionKind, ToolDecision};
 use harness_core::event::{CancelReason, EventKind, EventPayload};
 use harness_core::id::Cursor;
@@ -25,10 +24,9 @@ async fn run_to_approval(
     String,
 ) {
     let mark = marker("approval");
-    let options = example_agent(&mark);
-    let service = AdapterService::new(AcpAdapter::new());
+    let service = AdapterService::new(adapter_for(example_agent(&mark)));
     let execution = service
-        .oneshot(ExecutionRequest::new("update the config").with_options(options.to_value()))
+        .oneshot(ExecutionRequest::new("update the config"))
         .await
         .expect("execution starts");
 
@@ -116,8 +114,7 @@ async fn a_rejected_permission_request_selects_the_reject_option() {
 async fn a_cancel_mid_turn_ends_in_run_cancelled_and_leaves_no_process() {
     let mark = marker("cancel");
     // Generous bounds, so that a loaded machine cannot turn the graceful cancel into a kill.
-    let options = example_agent(&mark).with_cancel_grace(Duration::from_secs(10));
-    let adapter = AcpAdapter::new();
+    let adapter = adapter_for(example_agent(&mark).with_cancel_grace(Duration::from_secs(10)));
     let stats = adapter.stats();
     let config = ServiceConfig {
         cancel_grace: Duration::from_secs(20),
@@ -126,7 +123,7 @@ async fn a_cancel_mid_turn_ends_in_run_cancelled_and_leaves_no_process() {
     };
     let service = AdapterService::with_config(adapter, config);
     let execution = service
-        .oneshot(ExecutionRequest::new("update the config").with_options(options.to_value()))
+        .oneshot(ExecutionRequest::new("update the config"))
         .await
         .expect("execution starts");
     // Cancel once the first tool call has started: the agent is mid-turn.
@@ -154,10 +151,9 @@ async fn a_cancel_mid_turn_ends_in_run_cancelled_and_leaves_no_process() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_while_awaiting_approval_ends_in_run_cancelled() {
     let mark = marker("cancel-approval");
-    let options = example_agent(&mark);
-    let service = AdapterService::new(AcpAdapter::new());
+    let service = AdapterService::new(adapter_for(example_agent(&mark)));
     let execution = service
-        .oneshot(ExecutionRequest::new("update the config").with_options(options.to_value()))
+        .oneshot(ExecutionRequest::new("update the config"))
         .await
         .expect("execution starts");
     read_until(&execution, Cursor::START, |e| {

@@ -6,8 +6,11 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{assert_no_process_left, kinds, marker, outcome, read_until, start, test_agent, text};
-use harness_acp::{AcpAdapter, FileAccess};
+use common::{
+    adapter_for, assert_no_process_left, kinds, marker, outcome, read_until, start, test_agent,
+    text,
+};
+use harness_acp::FileAccess;
 use harness_core::error::ErrorCategory;
 use harness_core::event::{CancelReason, EventKind};
 use harness_core::id::Cursor;
@@ -15,7 +18,7 @@ use harness_core::service::Outcome;
 
 async fn failure(mode: &str) -> (harness_core::error::HarnessError, String) {
     let mark = marker(mode);
-    let execution = start(&AcpAdapter::new(), &test_agent(mode, &mark)).await;
+    let execution = start(&adapter_for(test_agent(mode, &mark))).await;
     let Outcome::Failed(err) = outcome(&execution).await else {
         panic!("expected a failure");
     };
@@ -29,9 +32,9 @@ async fn failure(mode: &str) -> (harness_core::error::HarnessError, String) {
 async fn a_cancelled_agent_ends_the_turn_or_is_killed_with_its_group() {
     for (mode, graceful) in [("hang", true), ("ignore-cancel", false)] {
         let mark = marker(mode);
-        let adapter = AcpAdapter::new();
+        let adapter = adapter_for(test_agent(mode, &mark));
         let stats = adapter.stats();
-        let execution = start(&adapter, &test_agent(mode, &mark)).await;
+        let execution = start(&adapter).await;
         read_until(&execution, Cursor::START, |e| {
             e.kind() == EventKind::MessageDelta || e.kind().is_terminal()
         })
@@ -111,12 +114,13 @@ async fn fs_answers_with(files: FileAccess, inside: &str) -> (String, std::path:
     let mark = marker("fs");
     let options = test_agent("fs", &mark).with_files(files);
     std::fs::write(options.cwd.join("inside.txt"), inside).expect("write fixture");
-    let execution = start(&AcpAdapter::new(), &options).await;
+    let workspace = options.cwd.clone();
+    let execution = start(&adapter_for(options)).await;
     assert!(matches!(outcome(&execution).await, Outcome::Succeeded(_)));
     let events = read_until(&execution, Cursor::START, |e| e.kind().is_terminal()).await;
     drop(execution);
     assert_no_process_left(&mark).await;
-    (text(&events), options.cwd)
+    (text(&events), workspace)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -162,7 +166,7 @@ async fn a_json_rpc_message_of_no_valid_shape_ends_as_protocol() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_that_exits_while_a_child_holds_its_stdout_ends_unavailable() {
     let mark = marker("orphan-crash");
-    let execution = start(&AcpAdapter::new(), &test_agent("orphan-crash", &mark)).await;
+    let execution = start(&adapter_for(test_agent("orphan-crash", &mark))).await;
     let outcome = tokio::time::timeout(Duration::from_secs(20), execution.outcome())
         .await
         .expect("the run ends once the agent exited");
@@ -183,10 +187,10 @@ async fn an_agent_that_exits_while_a_child_holds_its_stdout_ends_unavailable() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_answers_requests_already_queued_and_stays_graceful() {
     let mark = marker("double-ask");
-    let adapter = AcpAdapter::new();
+    let adapter =
+        adapter_for(test_agent("double-ask", &mark).with_cancel_grace(Duration::from_secs(5)));
     let stats = adapter.stats();
-    let options = test_agent("double-ask", &mark).with_cancel_grace(Duration::from_secs(5));
-    let execution = start(&adapter, &options).await;
+    let execution = start(&adapter).await;
     common::until_action(&execution).await;
     // Both requests have been sent (and the second queued) before the cancel.
     tokio::time::sleep(Duration::from_millis(200)).await;

@@ -7,12 +7,12 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    agent_config, approve_all, assert_no_process_left, first_segment, kinds, logged_text, marker,
+    adapter_for, approve_all, assert_no_process_left, first_segment, kinds, logged_text, marker,
     outcome, processes_with, read_until, runtime, start, test_agent,
 };
-use harness_acp::AcpAdapter;
+use harness_acp::AcpOptions;
 use harness_core::action::ActionKind;
-use harness_core::adapter::{DeploymentContext, HarnessAdapter};
+use harness_core::adapter::{AgentConfig, DeploymentContext, HarnessAdapter};
 use harness_core::error::ErrorCategory;
 use harness_core::event::{CancelReason, EventKind, EventPayload, ToolCallOutcome};
 use harness_core::id::Cursor;
@@ -43,8 +43,8 @@ where
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_while_the_agent_starts_ends_initialize_and_the_process_group() {
     let mark = marker("slow-init");
-    let adapter = AcpAdapter::new();
-    let runtime = runtime(&adapter, &test_agent("slow-init", &mark)).await;
+    let adapter = adapter_for(test_agent("slow-init", &mark));
+    let runtime = runtime(&adapter).await;
     let mut init = runtime.initialize();
     // The agent and the child it spawned (ignoring SIGTERM) run; initialize is unanswered.
     until_running(&mark, 2, &mut init).await;
@@ -67,8 +67,8 @@ async fn a_cancel_while_the_agent_starts_ends_initialize_and_the_process_group()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_probe_takes_the_agents_process_group_with_it() {
     let mark = marker("slow-init-probe");
-    let adapter = AcpAdapter::new();
-    let config = agent_config(&test_agent("slow-init", &mark));
+    let adapter = adapter_for(test_agent("slow-init", &mark));
+    let config = AgentConfig::default();
     let deployment = DeploymentContext::default();
     let mut probing = adapter.evaluate(&config, &deployment);
     until_running(&mark, 2, &mut probing).await;
@@ -81,8 +81,8 @@ async fn a_dropped_probe_takes_the_agents_process_group_with_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_after_a_cancel_are_answered_cancelled_not_raised() {
     let mark = marker("ask-after-cancel");
-    let adapter = AcpAdapter::new();
-    let execution = start(&adapter, &test_agent("ask-after-cancel", &mark)).await;
+    let adapter = adapter_for(test_agent("ask-after-cancel", &mark));
+    let execution = start(&adapter).await;
     read_until(&execution, Cursor::START, |e| {
         e.kind() == EventKind::MessageDelta || e.kind().is_terminal()
     })
@@ -107,7 +107,7 @@ async fn requests_after_a_cancel_are_answered_cancelled_not_raised() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn output_that_is_not_utf8_ends_as_protocol() {
     let mark = marker("binary");
-    let execution = start(&AcpAdapter::new(), &test_agent("binary", &mark)).await;
+    let execution = start(&adapter_for(test_agent("binary", &mark))).await;
     let Outcome::Failed(err) = outcome(&execution).await else {
         panic!("expected a failure");
     };
@@ -121,7 +121,7 @@ async fn output_that_is_not_utf8_ends_as_protocol() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sequential_permission_requests_are_sequential_actions() {
     let mark = marker("sequential");
-    let execution = start(&AcpAdapter::new(), &test_agent("sequential", &mark)).await;
+    let execution = start(&adapter_for(test_agent("sequential", &mark))).await;
     let mut answered = Vec::new();
     for call in ["t1", "t2"] {
         let events = read_until(&execution, Cursor::START, |e| {
@@ -173,13 +173,9 @@ async fn the_turns_traceparent_reaches_the_agent_in_the_prompts_meta() {
     let mark = marker("trace");
     let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     let context: TraceContext = traceparent.parse().expect("a valid traceparent");
-    let adapter = AcpAdapter::new();
+    let adapter = adapter_for(test_agent("trace", &mark));
     let execution = AdapterService::new(adapter)
-        .oneshot(
-            ExecutionRequest::new("go")
-                .with_options(test_agent("trace", &mark).to_value())
-                .with_trace_context(context),
-        )
+        .oneshot(ExecutionRequest::new("go").with_trace_context(context))
         .await
         .expect("execution starts");
     assert!(matches!(outcome(&execution).await, Outcome::Succeeded(_)));
@@ -188,7 +184,7 @@ async fn the_turns_traceparent_reaches_the_agent_in_the_prompts_meta() {
     assert_no_process_left(&mark).await;
     // Without a trace context, nothing is sent.
     let none = marker("trace-none");
-    let execution = start(&AcpAdapter::new(), &test_agent("trace", &none)).await;
+    let execution = start(&adapter_for(test_agent("trace", &none))).await;
     assert!(matches!(outcome(&execution).await, Outcome::Succeeded(_)));
     assert_eq!(logged_text(&execution), "no traceparent");
     drop(execution);
@@ -206,8 +202,8 @@ async fn an_answer_that_loses_the_race_with_a_cancel_ends_cancelled_not_protocol
     use harness_core::adapter::{AdapterEvent, ResumeDecision};
 
     let mark = marker("permission-race");
-    let adapter = AcpAdapter::new();
-    let runtime = runtime(&adapter, &test_agent("permission", &mark)).await;
+    let adapter = adapter_for(test_agent("permission", &mark));
+    let runtime = runtime(&adapter).await;
     let items = first_segment(&*runtime).await;
     let Some(Ok(AdapterEvent::Action(interrupt))) = items.last() else {
         panic!("the segment did not end on an interrupt: {items:?}");
@@ -232,17 +228,64 @@ async fn an_answer_that_loses_the_race_with_a_cancel_ends_cancelled_not_protocol
     assert_no_process_left(&mark).await;
 }
 
-/// Defect: the probe cache was one lock held for a whole probe, so an agent slow to answer
-/// `initialize` (up to `PROBE_TIMEOUT`, 30 s) held up `evaluate` for every other
-/// configuration of the adapter.
+/// The agent is probed once per adapter: concurrent `evaluate`s share one probe (none holds
+/// a lock across it), later ones read its result.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_slow_probe_does_not_hold_up_evaluate_for_other_options() {
+async fn concurrent_evaluates_share_one_probe() {
+    let mark = marker("probe-echo");
+    let adapter = adapter_for(test_agent("echo", &mark));
+    let deployment = DeploymentContext::default();
+    let config = AgentConfig::default();
+    let evaluates = (0..8).map(|_| adapter.evaluate(&config, &deployment));
+    let reports = tokio::time::timeout(common::WAIT, futures_util::future::join_all(evaluates))
+        .await
+        .expect("the evaluates end within the bounded wait");
+    for report in reports {
+        report.expect("the echo agent is probed");
+    }
+    adapter
+        .evaluate(&config, &deployment)
+        .await
+        .expect("the cached probe");
+    assert_eq!(adapter.stats().snapshot().probes, 1);
+    assert_no_process_left(&mark).await;
+}
+
+/// A probe dropped mid-way (a caller's timeout) leaves nothing cached: the next `evaluate`
+/// probes again (this agent never answers `initialize`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_probe_is_retried_by_the_next_evaluate() {
+    let mark = marker("probe-retry");
+    let adapter = adapter_for(test_agent("slow-init", &mark));
+    let deployment = DeploymentContext::default();
+    let config = AgentConfig::default();
+    let mut probing = adapter.evaluate(&config, &deployment);
+    until_running(&mark, 2, &mut probing).await;
+    drop(probing);
+    assert_no_process_left(&mark).await;
+    let mut again = adapter.evaluate(&config, &deployment);
+    until_running(&mark, 2, &mut again).await;
+    drop(again);
+    assert_eq!(adapter.stats().snapshot().probes, 2, "probed again");
+    assert_no_process_left(&mark).await;
+}
+
+/// Defect: the probe cache was one lock held for a whole probe, so an agent slow to answer
+/// `initialize` (up to `PROBE_TIMEOUT`, 30 s) held up `evaluate` for every other agent of
+/// the adapter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_probe_does_not_hold_up_evaluate_for_another_agent() {
     let slow_mark = marker("slow-probe");
     let echo_mark = marker("probe-echo");
-    let adapter = AcpAdapter::new();
+    let adapter = adapter_for(test_agent("slow-init", &slow_mark))
+        .with_agent("echo", test_agent("echo", &echo_mark))
+        .expect("a valid agent");
     let deployment = DeploymentContext::default();
-    let slow = agent_config(&test_agent("slow-init", &slow_mark));
-    let echo = agent_config(&test_agent("echo", &echo_mark));
+    let slow = AgentConfig::default();
+    let echo = AgentConfig {
+        options: AcpOptions::named("echo").to_value(),
+        ..AgentConfig::default()
+    };
     let mut probing = adapter.evaluate(&slow, &deployment);
     until_running(&slow_mark, 2, &mut probing).await;
     // Well under PROBE_TIMEOUT: the slow probe must not be what this one waits for.
@@ -251,7 +294,7 @@ async fn a_slow_probe_does_not_hold_up_evaluate_for_other_options() {
         adapter.evaluate(&echo, &deployment),
     )
     .await
-    .expect("evaluate of other options does not wait for the slow probe");
+    .expect("evaluate of another agent does not wait for the slow probe");
     other.expect("the echo agent is probed");
     drop(probing);
     assert_no_process_left(&slow_mark).await;
@@ -264,7 +307,7 @@ async fn a_slow_probe_does_not_hold_up_evaluate_for_other_options() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_completed_tool_call_without_raw_output_reports_its_content() {
     let mark = marker("tool-content");
-    let execution = start(&AcpAdapter::new(), &test_agent("tool-content", &mark)).await;
+    let execution = start(&adapter_for(test_agent("tool-content", &mark))).await;
     assert!(matches!(outcome(&execution).await, Outcome::Succeeded(_)));
     let events = read_until(&execution, Cursor::START, |e| e.kind().is_terminal()).await;
     let output = events

@@ -5,11 +5,9 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{
-    agent_config, assert_no_process_left, finish, kinds, marker, test_agent, text, workspace,
-};
+use common::{adapter_for, assert_no_process_left, finish, kinds, marker, test_agent, text};
 use harness_acp::{AcpAdapter, AcpOptions};
-use harness_core::adapter::{DeploymentContext, HarnessAdapter};
+use harness_core::adapter::{AgentConfig, DeploymentContext, HarnessAdapter};
 use harness_core::capability::{CapabilityKey, SupportLevel};
 use harness_core::error::{ErrorCategory, ErrorCode};
 use harness_core::event::{Event, EventPayload};
@@ -42,13 +40,11 @@ async fn run(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_later_turn_of_a_conversation_loads_its_session_without_replaying_history() {
     let mark = marker("conversation");
-    let options = test_agent("echo", &mark);
-    let adapter = AcpAdapter::new();
+    let adapter = adapter_for(test_agent("echo", &mark));
     let service = AdapterService::new(adapter.clone());
     let conv = conversation("conv_sessions");
     let request = |message: &str| {
         ExecutionRequest::new(message)
-            .with_options(options.to_value())
             .with_conversation(conv.clone())
             .require(CapabilityKey::SessionMultiTurn)
     };
@@ -73,7 +69,7 @@ async fn a_later_turn_of_a_conversation_loads_its_session_without_replaying_hist
     assert_eq!(loaded[0]["replayedUpdates"], 2, "{}", loaded[0]);
     assert_eq!(adapter.session_of(&conv).as_deref(), Some(session.as_str()));
 
-    // One probe for both preflights (cached per options), one agent per execution.
+    // One probe for both preflights (cached for the adapter), one agent per execution.
     let stats = adapter.stats().snapshot();
     assert_eq!((stats.probes, stats.agents_started), (1, 2), "{stats:?}");
     assert_no_process_left(&mark).await;
@@ -82,15 +78,9 @@ async fn a_later_turn_of_a_conversation_loads_its_session_without_replaying_hist
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn executions_without_a_conversation_each_open_a_new_session() {
     let mark = marker("no-conversation");
-    let options = test_agent("echo", &mark);
-    let adapter = AcpAdapter::new();
-    let service = AdapterService::new(adapter.clone());
+    let service = AdapterService::new(adapter_for(test_agent("echo", &mark)));
     for _ in 0..2 {
-        let (events, outcome) = run(
-            &service,
-            ExecutionRequest::new("hi").with_options(options.to_value()),
-        )
-        .await;
+        let (events, outcome) = run(&service, ExecutionRequest::new("hi")).await;
         assert!(matches!(outcome, Outcome::Succeeded(_)), "{outcome:?}");
         assert_eq!(text(&events), "turn 1: hi");
     }
@@ -99,12 +89,12 @@ async fn executions_without_a_conversation_each_open_a_new_session() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn evaluate_reports_what_the_agent_negotiated() {
-    let adapter = AcpAdapter::new();
     let deployment = DeploymentContext::default();
+    let config = AgentConfig::default();
     let mark = marker("evaluate-echo");
-    let echo = agent_config(&test_agent("echo", &mark));
-    let report = adapter
-        .evaluate(&echo, &deployment)
+    let echo = adapter_for(test_agent("echo", &mark));
+    let report = echo
+        .evaluate(&config, &deployment)
         .await
         .expect("the probe answers");
     assert_eq!(
@@ -112,9 +102,9 @@ async fn evaluate_reports_what_the_agent_negotiated() {
         SupportLevel::Native
     );
     let no_load_mark = marker("evaluate-no-load");
-    let no_load = agent_config(&test_agent("no-load", &no_load_mark));
-    let report = adapter
-        .evaluate(&no_load, &deployment)
+    let no_load = adapter_for(test_agent("no-load", &no_load_mark));
+    let report = no_load
+        .evaluate(&config, &deployment)
         .await
         .expect("the probe answers");
     assert_eq!(
@@ -125,9 +115,10 @@ async fn evaluate_reports_what_the_agent_negotiated() {
         report.level(CapabilityKey::InterruptFormInput),
         SupportLevel::Native
     );
-    // Cached per options: evaluating again starts no agent.
-    adapter.evaluate(&echo, &deployment).await.expect("cached");
-    assert_eq!(adapter.stats().snapshot().probes, 2);
+    // Cached for the adapter: evaluating again starts no agent.
+    echo.evaluate(&config, &deployment).await.expect("cached");
+    assert_eq!(echo.stats().snapshot().probes, 1);
+    assert_eq!(no_load.stats().snapshot().probes, 1);
     assert_no_process_left(&mark).await;
     assert_no_process_left(&no_load_mark).await;
 }
@@ -135,13 +126,11 @@ async fn evaluate_reports_what_the_agent_negotiated() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_conversation_on_an_agent_without_load_session_is_refused_at_preflight() {
     let mark = marker("no-load");
-    let options = test_agent("no-load", &mark);
-    let adapter = AcpAdapter::new();
+    let adapter = adapter_for(test_agent("no-load", &mark));
     let service = AdapterService::new(adapter.clone());
     let err = service
         .start(
             ExecutionRequest::new("hello")
-                .with_options(options.to_value())
                 .with_conversation(conversation("conv_no_load"))
                 .require(CapabilityKey::StreamText),
         )
@@ -160,14 +149,9 @@ async fn a_conversation_on_an_agent_without_load_session_is_refused_at_preflight
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_later_turn_without_preflight_on_an_agent_without_load_session_fails_unsupported() {
     let mark = marker("no-load-runtime");
-    let options = test_agent("no-load", &mark);
-    let service = AdapterService::new(AcpAdapter::new());
+    let service = AdapterService::new(adapter_for(test_agent("no-load", &mark)));
     let conv = conversation("conv_no_load_runtime");
-    let request = |message: &str| {
-        ExecutionRequest::new(message)
-            .with_options(options.to_value())
-            .with_conversation(conv.clone())
-    };
+    let request = |message: &str| ExecutionRequest::new(message).with_conversation(conv.clone());
     // No capability is required, so no preflight: the first turn opens a session...
     let (events, outcome) = run(&service, request("hello")).await;
     assert!(matches!(outcome, Outcome::Succeeded(_)), "{outcome:?}");
@@ -185,12 +169,8 @@ async fn a_later_turn_without_preflight_on_an_agent_without_load_session_fails_u
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn usage_update_is_a_native_event_not_portable_usage() {
     let mark = marker("usage");
-    let service = AdapterService::new(AcpAdapter::new());
-    let (events, outcome) = run(
-        &service,
-        ExecutionRequest::new("hello").with_options(test_agent("echo", &mark).to_value()),
-    )
-    .await;
+    let service = AdapterService::new(adapter_for(test_agent("echo", &mark)));
+    let (events, outcome) = run(&service, ExecutionRequest::new("hello")).await;
     assert!(matches!(outcome, Outcome::Succeeded(_)), "{outcome:?}");
     let usage = native(&events, "usage_update");
     assert_eq!(usage.len(), 1, "{:?}", kinds(&events));
@@ -205,67 +185,106 @@ async fn usage_update_is_a_native_event_not_portable_usage() {
     assert_no_process_left(&mark).await;
 }
 
-/// Defect: the conversation → session map was keyed by the conversation only, so a
-/// conversation continued with another agent (here another `cwd`, then another `command`)
-/// sent `session/load` with a session id of the first agent, and the run failed there as
-/// `unavailable`. Now it is refused as `configuration`, naming what differs: at preflight,
-/// and, without one, before an agent is started.
+/// A conversation's session lives in its adapter's agent: continued on another adapter
+/// (another agent), the conversation is unknown there and opens a new session, never loading
+/// a session id of the first agent into the second.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_conversation_continued_with_another_agent_is_refused_naming_the_difference() {
+async fn a_conversation_continued_on_another_adapter_opens_a_new_session_there() {
+    let first_mark = marker("conversation-first");
+    let second_mark = marker("conversation-second");
+    let first = adapter_for(test_agent("echo", &first_mark));
+    let second = adapter_for(test_agent("echo", &second_mark));
+    let conv = conversation("conv_moved");
+    let request = |message: &str| ExecutionRequest::new(message).with_conversation(conv.clone());
+    let (_, outcome) = run(&AdapterService::new(first.clone()), request("hello")).await;
+    assert!(matches!(outcome, Outcome::Succeeded(_)), "{outcome:?}");
+    let session = first.session_of(&conv).expect("the conversation is mapped");
+
+    let (events, outcome) = run(&AdapterService::new(second.clone()), request("again")).await;
+    assert!(matches!(outcome, Outcome::Succeeded(_)), "{outcome:?}");
+    assert_eq!(text(&events), "turn 1: again", "{:?}", kinds(&events));
+    assert!(native(&events, "session_loaded").is_empty());
+    let other = second
+        .session_of(&conv)
+        .expect("mapped in the second adapter");
+    assert_ne!(other, session);
+    // The first adapter's mapping is untouched, and continues there.
+    assert_eq!(first.session_of(&conv).as_deref(), Some(session.as_str()));
+    let (events, outcome) = run(&AdapterService::new(first), request("again")).await;
+    assert!(matches!(outcome, Outcome::Succeeded(_)), "{outcome:?}");
+    assert_eq!(text(&events), "turn 2: again");
+    assert_no_process_left(&first_mark).await;
+    assert_no_process_left(&second_mark).await;
+}
+
+/// Defect: the conversation → session map was keyed by the conversation only, so a
+/// conversation continued with another of the operator's agents sent `session/load` with a
+/// session id of the first agent, and the run failed there as `unavailable`. Now it is
+/// refused as `configuration`, naming both agents: at preflight, and, without one, before an
+/// agent is started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_continued_with_another_agent_is_refused_naming_both() {
     let mark = marker("conversation-moved");
-    let options = test_agent("echo", &mark);
-    let adapter = AcpAdapter::new();
+    let other_mark = marker("conversation-moved-other");
+    let adapter = adapter_for(test_agent("echo", &mark))
+        .with_agent("other", test_agent("echo", &other_mark))
+        .expect("a valid agent");
     let service = AdapterService::new(adapter.clone());
     let conv = conversation("conv_moved");
-    let request = |options: &AcpOptions, message: &str| {
+    let request = |agent: Option<&str>, message: &str| {
+        let options = agent.map_or_else(AcpOptions::default, AcpOptions::named);
         ExecutionRequest::new(message)
             .with_options(options.to_value())
             .with_conversation(conv.clone())
     };
-    let (_, outcome) = run(&service, request(&options, "hello")).await;
+    let (_, outcome) = run(&service, request(None, "hello")).await;
     assert!(matches!(outcome, Outcome::Succeeded(_)), "{outcome:?}");
     let session = adapter
         .session_of(&conv)
         .expect("the conversation is mapped");
 
-    let moved_mark = marker("conversation-moved-cwd");
-    let moved = AcpOptions {
-        cwd: workspace(&moved_mark),
-        ..options.clone()
+    // At preflight (the request requires a capability, so the adapter evaluates).
+    let refused = service
+        .start(request(Some("other"), "again").require(CapabilityKey::SessionMultiTurn))
+        .await
+        .expect_err("refused at preflight");
+    assert_eq!(
+        refused.category(),
+        ErrorCategory::Configuration,
+        "{refused:?}"
+    );
+    assert!(
+        refused.message().contains("`other`") && refused.message().contains("`default`"),
+        "{refused:?}"
+    );
+    // Without a preflight: the run fails the same way, before an agent is started.
+    let started = adapter.stats().snapshot().agents_started;
+    let (_, outcome) = run(&service, request(Some("other"), "again")).await;
+    let Outcome::Failed(err) = outcome else {
+        panic!("not refused: {outcome:?}");
     };
-    let other_command = test_agent("echo", &marker("conversation-moved-command"));
-    let other_command = AcpOptions {
-        cwd: options.cwd.clone(),
-        ..other_command
-    };
-    for (other, differs) in [(&moved, "`cwd`"), (&other_command, "`command`")] {
-        // At preflight (the request requires a capability, so the adapter evaluates).
-        let refused = service
-            .start(request(other, "again").require(CapabilityKey::SessionMultiTurn))
-            .await;
-        let err = match refused {
-            Err(err) => err,
-            Ok(execution) => match common::outcome(&execution).await {
-                Outcome::Failed(err) => err,
-                other => panic!("not refused: {other:?}"),
-            },
-        };
-        assert_eq!(err.category(), ErrorCategory::Configuration, "{err:?}");
-        assert!(err.message().contains(differs), "{err:?}");
-        // Without a preflight: the run fails the same way, before an agent is started.
-        let started = adapter.stats().snapshot().agents_started;
-        let (_, outcome) = run(&service, request(other, "again")).await;
-        let Outcome::Failed(err) = outcome else {
-            panic!("not refused: {outcome:?}");
-        };
-        assert_eq!(err.category(), ErrorCategory::Configuration, "{err:?}");
-        assert!(err.message().contains(differs), "{err:?}");
-        assert_eq!(adapter.stats().snapshot().agents_started, started);
-    }
+    assert_eq!(err.category(), ErrorCategory::Configuration, "{err:?}");
+    assert!(err.message().contains("`other`"), "{err:?}");
+    assert_eq!(adapter.stats().snapshot().agents_started, started);
+
     // The conversation still maps to its session, and continues with its own agent.
     assert_eq!(adapter.session_of(&conv).as_deref(), Some(session.as_str()));
-    let (events, outcome) = run(&service, request(&options, "again")).await;
+    let (events, outcome) = run(&service, request(Some("default"), "again")).await;
     assert!(matches!(outcome, Outcome::Succeeded(_)), "{outcome:?}");
     assert_eq!(text(&events), "turn 2: again");
+    // An unknown agent is refused naming the registered ones.
+    let started = service
+        .start(ExecutionRequest::new("hi").with_options(AcpOptions::named("nope").to_value()))
+        .await;
+    let err = match started {
+        Err(err) => err,
+        Ok(execution) => match common::outcome(&execution).await {
+            Outcome::Failed(err) => err,
+            other => panic!("an unknown agent ran: {other:?}"),
+        },
+    };
+    assert_eq!(err.code(), &ErrorCode::OPTIONS_INVALID, "{err:?}");
+    assert!(err.message().contains("default, other"), "{err:?}");
     assert_no_process_left(&mark).await;
+    assert_no_process_left(&other_mark).await;
 }

@@ -26,7 +26,7 @@
 //! | `permission` | `tool_call` `call-1` (`write file`, kind `edit`, rawInput `{"path":"a.txt"}`), then `session/request_permission` with options `allow` (`allow_once`) and `reject` (`reject_once`); allow → `tool_call_update` completed, rawOutput `{"ok":true}`, message `done`, `end_turn`; reject → `tool_call_update` failed, message `rejected`, `end_turn`; cancelled outcome → `cancelled` |
 //! | `hang` | message chunk `thinking forever`, then never ends the turn until `session/cancel`, which it answers with `cancelled` |
 //! | `ignore-cancel` | ignores `SIGTERM` from the start; spawns a child (`acp-test-agent sleep TAG...`, same process group, ignoring `SIGTERM`, sleeping 300 s) that outlives it; message chunk `spawned a child`; never ends the turn, ignores `session/cancel` |
-//! | `crash` | message chunk `about to crash`, then a secret-looking line on stderr, then exit status 3 mid-turn |
+//! | `crash` | message chunk `about to crash`, then a secret-looking line on stderr (ending with `TAG... <prompt text>`), then exit status 3 mid-turn |
 //! | `malformed` | message chunk `about to babble`, then the line `this is not json` on stdout; never ends the turn |
 //! | `bad-version` | answers `initialize` with protocol version 999 |
 //! | `fs` | asks for `fs/read_text_file` of `<cwd>/inside.txt` and of `/etc/passwd`, `terminal/create`, `fs/write_text_file` of `<cwd>/new.txt` (`written`) and of `<cwd>/../escape.txt`; reports `inside:<content or error>;outside:…;terminal:…;write:…;escape:…` (`served` / `declined`) as message chunks; `end_turn` |
@@ -34,14 +34,14 @@
 //! | `reasoning` | thought chunk `hmm`; `end_turn` |
 //! | `tool`, `tool-error` | `tool_call` `t1` (`read`, kind `read`, rawInput `{"a":1}`), `tool_call_update` completed / failed with rawOutput `{"ok":true}` / `{"ok":false}`; `end_turn` |
 //! | `approval` | `tool_call` `t1` (`write`, kind `edit`), `session/request_permission` with options `yes` (`allow_once`) / `no` (`reject_once`); on `yes` a completed `tool_call_update`; `end_turn` |
-//! | `auth` | writes `diagnostic: TAG...` on stderr and fails the prompt with `-32000` (auth required) |
+//! | `auth` | writes `diagnostic: TAG... <prompt text>` on stderr and fails the prompt with `-32000` (auth required) |
 //! | `slow-init` | spawns a child (as `ignore-cancel` does) and never answers `initialize` |
 //! | `approval-hang` | `tool_call` `t1` (kind `edit`, rawInput `{"call":"t1"}`), `session/request_permission` with options `yes` (`allow_once`) / `no` (`reject_once`); after the answer a `tool_call_update` completed (rawOutput `{"ok":true}`) / failed, message chunk `working`, then waits for `session/cancel` and answers `cancelled` (also on a cancelled outcome) |
 //! | `sequential` | as `approval-hang`'s request for `t1`, then, once answered, the same for `t2`; message chunk `both asked`, `end_turn` (`cancelled` on a cancelled outcome) |
 //! | `ask-after-cancel` | message chunk `waiting for a cancel`; after `session/cancel`, a permission request as `approval-hang`'s: a cancelled outcome → `cancelled`; a selected one → message chunk `not cancelled`, `end_turn` |
 //! | `binary` | message chunk `about to send bytes`, then a line that is not UTF-8; never ends the turn |
 //! | `trace` | message chunk with the `traceparent` of the prompt's `_meta` (or `no traceparent`); `end_turn` |
-//! | `emit` | message chunk `emitting TAG...`; `end_turn` |
+//! | `emit` | message chunk `emitting TAG... <prompt text>`; `end_turn` |
 //! | `flood` | `tool_call` `t1`, a `session/request_permission` for it (options `yes` / `no`), then, without waiting for the answer, 100,000 message chunks `.`; then waits for the answer: `yes` → message `done`, `end_turn`; `no` → message `rejected`, `end_turn`; cancelled → `cancelled` |
 //! | `flood-init` | sends 5,000 message chunks for the new session before answering `session/new`; a turn says `hello` |
 //! | `detach` | at `initialize`, spawns a child (`acp-test-agent sleep TAG...`) in a process group of its own (outside the agent's, so a group kill does not reach it) that inherits the agent's stdout and stderr and holds them open; a turn says `detached` |
@@ -614,7 +614,7 @@ impl TestAgent {
                 let _ = writeln!(
                     stderr,
                     "fatal: secret-token-123 exploded; Authorization: Bearer sk-test-SECRET123 {}",
-                    self.tags.join(" ")
+                    self.tags_and(&text)
                 );
                 let _ = stderr.flush();
                 std::process::exit(3);
@@ -689,12 +689,12 @@ impl TestAgent {
                 responder.respond(PromptResponse::new(StopReason::EndTurn))
             }
             Mode::Auth => {
-                eprintln!("diagnostic: {}", self.tags.join(" "));
+                eprintln!("diagnostic: {}", self.tags_and(&text));
                 responder.respond_with_error(Error::auth_required())
             }
             // An error of the turn (the client failed a request of ours) answers the prompt;
             // returning it from the task would end the connection.
-            _ => match self.stop_reason(&turn, &cancel).await {
+            _ => match self.stop_reason(&turn, &text, &cancel).await {
                 Ok(stop) => responder.respond(PromptResponse::new(stop)),
                 Err(err) => responder.respond_with_error(err),
             },
@@ -702,7 +702,19 @@ impl TestAgent {
     }
 
     /// The turns that end with a stop reason.
-    async fn stop_reason(&self, turn: &TurnCx<'_>, cancel: &Notify) -> Result<StopReason, Error> {
+    /// The tags, then `prompt`: what `crash`, `auth` and `emit` repeat.
+    fn tags_and(&self, prompt: &str) -> String {
+        let mut words = self.tags.clone();
+        words.push(prompt.to_owned());
+        words.join(" ")
+    }
+
+    async fn stop_reason(
+        &self,
+        turn: &TurnCx<'_>,
+        text: &str,
+        cancel: &Notify,
+    ) -> Result<StopReason, Error> {
         Ok(match self.mode {
             Mode::Elicit => self.elicit(turn).await?,
             Mode::Permission => permission(turn).await?,
@@ -766,7 +778,7 @@ impl TestAgent {
                 }
             }
             Mode::Emit => {
-                turn.say(&format!("emitting {}", self.tags.join(" ")))?;
+                turn.say(&format!("emitting {}", self.tags_and(text)))?;
                 StopReason::EndTurn
             }
             Mode::Flood => flood(turn).await?,

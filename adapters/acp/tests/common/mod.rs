@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use harness_acp::{AcpAdapter, AcpOptions};
+use harness_acp::{AcpAdapter, AcpAgent};
 use harness_core::action::{ActionRequest, ApprovalRequest, ApprovalResponse, ToolDecision};
 use harness_core::adapter::{
     AgentConfig, EventResult, HarnessAdapter, HarnessRuntime, RunLimits, RuntimeContext, TurnInput,
@@ -68,8 +68,8 @@ pub fn process_scratch(root: &str) -> PathBuf {
     root.join(std::process::id().to_string())
 }
 
-/// Options running the npm package's example agent with `tsx`.
-pub fn example_agent(marker: &str) -> AcpOptions {
+/// The npm package's example agent, run with `tsx`.
+pub fn example_agent(marker: &str) -> AcpAgent {
     let dir = agent_dir();
     let tsx = dir.join("node_modules/.bin/tsx");
     let agent =
@@ -79,7 +79,7 @@ pub fn example_agent(marker: &str) -> AcpOptions {
         "the example ACP agent is not installed: run .ci/install-acp.sh (it runs `npm ci` in {})",
         dir.display()
     );
-    AcpOptions::new(
+    AcpAgent::new(
         [
             tsx.display().to_string(),
             agent.display().to_string(),
@@ -90,20 +90,24 @@ pub fn example_agent(marker: &str) -> AcpOptions {
     .allow_env("PATH")
 }
 
-/// Options running our own scriptable agent (`acp-test-agent MODE MARK`), with a cancel grace
-/// of 500 ms.
-pub fn test_agent(mode: &str, mark: &str) -> AcpOptions {
-    AcpOptions::new(
+/// Our own scriptable agent (`acp-test-agent MODE MARK`), with a cancel grace of 500 ms.
+pub fn test_agent(mode: &str, mark: &str) -> AcpAgent {
+    AcpAgent::new(
         [env!("CARGO_BIN_EXE_acp-test-agent"), mode, mark],
         workspace(mark),
     )
     .with_cancel_grace(Duration::from_millis(500))
 }
 
-/// Starts an execution of `adapter` with `options` on the message `go`.
-pub async fn start(adapter: &AcpAdapter, options: &AcpOptions) -> ExecutionHandle {
+/// The adapter running `agent`.
+pub fn adapter_for(agent: AcpAgent) -> AcpAdapter {
+    AcpAdapter::new(agent).expect("a valid agent configuration")
+}
+
+/// Starts an execution of `adapter` on the message `go`.
+pub async fn start(adapter: &AcpAdapter) -> ExecutionHandle {
     AdapterService::new(adapter.clone())
-        .oneshot(ExecutionRequest::new("go").with_options(options.to_value()))
+        .oneshot(ExecutionRequest::new("go"))
         .await
         .expect("execution starts")
 }
@@ -146,21 +150,13 @@ pub fn approve_all(action: &ActionRequest, approval: &ApprovalRequest) -> Approv
     )
 }
 
-/// The agent configuration of `options`.
-pub fn agent_config(options: &AcpOptions) -> AgentConfig {
-    AgentConfig {
-        options: options.to_value(),
-        ..AgentConfig::default()
-    }
-}
-
-/// A runtime of `adapter` for `options`, created directly (not through the service).
-pub async fn runtime(adapter: &AcpAdapter, options: &AcpOptions) -> Box<dyn HarnessRuntime> {
+/// A runtime of `adapter`, created directly (not through the service).
+pub async fn runtime(adapter: &AcpAdapter) -> Box<dyn HarnessRuntime> {
     let context = RuntimeContext {
         contract_version: ContractVersion::V1,
         adapter: adapter.descriptor().id().clone(),
         execution_id: ExecutionId::generate(),
-        config: agent_config(options),
+        config: AgentConfig::default(),
         binding: None,
         prompt: None,
         tools: Vec::new(),
