@@ -13,7 +13,11 @@
 //! alternating all 100 patterns and the 50 secrets. The aim is 200 MB/s (10^6 bytes) or
 //! more on one core; each line says PASS or BELOW.
 //!
-//! `REDACTION_BENCH_ONLY=whole|stream|alternation`, `REDACTION_BENCH_CONFIG=declared|rule`
+//! Then adversarial input: one trigger repeated (a rule's prefix, an open-ended rule, a
+//! secret's start, token characters), 1 MiB each, whole and streamed; the aim there is
+//! 50 MB/s.
+//!
+//! `REDACTION_BENCH_ONLY=whole|stream|alternation|adversarial`, `REDACTION_BENCH_CONFIG=declared|rule`
 //! and `REDACTION_BENCH_DELTAS=1|256` (the deltas' smallest size) run one part, for
 //! profiling.
 
@@ -534,8 +538,116 @@ fn main() {
             took.as_secs_f64() * 1e3
         );
     }
+    let adversarial = if run("adversarial") {
+        adversarial_rows(&declared, &mut rng)
+    } else {
+        Vec::new()
+    };
     println!("target {TARGET_MB_S} MB/s on one core:");
     for (what, mb) in verdicts {
         println!("  {:<40} {}", what, verdict(mb));
     }
+    if !adversarial.is_empty() {
+        println!("target {ADVERSARIAL_MB_S} MB/s on adversarial input:");
+        for (what, mb) in adversarial {
+            let verdict = if mb >= ADVERSARIAL_MB_S {
+                "PASS"
+            } else {
+                "BELOW"
+            };
+            println!("  {what:<40} {verdict}");
+        }
+    }
+}
+
+/// The aim for input built to make a scanner backtrack or rescan.
+const ADVERSARIAL_MB_S: f64 = 50.0;
+
+/// Inputs made of one trigger repeated (model output is hostile input): each a prefix of a
+/// built-in rule, an open-ended rule, a registered secret's start, or a run of token
+/// characters; through `redact_str` and streamed in 60-byte and 1-64 B deltas, with the
+/// 100 rules and 50 secrets above plus the built-ins. `REDACTION_BENCH_ADVERSARIAL_KIB` sets
+/// each input's size (1024 by default).
+fn adversarial_rows(redactor: &Arc<Redactor>, rng: &mut Rng) -> Vec<(String, f64)> {
+    let kib: usize = std::env::var("REDACTION_BENCH_ADVERSARIAL_KIB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1024);
+    let size = kib * 1024;
+    let builtins = Arc::new(Redactor::builder().build().expect("redactor"));
+    let triggers: &[(&str, &str)] = &[
+        ("eyJ", "eyJ"),
+        ("eyJa.eyJa.", "eyJa.eyJa."),
+        ("Bearer ", "Bearer "),
+        ("bearer\t", "bearer\t"),
+        ("-----BEGIN", "-----BEGIN"),
+        (
+            "-----BEGIN RSA PRIVATE KEY-----",
+            "-----BEGIN RSA PRIVATE KEY-----",
+        ),
+        ("sk-", "sk-"),
+        ("sk-ant-", "sk-ant-"),
+        ("ghp_", "ghp_"),
+        ("xoxb-", "xoxb-"),
+        ("AKIA", "AKIA"),
+        ("AIza", "AIza"),
+        ("a (token chars)", "a"),
+        ("a1_- (token chars)", "a1_-"),
+        ("\\\\\" (JSON escapes)", "\\\\\""),
+    ];
+    println!(
+        "adversarial input, {kib} KiB each (one trigger repeated), rules with declared bounds + built-ins only:"
+    );
+    let mut rows = Vec::new();
+    for (label, trigger) in triggers {
+        let text = trigger.repeat(size / trigger.len());
+        rows.extend(adversarial_row(label, &text, redactor, &builtins, rng));
+    }
+    // A registered secret's first half, repeated: every copy is a partial match.
+    let text = {
+        let secret = "cred00-";
+        secret.repeat(size / secret.len())
+    };
+    rows.extend(adversarial_row(
+        "a secret's start",
+        &text,
+        redactor,
+        &builtins,
+        rng,
+    ));
+    rows
+}
+
+fn adversarial_row(
+    label: &str,
+    text: &str,
+    redactor: &Arc<Redactor>,
+    builtins: &Arc<Redactor>,
+    rng: &mut Rng,
+) -> Vec<(String, f64)> {
+    let mut rows = Vec::new();
+    let sixty: Vec<&str> = deltas(text, rng, 60, 60);
+    let small: Vec<&str> = deltas(text, rng, 1, 64);
+    for (config, r) in [("100 rules", redactor), ("built-ins", builtins)] {
+        let (took, whole) = best(1, || r.redact_str(black_box(text)).into_owned());
+        let mut line = format!(
+            "  {label:<34} {config:<10} redact_str {:>8.1} MB/s",
+            mb_s(text.len(), took)
+        );
+        rows.push((
+            format!("{label}, {config}, redact_str"),
+            mb_s(text.len(), took),
+        ));
+        for (what, deltas) in [("60 B", &sixty), ("1-64 B", &small)] {
+            let (took, streamed) = best(1, || stream(r, deltas, text.len()));
+            let mb = mb_s(text.len(), took);
+            line.push_str(&format!(
+                ", {what} {mb:>8.1} MB/s{}",
+                if streamed == whole { "" } else { " MISMATCH" }
+            ));
+            rows.push((format!("{label}, {config}, {what} deltas"), mb));
+        }
+        println!("{line}");
+    }
+    rows
 }

@@ -164,3 +164,19 @@ async fn an_agent_that_cannot_be_probed_is_an_evaluate_error_naming_the_probe() 
     );
     assert_eq!(adapter.stats().snapshot().probes, 1);
 }
+
+/// Defect: a request requiring what the descriptor declares unsupported was evaluated first,
+/// so the adapter started its agent (a probe) before the refusal. The declared maximum is
+/// checked first now: no provider work.
+#[tokio::test]
+async fn a_requirement_the_descriptor_cannot_meet_is_refused_without_a_probe() {
+    let adapter = AcpAdapter::new(AcpAgent::new(["/nonexistent/acp-agent"], "/"))
+        .expect("a valid configuration");
+    let err = AdapterService::new(adapter.clone())
+        .oneshot(ExecutionRequest::new("go").require(CapabilityKey::InputImages))
+        .await
+        .expect_err("refused");
+    assert_eq!(err.code(), &ErrorCode::CAPABILITY_UNSUPPORTED, "{err:?}");
+    assert!(err.message().contains("input.images"), "{err:?}");
+    assert_eq!(adapter.stats().snapshot().probes, 0);
+}

@@ -407,12 +407,15 @@ impl<A: HarnessAdapter> AdapterService<A> {
     pub fn config(&self) -> &ServiceConfig {
         &self.inner.config
     }
-    /// Starts one execution: checks required capabilities against the adapter's report, then
-    /// spawns its driver and returns its handle.
+    /// Starts one execution: checks required capabilities, first against the adapter's
+    /// descriptor (the most it can do), then, if those hold, against what `evaluate` reports
+    /// for the request's configuration; then spawns its driver and returns its handle.
     ///
     /// # Errors
-    /// `CAPABILITY_UNSUPPORTED` (configuration) when a requirement is unmet; `internal` when
-    /// called outside a Tokio runtime. No provider work has happened in either case.
+    /// `CAPABILITY_UNSUPPORTED` (configuration) when a requirement is unmet (a requirement the
+    /// descriptor cannot meet is refused without calling `evaluate`, which may do provider
+    /// work such as probing an agent); `evaluate`'s own error; `internal` when called outside
+    /// a Tokio runtime. No execution has started in any of these cases.
     pub async fn start(&self, request: ExecutionRequest) -> Result<ExecutionHandle, HarnessError> {
         let tokio = tokio::runtime::Handle::try_current().map_err(|_| {
             HarnessError::new(
@@ -437,19 +440,17 @@ impl<A: HarnessAdapter> AdapterService<A> {
             conversation: request.conversation_id.clone(),
         };
         if !request.required_capabilities.is_empty() {
+            // The descriptor is the most the adapter can do: what it cannot meet is refused
+            // before `evaluate`, which may do provider work (the ACP adapter starts its agent).
+            let declared = inner.adapter.descriptor().capabilities();
+            if let Err(unmet) = declared.check(&request.required_capabilities) {
+                return Err(unsupported(&unmet));
+            }
             let report = catch(async { inner.adapter.evaluate(&config, &inner.deployment).await })
                 .await
                 .and_then(|r| r)?;
             if let Err(unmet) = report.check(&request.required_capabilities) {
-                let list: Vec<String> = unmet.iter().map(ToString::to_string).collect();
-                return Err(HarnessError::new(
-                    ErrorCategory::Configuration,
-                    format!(
-                        "required capabilities are not supported: {}",
-                        list.join("; ")
-                    ),
-                )
-                .with_code(ErrorCode::CAPABILITY_UNSUPPORTED));
+                return Err(unsupported(&unmet));
             }
         }
 
@@ -519,6 +520,19 @@ impl<A: HarnessAdapter> AdapterService<A> {
 /// process's panic hook prints it, and under `panic = "abort"` it aborts). So the answer is
 /// remembered for the last few runtimes: a runtime is asked once, and one with timers (every
 /// `#[tokio::main]` and `enable_all()` runtime) never panics at all.
+/// The `CAPABILITY_UNSUPPORTED` refusal listing `unmet`.
+fn unsupported(unmet: &[crate::capability::UnmetRequirement]) -> HarnessError {
+    let list: Vec<String> = unmet.iter().map(ToString::to_string).collect();
+    HarnessError::new(
+        ErrorCategory::Configuration,
+        format!(
+            "required capabilities are not supported: {}",
+            list.join("; ")
+        ),
+    )
+    .with_code(ErrorCode::CAPABILITY_UNSUPPORTED)
+}
+
 fn has_timers(handle: &tokio::runtime::Handle) -> bool {
     use std::sync::Mutex;
     static KNOWN: Mutex<Vec<(tokio::runtime::Id, bool)>> = Mutex::new(Vec::new());
