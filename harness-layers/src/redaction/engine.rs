@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 
 use super::follow::{Ends, Follow};
 use super::literals::{Hit, Literals};
+use super::lockstep::{Dfa, LazyDfa, Runs};
 use super::rules::{
     BUILTINS, Charset, DEFAULT_FIELDS, FIELD_RULE, MIN_SECRET_LEN, PatternRule, RedactionError,
     SECRET_RULE, normalize_field,
@@ -20,10 +21,9 @@ use super::rules::{
 /// Rule id of exact secrets in candidates; pattern rule `i` is `i + 1`.
 const SECRET_ID: u32 = 0;
 
-/// One redaction candidate: the rule `rule` evaluated at `at` redacts `start..end`.
+/// One redaction candidate: the rule `rule` redacts `start..end`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Candidate {
-    pub(crate) at: usize,
     pub(crate) start: usize,
     pub(crate) end: usize,
     pub(crate) rule: u32,
@@ -34,8 +34,14 @@ pub(crate) struct Candidate {
 pub(crate) struct Scan {
     /// Settled candidates not emitted yet.
     pub(crate) candidates: Vec<Candidate>,
-    /// Rule evaluations `(position, rule)` whose window is not complete yet.
+    /// Rule evaluations `(position, rule)` whose window is not complete yet, of rules
+    /// without a DFA ...
     open: Vec<(usize, u32)>,
+    /// ... and the threads of those with one.
+    runs: Runs,
+    /// The end of a redaction whose marker was emitted already: the text before it is
+    /// dropped, and a candidate that starts before it extends it (see [`plan`]).
+    swallow: Option<usize>,
     /// The text before this was fed to the literal automaton ...
     scanned: usize,
     /// ... which ended in this state (`None`: its start).
@@ -58,20 +64,23 @@ enum Walk {
 }
 
 impl Scan {
-    /// Forgets what was emitted before `cut` (every candidate evaluated before the cut ends
-    /// by it, see [`plan`]), then moves every position `by` bytes to the left (the text
-    /// before them was dropped).
+    /// Forgets what was emitted before `cut` (a candidate that started before it is part
+    /// of a redaction emitted already, whose end [`plan`] keeps), then moves every position
+    /// `by` bytes to the left (the text before them was dropped).
     pub(crate) fn advance(&mut self, cut: usize, by: usize) {
-        self.candidates.retain(|c| c.at >= cut);
+        self.candidates.retain(|c| c.start >= cut);
         for c in &mut self.candidates {
-            c.at -= by;
             c.start -= by;
             c.end -= by;
+        }
+        if let Some(end) = &mut self.swallow {
+            *end -= by;
         }
         for (t, _) in &mut self.open {
             *t -= by;
         }
         self.scanned -= by;
+        self.runs.advance(by);
         self.anywhere = self.anywhere.saturating_sub(by);
         match &mut self.walk {
             Walk::Whole => {}
@@ -83,6 +92,8 @@ impl Scan {
     pub(crate) fn clear(&mut self) {
         self.candidates.clear();
         self.open.clear();
+        self.runs.clear();
+        self.swallow = None;
         self.scanned = 0;
         self.state = None;
         self.anywhere = 0;
@@ -102,12 +113,24 @@ pub(crate) struct Interval {
 }
 
 /// A compiled pattern rule.
-struct Compiled {
-    regex: Regex,
-    min_len: usize,
-    max_len: usize,
-    token_chars: Option<Charset>,
-    secret_group: Option<usize>,
+pub(crate) struct Compiled {
+    /// Its id in candidates.
+    pub(crate) id: u32,
+    pub(crate) regex: Regex,
+    pub(crate) min_len: usize,
+    pub(crate) max_len: usize,
+    pub(crate) token_chars: Option<Charset>,
+    pub(crate) secret_group: Option<usize>,
+    /// Its anchored DFA, to follow its triggers in lockstep (see [`lockstep`](super::lockstep)).
+    dfa: LazyDfa,
+}
+
+impl Compiled {
+    /// The rule's DFA, built on first use; `None` if it has none (too large, or a Unicode
+    /// `\b`): its triggers are then evaluated one by one with the regex.
+    pub(crate) fn dfa(&self) -> Option<&Dfa> {
+        self.dfa.get(self.regex.as_str())
+    }
 }
 
 /// Rules without trigger prefixes, found through one alternation of them all.
@@ -266,6 +289,9 @@ pub struct RedactorBuilder {
     fields: Vec<String>,
     builtins: bool,
     default_fields: bool,
+    /// Tests compare the lockstep DFAs with the regex evaluation they replace.
+    #[cfg(test)]
+    dfas: bool,
 }
 
 impl fmt::Debug for RedactorBuilder {
@@ -289,6 +315,8 @@ impl Default for RedactorBuilder {
             fields: Vec::new(),
             builtins: true,
             default_fields: true,
+            #[cfg(test)]
+            dfas: true,
         }
     }
 }
@@ -344,6 +372,14 @@ impl RedactorBuilder {
     /// Leaves out the default sensitive field names ([`DEFAULT_FIELDS`](super::DEFAULT_FIELDS)).
     pub fn without_default_fields(mut self) -> Self {
         self.default_fields = false;
+        self
+    }
+
+    /// Evaluates every trigger by regex search, as before the lockstep DFAs: the reference
+    /// the tests compare them with.
+    #[cfg(test)]
+    pub(crate) fn without_dfas(mut self) -> Self {
+        self.dfas = false;
         self
     }
 
@@ -420,11 +456,23 @@ impl RedactorBuilder {
                 .capture_names()
                 .position(|name| name == Some("secret"));
             compiled.push(Compiled {
+                id,
                 regex: rule.regex.clone(),
                 min_len: rule.min_len,
                 max_len: rule.max_len,
                 token_chars: rule.token_chars,
                 secret_group,
+                dfa: {
+                    #[cfg(test)]
+                    let dfa = if self.dfas {
+                        LazyDfa::default()
+                    } else {
+                        LazyDfa::none()
+                    };
+                    #[cfg(not(test))]
+                    let dfa = LazyDfa::default();
+                    dfa
+                },
             });
             names.push(rule.name.clone());
         }
@@ -514,7 +562,7 @@ fn floor(hay: &str, i: usize) -> usize {
 }
 
 /// The length of the UTF-8 sequence a lead byte starts.
-fn utf8_len(lead: u8) -> usize {
+pub(crate) fn utf8_len(lead: u8) -> usize {
     match lead {
         0x00..=0x7f => 1,
         0xc0..=0xdf => 2,
@@ -536,11 +584,10 @@ impl Redactor {
         &self.names
     }
 
-    /// The longest secret, trigger prefix or rule `max_len`, in bytes. A
-    /// [`StreamRedactor`](super::StreamRedactor) holds back less than twice this per
-    /// stream (a redaction that straddles the horizon is held from its start), except in a
-    /// run of overlapping matches, which is held whole until it ends (it becomes one
-    /// marker).
+    /// The longest secret, trigger prefix or rule `max_len`, in bytes: a
+    /// [`StreamRedactor`](super::StreamRedactor) holds back at most this per stream (a
+    /// redaction that straddles the horizon, even a run of overlapping matches as long as
+    /// the text, has its marker emitted and the rest of it dropped as it arrives).
     #[must_use]
     pub fn max_hold_back(&self) -> usize {
         self.hold_back
@@ -569,7 +616,7 @@ impl Redactor {
             return Cow::Borrowed(text);
         }
         let mut intervals = Vec::new();
-        let cut = plan(&mut scan.candidates, end, &mut intervals);
+        let cut = plan(&mut scan, end, &mut intervals);
         let mut out = String::with_capacity(text.len());
         self.render(text, 0, cut, &intervals, &mut out);
         Cow::Owned(out)
@@ -709,6 +756,7 @@ impl Redactor {
         if let Some(literals) = &self.literals {
             // Each byte is fed once: the walk resumes where the last one ended.
             let out = &mut scan.candidates;
+            let runs = &mut scan.runs;
             let sid = scan.state.unwrap_or_else(|| literals.start());
             let sid = literals.walk(
                 bytes,
@@ -716,14 +764,17 @@ impl Redactor {
                 sid,
                 |start, end, hit| match hit {
                     Hit::Secret => out.push(Candidate {
-                        at: start,
                         start,
                         end,
                         rule: SECRET_ID,
                     }),
                     Hit::Trigger(trigger) => {
                         for &rule in &self.rules_of[trigger] {
-                            if !self.eval(rule, hay, start, last, out) {
+                            let compiled = &self.rules[rule as usize - 1];
+                            let followed = compiled
+                                .dfa()
+                                .is_some_and(|dfa| runs.add(rule, compiled, dfa, hay, start, out));
+                            if !followed && !self.eval(rule, hay, start, last, out) {
                                 horizon = horizon.min(start);
                                 open.push((start, rule));
                             }
@@ -732,6 +783,11 @@ impl Redactor {
                 },
             );
             scan.state = Some(sid);
+            scan.runs
+                .finish(&self.rules, hay, last, &mut scan.candidates);
+            if let Some(open) = scan.runs.horizon() {
+                horizon = horizon.min(open);
+            }
             if !last {
                 // An occurrence not complete yet starts in the last `hold` bytes.
                 let hold = usize::try_from(literals.hold(sid)).unwrap_or(usize::MAX);
@@ -865,10 +921,9 @@ impl Redactor {
             None => {
                 if let Some(m) = rule.regex.find_at(window, t)
                     && m.start() == t
-                    && m.end() > t
+                    && m.end() - t >= rule.min_len
                 {
                     out.push(Candidate {
-                        at: t,
                         start: t,
                         end: m.end(),
                         rule: id,
@@ -879,11 +934,11 @@ impl Redactor {
                 let mut locs = rule.regex.capture_locations();
                 if let Some(m) = rule.regex.captures_read_at(&mut locs, window, t)
                     && m.start() == t
+                    && m.end() - t >= rule.min_len
                 {
                     let (start, end) = locs.get(group).unwrap_or((m.start(), m.end()));
                     if end > start {
                         out.push(Candidate {
-                            at: t,
                             start,
                             end,
                             rule: id,
@@ -906,17 +961,23 @@ impl Redactor {
     ) {
         let mut pos = from;
         for iv in intervals {
-            // Marker 0 is the exact-secret rule's; the others are patterns.
-            tally(if iv.rule == 0 {
-                Tally::SECRET
-            } else {
-                Tally::PATTERN
-            });
-            out.push_str(&hay[pos..iv.start]);
-            out.push_str(&self.markers[iv.rule as usize]);
-            pos = iv.end;
+            if iv.start > pos {
+                out.push_str(&hay[pos..iv.start]);
+            }
+            if iv.rule != SWALLOWED {
+                // Marker 0 is the exact-secret rule's; the others are patterns.
+                tally(if iv.rule == 0 {
+                    Tally::SECRET
+                } else {
+                    Tally::PATTERN
+                });
+                out.push_str(&self.markers[iv.rule as usize]);
+            }
+            pos = pos.max(iv.end);
         }
-        out.push_str(&hay[pos..cut]);
+        if pos < cut {
+            out.push_str(&hay[pos..cut]);
+        }
     }
 
     /// Whether the redactor has any text rule (secrets or patterns).
@@ -956,16 +1017,29 @@ pub(crate) fn take_tally() -> [u64; 3] {
     TALLY.with(|t| t.replace([0; 3]))
 }
 
-/// Merges `candidates` into marker intervals and chooses where to cut: at most `horizon`,
-/// never inside an interval, and never between a candidate's evaluation position and its
-/// end (so a candidate is emitted whole now, or evaluated again from the cut). Fills
-/// `intervals` with those before the cut; returns the cut.
-pub(crate) fn plan(
-    candidates: &mut [Candidate],
-    horizon: usize,
-    intervals: &mut Vec<Interval>,
-) -> usize {
+/// The rule of the interval that continues a redaction emitted before (no marker).
+const SWALLOWED: u32 = u32::MAX;
+
+/// Merges the scan's candidates into marker intervals and cuts at `horizon`: fills
+/// `intervals` with those that start before it, and returns it.
+///
+/// Every candidate that starts before the horizon is known (a candidate starts where its
+/// rule was evaluated or later), so the start and the rule of an interval that starts before
+/// it are settled and its marker is emitted now, even if the interval goes on past the cut:
+/// the scan then swallows the text up to its end, which a later candidate starting before
+/// that end extends, as it would have extended the interval. So a stream emits one marker
+/// for a run of overlapping matches, as [`Redactor::redact_str`] does, without holding the
+/// run back (it may be as long as the text).
+pub(crate) fn plan(scan: &mut Scan, horizon: usize, intervals: &mut Vec<Interval>) -> usize {
     intervals.clear();
+    if let Some(end) = scan.swallow.take() {
+        intervals.push(Interval {
+            start: 0,
+            end,
+            rule: SWALLOWED,
+        });
+    }
+    let candidates = &mut scan.candidates;
     candidates.sort_unstable_by_key(|c| (c.start, Reverse(c.end), c.rule));
     for c in candidates.iter() {
         match intervals.last_mut() {
@@ -977,24 +1051,13 @@ pub(crate) fn plan(
             }),
         }
     }
-    let mut cut = horizon;
-    loop {
-        let before = cut;
-        for iv in intervals.iter() {
-            if iv.start < cut && cut < iv.end {
-                cut = iv.start;
-            }
-        }
-        for c in candidates.iter() {
-            if c.at < cut && cut < c.end {
-                cut = c.at;
-            }
-        }
-        if cut == before {
-            break;
-        }
+    let cut = horizon;
+    intervals.retain(|iv| iv.start < cut);
+    if let Some(last) = intervals.last()
+        && last.end > cut
+    {
+        scan.swallow = Some(last.end);
     }
-    intervals.retain(|iv| iv.end <= cut);
     cut
 }
 
@@ -1004,28 +1067,29 @@ mod tests {
 
     #[test]
     fn plan_merges_overlaps_and_keeps_adjacent_apart() {
-        let mut c = vec![
+        let candidates = vec![
             Candidate {
-                at: 0,
                 start: 0,
                 end: 4,
                 rule: 2,
             },
             Candidate {
-                at: 2,
                 start: 2,
                 end: 6,
                 rule: 1,
             },
             Candidate {
-                at: 6,
                 start: 6,
                 end: 8,
                 rule: 3,
             },
         ];
+        let mut scan = Scan {
+            candidates: candidates.clone(),
+            ..Scan::default()
+        };
         let mut iv = Vec::new();
-        assert_eq!(plan(&mut c, 10, &mut iv), 10);
+        assert_eq!(plan(&mut scan, 10, &mut iv), 10);
         assert_eq!(
             iv,
             [
@@ -1041,9 +1105,39 @@ mod tests {
                 }
             ]
         );
-        // A horizon inside an interval cuts before it.
-        assert_eq!(plan(&mut c, 7, &mut iv), 6);
-        assert_eq!(iv.len(), 1);
+        assert_eq!(scan.swallow, None);
+
+        // A horizon inside an interval emits its marker and swallows the rest of it; a
+        // candidate that starts before its end, found later, extends it.
+        let mut scan = Scan {
+            candidates,
+            scanned: 10,
+            ..Scan::default()
+        };
+        assert_eq!(plan(&mut scan, 7, &mut iv), 7);
+        assert_eq!(iv.len(), 2);
+        assert_eq!(scan.swallow, Some(8));
+        scan.advance(7, 5);
+        assert!(scan.candidates.is_empty());
+        assert_eq!(scan.swallow, Some(3));
+        scan.candidates.push(Candidate {
+            start: 2,
+            end: 9,
+            rule: 1,
+        });
+        assert_eq!(plan(&mut scan, 12, &mut iv), 12);
+        assert_eq!(
+            iv,
+            [Interval {
+                start: 0,
+                end: 9,
+                rule: SWALLOWED
+            }]
+        );
+        let redactor = Redactor::builder().build().unwrap();
+        let mut out = String::new();
+        redactor.render("0123456789abcdef", 2, 12, &iv, &mut out);
+        assert_eq!(out, "9ab");
     }
 
     proptest::proptest! {

@@ -65,14 +65,20 @@
 //! alternation of those rules matches. At a candidate start `t` the rule's own regex runs on
 //! a *window*: the text up to `t + max_len`, or up to and including the first character
 //! that is not one of the rule's [token characters](PatternRule::token_chars), whichever
-//! comes first (a window shorter than the rule's [`min_len`](PatternRule::min_len) is
-//! dismissed without running the regex). A match starting at `t` in that window is a
-//! candidate redaction. So
+//! comes first. The leftmost-first match starting at `t` in that window, if it is at least
+//! the rule's [`min_len`](PatternRule::min_len) long, is a candidate redaction. So
 //!
-//! - `redact_str` costs one linear automaton pass (the secrets and the prefixes) plus one
-//!   window-bounded regex search per prefix hit: O(n + hits × window). The pass skips, three
-//!   bytes at a time through a hash filter, text where no three bytes begin any secret or
-//!   prefix (most prose). With 100 rules that
+//! - `redact_str` costs one linear automaton pass (the secrets and the prefixes), plus, from
+//!   each prefix hit, the rule's anchored DFA run over the window. Those runs go in
+//!   lockstep: a rule's runs that reach the same DFA state share the rest of the way (each
+//!   keeping its own window and result), so a rule costs at most one DFA transition per
+//!   byte and live state, however densely its prefixes occur (text made of one prefix
+//!   repeated, `eyJ-eyJ-...`, `Bearer Bearer ...`, is adversarial model output, not a
+//!   curiosity): O(n × live states + hits × log n), where a regex search at each hit would
+//!   cost O(hits × window). A rule whose DFA would exceed 1 MiB (or that a DFA cannot
+//!   express: a Unicode `\b`) is searched by its regex at each hit instead. The pass skips,
+//!   three bytes at a time through a hash filter, text where no three bytes begin any
+//!   secret or prefix (most prose). With 100 rules that
 //!   all have prefixes, no regex scans text that no rule could match. Rules without
 //!   prefixes add one pass of their combined regex, plus a window-bounded search at each
 //!   position where it matches (O(n × window) in the worst case: a long run of text that
@@ -88,7 +94,7 @@
 //! | rule | prefixes | window (max length) |
 //! |---|---|---|
 //! | exact secret | the secret | its length |
-//! | `private_key` | `-----BEGIN` | 8 KiB; an unterminated or longer block is redacted from its header to the window's end |
+//! | `private_key` | `-----BEGIN` | 8 KiB; a header `-----BEGIN <up to 4 words> PRIVATE KEY-----` starts it; an unterminated or longer block is redacted from its header to the window's end |
 //! | `jwt` | `eyJ` | 8 KiB |
 //! | `bearer` | `bearer` | 8 KiB (only the token is replaced: `Bearer [REDACTED:bearer]`) |
 //! | `anthropic_key`, `openai_key`, `github_token`, `slack_token` | their literal prefixes | 256 B |
@@ -107,8 +113,8 @@
 //! buffer per text stream (message, reasoning). On each delta it scans the new text only:
 //! the literal automaton resumes in the state where the last delta left it, so each byte is
 //! fed once, and that state tells how much of the end could still begin a secret or a
-//! prefix; occurrences and candidates already settled are kept, only still-open windows
-//! are evaluated again. Rules without prefixes are followed the same way when one of them
+//! prefix; occurrences and candidates already settled are kept, and the rules' DFA runs
+//! that are still open keep their states, so they too read each byte once. Rules without prefixes are followed the same way when one of them
 //! has no token characters (its last `max_len` bytes stay open, so searching them again
 //! on every delta would read each byte up to `max_len` times): a lazy DFA of all of them,
 //! whose state the stream keeps, is fed each byte once and says where a match may end;
@@ -138,10 +144,13 @@
 //! the tests check on random texts and split points, after every delta: what has been
 //! emitted is always a prefix of it, so no part of a secret is emitted even when the next
 //! delta would complete it). [`Redactor::max_hold_back`] reports the bound: the longest
-//! possible match (secret, prefix or `max_len`); a stream holds back less than twice that
-//! (a redaction straddling the horizon is held from its start), except a run of overlapping
-//! matches, held whole until it ends. Nothing is held back for throughput's sake: a delta
-//! whose text is settled is emitted at once, whatever its size.
+//! possible match (secret, prefix or `max_len`); a stream holds back at most that. A
+//! redaction that straddles the horizon is not held either, nor a run of overlapping
+//! matches (which may be as long as the text): its marker is emitted once its start is
+//! settled, and the text up to its end, however far later matches extend it, is dropped as
+//! it arrives, so the stream emits one marker for it, as `redact_str` does. Nothing is held
+//! back for throughput's sake: a delta whose text is settled is emitted at once, whatever
+//! its size.
 //!
 //! Every other item is redacted whole ([`Redactor::redact_event`]): its data with the
 //! sensitive-field rule (tool arguments and results, native payloads, approval arguments,
@@ -186,6 +195,7 @@ mod follow;
 mod future;
 mod layer;
 mod literals;
+mod lockstep;
 mod rules;
 mod stream;
 

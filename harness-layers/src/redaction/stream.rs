@@ -59,7 +59,7 @@ impl Pending {
         self.arrivals.push_back((self.base + self.buf.len(), clock));
         self.buf.push_str(&text);
         let horizon = redactor.scan(&self.buf, self.ctx, false, &mut self.scan);
-        let cut = plan(&mut self.scan.candidates, horizon, &mut scratch.intervals);
+        let cut = plan(&mut self.scan, horizon, &mut scratch.intervals);
         if cut <= self.ctx {
             return None;
         }
@@ -69,6 +69,8 @@ impl Pending {
             text.clear();
             redactor.render(&self.buf, self.ctx, cut, &scratch.intervals, &mut text);
         }
+        // All of it may be the rest of a redaction whose marker went out before.
+        let text = (!text.is_empty()).then_some(text);
         // Keep at least the last emitted character as context; drop what precedes it
         // once it is long, not on every delta (the held text then moves less often).
         let mut keep = cut - 1;
@@ -89,7 +91,7 @@ impl Pending {
         if self.is_empty() {
             self.arrivals.clear();
         }
-        Some(text)
+        text
     }
 
     /// Redacts and returns everything held back; the stream starts afresh.
@@ -97,7 +99,7 @@ impl Pending {
         let mut out = String::new();
         if !self.is_empty() {
             let end = redactor.scan(&self.buf, self.ctx, true, &mut self.scan);
-            let cut = plan(&mut self.scan.candidates, end, &mut scratch.intervals);
+            let cut = plan(&mut self.scan, end, &mut scratch.intervals);
             redactor.render(&self.buf, self.ctx, cut, &scratch.intervals, &mut out);
         }
         self.scan.clear();
@@ -205,6 +207,16 @@ impl StreamRedactor {
             clock: 0,
             scratch: Scratch::default(),
         }
+    }
+
+    /// The bytes held back, and those kept (emitted text kept as context included).
+    #[cfg(test)]
+    fn held(&self) -> (usize, usize) {
+        let held = |p: &Pending| p.buf.len() - p.ctx;
+        (
+            held(&self.message) + held(&self.reasoning),
+            self.message.buf.len() + self.reasoning.buf.len(),
+        )
     }
 
     /// The redactor.
@@ -748,5 +760,148 @@ mod tests {
             let deltas = split(&text, &sizes, if small { 8 } else { 64 });
             check(&redactor, &text, &deltas)?;
         }
+
+        /// Prefixes packed densely (the input that made evaluation quadratic): the lockstep
+        /// DFAs find what the regex evaluation at each trigger finds, in `redact_str` and in
+        /// streams, with windows that end at their cap, at a non-token character, at a
+        /// multi-byte one and at the text's end.
+        #[test]
+        fn dense_triggers_redact_as_the_regex_evaluation_does(
+            pieces in prop::collection::vec(dense_piece(), 0..40),
+            sizes in prop::collection::vec(0usize..64, 0..96),
+            builtins in any::<bool>(),
+        ) {
+            let text = pieces.concat();
+            let lockstep = dense_redactor(builtins, true);
+            let regex = dense_redactor(builtins, false);
+            prop_assert_eq!(lockstep.redact_str(&text), regex.redact_str(&text), "{:?}", text);
+            check(&lockstep, &text, &split(&text, &sizes, 8))?;
+            check(&lockstep, &text, &split(&text, &sizes, 64))?;
+        }
+    }
+
+    /// `sk-` repeated is one run of overlapping `openai_key` matches as long as the text:
+    /// its marker goes out as soon as its start is settled and the rest is dropped as it
+    /// arrives, so the stream holds back at most `max_hold_back` bytes, not the whole run.
+    #[test]
+    fn a_run_of_overlapping_matches_is_not_held_back() {
+        let redactor = Arc::new(Redactor::builder().build().unwrap());
+        let text = "sk-".repeat(40_000);
+        let deltas = split(&text, &[59], 60);
+        let emitted = stream(&redactor, &deltas);
+        assert_eq!(emitted.concat(), "[REDACTED:openai_key]");
+        assert_eq!(redactor.redact_str(&text), "[REDACTED:openai_key]");
+        let first = emitted.iter().position(|e| !e.is_empty()).unwrap();
+        assert!(
+            first * 60 <= 2 * redactor.max_hold_back(),
+            "the marker came after {first} deltas"
+        );
+        // And the stream holds at most the bound meanwhile.
+        let mut stream = StreamRedactor::new(Arc::clone(&redactor));
+        let mut out = Vec::new();
+        for delta in &deltas {
+            let event = AdapterEvent::Content(Content::MessageDelta(TextDelta::new(*delta)));
+            stream.on_event(event, &mut out);
+            out.clear();
+            let (held, kept) = stream.held();
+            assert!(held <= redactor.max_hold_back(), "{held} bytes held");
+            assert!(kept <= held + DRAIN_AT + 60, "{kept} bytes kept");
+        }
+    }
+
+    /// Every text of up to 8 characters over `xaby`, with rules whose anchored DFAs branch
+    /// and reconverge (so runs from different triggers meet in one state), against the
+    /// regex evaluation at each trigger.
+    #[test]
+    fn lockstep_runs_agree_with_the_regex_on_every_short_text() {
+        let patterns = [
+            r"x(?:a|ab|abb)y?",
+            r"x[ab]*y",
+            r"x(?:ab)*a?y?",
+            r"xa(?:bb|b)?y",
+            r"x(?:a|b)(?:a|bb)?y?",
+        ];
+        for pattern in patterns {
+            let build = |dfas: bool| {
+                let rule = PatternRule::new("r", pattern)
+                    .unwrap()
+                    .max_len(6)
+                    .prefixes(["x"]);
+                let mut builder = Redactor::builder().without_builtin_patterns().rule(rule);
+                if !dfas {
+                    builder = builder.without_dfas();
+                }
+                builder.build().unwrap()
+            };
+            let (lockstep, regex) = (build(true), build(false));
+            let alphabet = ['x', 'a', 'b', 'y'];
+            for len in 1..=8u32 {
+                for code in 0..4usize.pow(len) {
+                    let mut c = code;
+                    let text: String = (0..len)
+                        .map(|_| {
+                            let ch = alphabet[c % 4];
+                            c /= 4;
+                            ch
+                        })
+                        .collect();
+                    assert_eq!(
+                        lockstep.redact_str(&text),
+                        regex.redact_str(&text),
+                        "{pattern} on {text:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    fn dense_piece() -> impl Strategy<Value = String> {
+        prop_oneof![
+            4 => prop::sample::select(&[
+                "eyJ", "eyJa", "-", ".", "a", "ab", "abc", "k:", "kk:", "k:ab", "k:abcdk:", "-ab.",
+                "-abc.cd", "eyJab", "eyJab.eyJx", "Z9", "0123456789",
+            ][..]).prop_map(str::to_owned),
+            1 => prop::sample::select(&[
+                " ", "\t", "é", "Bearer ", "bearer\t", "sk-", "sk-ant-", "-----BEGIN ", "RSA ",
+                "PRIVATE KEY-----", "-----END RSA PRIVATE KEY-----", "AKIA", "ghp_", "xoxb-", "=",
+                "!",
+            ][..]).prop_map(str::to_owned),
+        ]
+    }
+
+    /// Small windows, so that caps are reached; one rule with a capture group, one without
+    /// token characters, one whose prefixes nest (`k:` in `kk:`), and one that can match
+    /// at overlapping triggers.
+    fn dense_redactor(builtins: bool, dfas: bool) -> Arc<Redactor> {
+        let mut builder = Redactor::builder()
+            .rule(
+                PatternRule::new("kv", r"k:(?P<secret>[a-zA-Z0-9]{4,}k:)")
+                    .unwrap()
+                    .max_len(24)
+                    .prefixes(["k:", "kk:"])
+                    .token_chars("a-zA-Z0-9:")
+                    .unwrap(),
+            )
+            .rule(
+                PatternRule::new("dash", r"-[a-zA-Z]+[.][a-z]*")
+                    .unwrap()
+                    .min_len(3)
+                    .max_len(12)
+                    .prefixes(["-"]),
+            )
+            .rule(
+                PatternRule::new("eyes", r"(?-u:\b)eyJ[a-zA-Z0-9-]{2,}(?:[.]eyJ[a-z]*)?")
+                    .unwrap()
+                    .max_len(20)
+                    .token_chars("a-zA-Z0-9.-")
+                    .unwrap(),
+            );
+        if !builtins {
+            builder = builder.without_builtin_patterns();
+        }
+        if !dfas {
+            builder = builder.without_dfas();
+        }
+        Arc::new(builder.build().unwrap())
     }
 }
