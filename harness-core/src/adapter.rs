@@ -330,6 +330,16 @@ pub trait HarnessRuntime: Send + Sync + 'static {
 
     /// Releases everything. Idempotent; the caller bounds it with a deadline.
     fn cleanup(&self) -> BoxFuture<'_, ()>;
+
+    /// Completes when the provider is gone for good (its process exited, its connection
+    /// closed), so that an execution awaiting an action does not wait for an answer that
+    /// nothing could continue from; by default, never. The driver waits on it only while the
+    /// execution awaits an action (a running segment reports a lost provider by its stream),
+    /// then fails the execution `unavailable`, `PROVIDER_LOST`, retryable. It carries no
+    /// error: what crosses outward is the driver's own text, not the provider's.
+    fn lost(&self) -> BoxFuture<'_, ()> {
+        Box::pin(std::future::pending())
+    }
 }
 
 impl<A: HarnessAdapter + ?Sized> HarnessAdapter for Arc<A> {

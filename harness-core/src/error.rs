@@ -263,6 +263,9 @@ codes! {
     EXECUTION_LOST: Some(C::Internal);
     /// The execution has already ended.
     EXECUTION_TERMINAL: Some(C::Configuration);
+    /// The provider (its process or connection) was lost while the execution awaited an
+    /// action: nothing is left to continue from the answer.
+    PROVIDER_LOST: Some(C::Unavailable);
     /// Creating and initializing the runtime took longer than its initialization deadline.
     INIT_TIMEOUT: Some(C::Timeout);
     /// A run segment took longer than its turn deadline.

@@ -508,6 +508,16 @@ macro_rules! awaiting {
                 )));
                 Ok((self.transition(EventPayload::RunRunning), validated))
             }
+
+            /// `awaiting -> running` without an answer: the provider can no longer continue
+            /// from the pending action (its process exited), so the caller fails the run
+            /// next. Appends `run.running`; the action is no longer pending (a late answer
+            /// gets `EXECUTION_TERMINAL` once the run has failed).
+            #[must_use]
+            pub fn withdraw(mut self) -> Execution<Running> {
+                self.core.pending = None;
+                self.transition(EventPayload::RunRunning)
+            }
         }
     };
 }

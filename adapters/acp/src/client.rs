@@ -414,6 +414,9 @@ pub(crate) struct AgentProcess {
     /// Where the connection reports its end: [`shutdown`](Self::shutdown) reports it when it
     /// had to stop the connection.
     inbound: mpsc::UnboundedSender<Inbound>,
+    /// Set once the agent's end was reported (whoever reported it): see
+    /// [`gone`](Self::gone).
+    gone: Arc<watch::Sender<bool>>,
 }
 
 impl Drop for AgentProcess {
@@ -451,6 +454,7 @@ async fn watch_exit(
     mut reported: watch::Receiver<bool>,
     wire: Arc<Wire>,
     inbound: mpsc::UnboundedSender<Inbound>,
+    gone: Arc<watch::Sender<bool>>,
 ) {
     loop {
         if *reported.borrow() {
@@ -471,6 +475,7 @@ async fn watch_exit(
         exited().with_diagnostic("the agent exited while a process it started holds its stdout")
     });
     let _ = inbound.send(Inbound::Closed(end));
+    gone.send_replace(true);
 }
 
 /// Reaps a killed agent on a task of its own (it ends once the agent is reaped, right after
@@ -580,6 +585,8 @@ impl AgentProcess {
         let ended = Arc::clone(&wire);
         let inbound_end = inbound.clone();
         let (reported_tx, reported) = watch::channel(false);
+        let gone = Arc::new(watch::Sender::new(false));
+        let gone_end = Arc::clone(&gone);
         // The connection's work (and the crate's own tracing) stays in the caller's span: the
         // execution's, when a runtime starts the agent.
         let connection = async move {
@@ -590,6 +597,7 @@ impl AgentProcess {
             });
             let _ = inbound.send(Inbound::Closed(end));
             reported_tx.send_replace(true);
+            gone_end.send_replace(true);
         };
         let connection_task = AbortOnDrop(Some(tokio::spawn(
             connection.instrument(tracing::Span::current()),
@@ -605,7 +613,13 @@ impl AgentProcess {
         // Stdout ends only once every holder is gone: an agent that exits while a process it
         // started still holds stdout must end the run too.
         let exit_watch = pgid.map(|pid| {
-            let watch = watch_exit(pid, reported, Arc::clone(&wire), inbound_end.clone());
+            let watch = watch_exit(
+                pid,
+                reported,
+                Arc::clone(&wire),
+                inbound_end.clone(),
+                Arc::clone(&gone),
+            );
             tokio::spawn(watch.instrument(tracing::Span::current()))
         });
         let agent = Self {
@@ -619,6 +633,7 @@ impl AgentProcess {
             stop: Mutex::new(Some(stop_tx)),
             backlog,
             inbound: inbound_end,
+            gone,
             tasks: Mutex::new(
                 [connection_task, stderr_task]
                     .into_iter()
@@ -852,7 +867,17 @@ impl AgentProcess {
                 // The connection could not report its end itself.
                 let end = self.wire.fault().unwrap_or_else(exited);
                 let _ = self.inbound.send(Inbound::Closed(end));
+                self.gone.send_replace(true);
             }
+        }
+    }
+
+    /// Completes once the agent's end has been reported: it exited, or its connection ended
+    /// (on its own, or stopped by [`shutdown`](Self::shutdown)).
+    pub(crate) fn gone(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut gone = self.gone.subscribe();
+        async move {
+            let _ = gone.wait_for(|g| *g).await;
         }
     }
 }

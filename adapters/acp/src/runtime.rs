@@ -1396,6 +1396,19 @@ impl HarnessRuntime for AcpRuntime {
             }
         })
     }
+
+    /// The agent's end, however reported (it exited, even with a process it started still
+    /// holding its stdout; its connection ended): an execution awaiting its permission or
+    /// elicitation request then fails `PROVIDER_LOST` instead of waiting for an answer.
+    fn lost(&self) -> BoxFuture<'_, ()> {
+        let agent = lock(&self.state).agent.clone();
+        Box::pin(async move {
+            match agent {
+                Some(agent) => agent.gone().await,
+                None => std::future::pending().await,
+            }
+        })
+    }
 }
 
 /// The descriptor, for tests and registries.

@@ -11,8 +11,8 @@ use common::{
     text,
 };
 use harness_acp::FileAccess;
-use harness_core::error::ErrorCategory;
-use harness_core::event::{CancelReason, EventKind};
+use harness_core::error::{ErrorCategory, ErrorCode};
+use harness_core::event::{CancelReason, EventKind, EventPayload};
 use harness_core::id::Cursor;
 use harness_core::service::Outcome;
 
@@ -184,6 +184,80 @@ async fn an_agent_that_exits_while_a_child_holds_its_stdout_ends_unavailable() {
 /// agent had already sent stayed queued, unanswered (no segment polled the queue), so the agent
 /// never ended its turn and was killed. Every queued request is answered `cancelled`: the cancel
 /// is graceful.
+/// An agent that exits while its permission request is pending: the execution does not
+/// wait for an answer nothing could continue from (without a timeout layer it waited for
+/// ever); it fails `unavailable`, `PROVIDER_LOST`, retryable, after `run.running` (the
+/// action withdrawn), and a late answer is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_exits_while_its_permission_request_is_pending_fails_the_run() {
+    let mark = marker("approval-exit");
+    let execution = start(&adapter_for(test_agent("approval-exit", &mark))).await;
+    let Outcome::Failed(err) = outcome(&execution).await else {
+        panic!("expected a failure");
+    };
+    assert_eq!(err.category(), ErrorCategory::Unavailable, "{err:?}");
+    assert_eq!(err.code(), &ErrorCode::PROVIDER_LOST);
+    assert!(err.retryable());
+    let events = read_until(&execution, Cursor::START, |e| e.kind().is_terminal()).await;
+    let kinds = kinds(&events);
+    let tail = &kinds[kinds.len() - 3..];
+    assert_eq!(
+        tail,
+        ["run.awaiting_approval", "run.running", "run.failed"],
+        "{kinds:?}"
+    );
+    assert!(execution.pending_actions().is_empty());
+    let pending = events
+        .iter()
+        .find_map(|e| match e.payload() {
+            EventPayload::ActionRequested(request) => Some(request.clone()),
+            _ => None,
+        })
+        .expect("the permission request was an action");
+    let late = execution.respond(pending.approve_all()).await.unwrap_err();
+    assert_eq!(late.code(), &ErrorCode::EXECUTION_TERMINAL);
+    assert_no_process_left(&mark).await;
+}
+
+/// The Tokio runtime shuts down mid-turn: no cleanup future can run, but the runtime is
+/// dropped with the driver's task, and dropping the agent kills its process group.
+#[test]
+fn an_agent_whose_tokio_runtime_shuts_down_mid_turn_leaves_no_process() {
+    let mark = marker("hang");
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let execution = tokio.block_on(async {
+        let execution = start(&adapter_for(test_agent("hang", &mark))).await;
+        read_until(&execution, Cursor::START, |e| {
+            e.kind() == EventKind::MessageDelta || e.kind().is_terminal()
+        })
+        .await;
+        assert_eq!(common::processes_with(&mark).len(), 1, "the agent runs");
+        execution
+    });
+    drop(tokio);
+    let events = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(read_until(&execution, Cursor::START, |e| {
+            e.kind().is_terminal()
+        }));
+    assert_eq!(kinds(&events).last(), Some(&"run.failed"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !common::processes_with(&mark).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        common::processes_with(&mark),
+        Vec::<u32>::new(),
+        "processes left behind"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_answers_requests_already_queued_and_stays_graceful() {
     let mark = marker("double-ask");

@@ -108,6 +108,27 @@ fn timeout_error(what: &str) -> HarnessError {
     .with_code(ErrorCode::DEADLINE_EXCEEDED)
 }
 
+/// The provider was lost while the execution awaited an action.
+fn provider_lost() -> HarnessError {
+    HarnessError::new(
+        ErrorCategory::Unavailable,
+        "the provider was lost while the execution awaited an action",
+    )
+    .with_code(ErrorCode::PROVIDER_LOST)
+    .with_retryable(true)
+}
+
+/// Why an execution awaiting an action goes on without an answer.
+enum Unanswered {
+    /// A stop (cancellation, the deadline) or nobody left to answer: cancellation.
+    Cancel(Execution<state::Cancelling>),
+    /// The provider is gone ([`HarnessRuntime::lost`]): the action is withdrawn, and the
+    /// run fails (the lifecycle has no edge from awaiting to failed, but one to running).
+    ///
+    /// [`HarnessRuntime::lost`]: crate::adapter::HarnessRuntime::lost
+    Lost(Execution<state::Running>),
+}
+
 fn protocol(message: &str, diagnostic: String) -> HarnessError {
     HarnessError::new(ErrorCategory::Protocol, message.to_owned())
         .with_code(ErrorCode::EVENT_ORDER_VIOLATION)
@@ -280,7 +301,12 @@ impl Driver {
                                 Err(end) => end,
                             };
                         }
-                        Err(cancelling) => return self.confirm_cancel(cancelling).await,
+                        Err(Unanswered::Cancel(cancelling)) => {
+                            return self.confirm_cancel(cancelling).await;
+                        }
+                        Err(Unanswered::Lost(running)) => {
+                            return self.fail(running, provider_lost()).await;
+                        }
                     }
                 }
             }
@@ -523,11 +549,12 @@ impl Driver {
     }
 
     /// Waits for a valid answer while awaiting an action; a stop (cancellation, or the
-    /// deadline: the diagram has no edge from awaiting to failed) begins cancellation.
+    /// deadline: the diagram has no edge from awaiting to failed) begins cancellation, and
+    /// a lost provider withdraws the action.
     async fn await_answer<S>(
         &mut self,
         mut awaiting: Execution<S>,
-    ) -> Result<(Execution<state::Running>, ResumeDecision), Execution<state::Cancelling>>
+    ) -> Result<(Execution<state::Running>, ResumeDecision), Unanswered>
     where
         S: NonTerminal,
         Execution<S>: Awaiting,
@@ -537,8 +564,17 @@ impl Driver {
         let deadline = self.deadline;
         if !self.listening {
             // Every handle was dropped before the run paused: nobody can answer.
-            return Err(self.abandon(awaiting));
+            return Err(Unanswered::Cancel(self.abandon(awaiting)));
         }
+        let cell = self.execution.current();
+        let id = self.shared.id.clone();
+        let lost = async move {
+            match cell {
+                Some(cell) => cell.lost(&id).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(lost);
         loop {
             let command = tokio::select! {
                 biased;
@@ -546,14 +582,15 @@ impl Driver {
                     if matches!(stop, Stop::Deadline) {
                         self.deadline_passed();
                     }
-                    return Err(awaiting.begin_cancel(self.cancel_reason()));
+                    return Err(Unanswered::Cancel(awaiting.begin_cancel(self.cancel_reason())));
                 }
+                () = &mut lost => return Err(Unanswered::Lost(awaiting.withdraw())),
                 command = next_command(&shared, self.listening) => command,
             };
             let Some(Command::Respond(respond)) = command else {
                 // Every handle is gone: nobody can answer any more.
                 self.listening = false;
-                return Err(self.abandon(awaiting));
+                return Err(Unanswered::Cancel(self.abandon(awaiting)));
             };
             let (response, reply) = *respond;
             let id = response.action_id().clone();
@@ -642,6 +679,7 @@ impl Driver {
 /// The two awaiting states, seen alike by the driver.
 trait Awaiting: Sized {
     fn pending_request(&self) -> &ActionRequest;
+    fn withdraw(self) -> Execution<state::Running>;
     fn answer(
         self,
         response: ActionResponse,
@@ -653,6 +691,10 @@ macro_rules! awaiting {
         impl Awaiting for Execution<state::$state> {
             fn pending_request(&self) -> &ActionRequest {
                 self.pending()
+            }
+
+            fn withdraw(self) -> Execution<state::Running> {
+                Execution::<state::$state>::withdraw(self)
             }
 
             fn answer(

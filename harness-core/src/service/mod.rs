@@ -41,7 +41,15 @@
 //!   [`TurnInput`].
 //! - If a driver is lost (the Tokio runtime shutting down), the execution still ends with one
 //!   `run.failed` (`internal`, `EXECUTION_LOST`), and answers still queued get
-//!   `EXECUTION_TERMINAL`.
+//!   `EXECUTION_TERMINAL`. The runtime's `cancel` and `cleanup` are futures, which need the
+//!   Tokio runtime that is going away: they are not called. What is guaranteed instead is
+//!   that the runtime is dropped (with the driver's task), so a runtime releases what the
+//!   operating system holds in `Drop` (the ACP adapter kills the agent's process group there:
+//!   a test drops the Tokio runtime mid-turn and finds no process left).
+//! - If the provider is lost while the execution awaits an action
+//!   ([`HarnessRuntime::lost`](crate::adapter::HarnessRuntime::lost): the agent process
+//!   exited), nothing could continue from an answer: the action is withdrawn (`run.running`)
+//!   and the execution fails `unavailable`, `PROVIDER_LOST`, retryable, after cleanup.
 //!
 //! # The runtime stack
 //!

@@ -405,6 +405,15 @@ impl RuntimeCell {
         }
     }
 
+    /// Completes when the runtime reports its provider lost
+    /// ([`HarnessRuntime::lost`]); a hook that panics never completes (it is logged).
+    pub(super) async fn lost(&self, id: &ExecutionId) {
+        if catch(async { self.runtime.lost().await }).await.is_err() {
+            tracing::warn!(execution = %id, "runtime lost hook panicked");
+            std::future::pending::<()>().await;
+        }
+    }
+
     /// Calls cleanup once, bounded by `deadline`. Marked done before it runs: a cleanup cut
     /// short (by its deadline, or a dropped future) is not run again.
     pub(super) async fn cleanup(&self, deadline: Duration, id: &ExecutionId) {

@@ -37,6 +37,7 @@
 //! | `auth` | writes `diagnostic: TAG... <prompt text>` on stderr and fails the prompt with `-32000` (auth required) |
 //! | `slow-init` | spawns a child (as `ignore-cancel` does) and never answers `initialize` |
 //! | `approval-hang` | `tool_call` `t1` (kind `edit`, rawInput `{"call":"t1"}`), `session/request_permission` with options `yes` (`allow_once`) / `no` (`reject_once`); after the answer a `tool_call_update` completed (rawOutput `{"ok":true}`) / failed, message chunk `working`, then waits for `session/cancel` and answers `cancelled` (also on a cancelled outcome) |
+//! | `approval-exit` | as `approval-hang`'s request for `t1`, then exits (status 0) without waiting for the answer |
 //! | `sequential` | as `approval-hang`'s request for `t1`, then, once answered, the same for `t2`; message chunk `both asked`, `end_turn` (`cancelled` on a cancelled outcome) |
 //! | `ask-after-cancel` | message chunk `waiting for a cancel`; after `session/cancel`, a permission request as `approval-hang`'s: a cancelled outcome → `cancelled`; a selected one → message chunk `not cancelled`, `end_turn` |
 //! | `binary` | message chunk `about to send bytes`, then a line that is not UTF-8; never ends the turn |
@@ -111,6 +112,7 @@ enum Mode {
     Auth,
     SlowInit,
     ApprovalHang,
+    ApprovalExit,
     Sequential,
     AskAfterCancel,
     Binary,
@@ -153,6 +155,7 @@ impl Mode {
             "auth" => Self::Auth,
             "slow-init" => Self::SlowInit,
             "approval-hang" => Self::ApprovalHang,
+            "approval-exit" => Self::ApprovalExit,
             "sequential" => Self::Sequential,
             "ask-after-cancel" => Self::AskAfterCancel,
             "binary" => Self::Binary,
@@ -756,6 +759,15 @@ impl TestAgent {
                 turn.say("working")?;
                 cancel.notified().await;
                 StopReason::Cancelled
+            }
+            Mode::ApprovalExit => {
+                // Asks, then exits without waiting for the answer (once both lines are out).
+                let before = self.out.flushed();
+                let call = pending_edit("t1", "write", json!({ "call": "t1" }));
+                let request = announce(turn, call, ["yes", "no"])?;
+                let _unanswered = turn.cx.send_request(request);
+                self.out.flushed_past(before + 1).await;
+                std::process::exit(0);
             }
             Mode::Sequential => {
                 for (id, title) in [("t1", "first write"), ("t2", "second write")] {
