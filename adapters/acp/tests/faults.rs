@@ -180,10 +180,6 @@ async fn an_agent_that_exits_while_a_child_holds_its_stdout_ends_unavailable() {
     assert_no_process_left(&mark).await;
 }
 
-/// Defect: a cancel answered only the request raised as the pending action; a second one the
-/// agent had already sent stayed queued, unanswered (no segment polled the queue), so the agent
-/// never ended its turn and was killed. Every queued request is answered `cancelled`: the cancel
-/// is graceful.
 /// An agent that exits while its permission request is pending: the execution does not
 /// wait for an answer nothing could continue from (without a timeout layer it waited for
 /// ever); it fails `unavailable`, `PROVIDER_LOST`, retryable, after `run.running` (the
@@ -258,6 +254,10 @@ fn an_agent_whose_tokio_runtime_shuts_down_mid_turn_leaves_no_process() {
     );
 }
 
+/// Defect: a cancel answered only the request raised as the pending action; a second one the
+/// agent had already sent stayed queued, unanswered (no segment polled the queue), so the agent
+/// never ended its turn and was killed. Every queued request is answered `cancelled`: the cancel
+/// is graceful.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_answers_requests_already_queued_and_stays_graceful() {
     let mark = marker("double-ask");
