@@ -383,12 +383,23 @@ impl RedactorBuilder {
         self
     }
 
+    /// What makes a rule's DFA slot: empty, to build on first use (tests may rule DFAs
+    /// out).
+    fn lazy_dfa(&self) -> fn() -> LazyDfa {
+        #[cfg(test)]
+        if !self.dfas {
+            return LazyDfa::none;
+        }
+        LazyDfa::default
+    }
+
     /// Compiles the rules.
     ///
     /// # Errors
     /// A secret shorter than [`MIN_SECRET_LEN`](super::MIN_SECRET_LEN), two rules with one
     /// name, an empty trigger prefix, or automata over their size limits.
     pub fn build(self) -> Result<Redactor, RedactionError> {
+        let lazy_dfa = self.lazy_dfa();
         let mut rules = Vec::new();
         if self.builtins {
             for builtin in BUILTINS {
@@ -462,17 +473,7 @@ impl RedactorBuilder {
                 max_len: rule.max_len,
                 token_chars: rule.token_chars,
                 secret_group,
-                dfa: {
-                    #[cfg(test)]
-                    let dfa = if self.dfas {
-                        LazyDfa::default()
-                    } else {
-                        LazyDfa::none()
-                    };
-                    #[cfg(not(test))]
-                    let dfa = LazyDfa::default();
-                    dfa
-                },
+                dfa: lazy_dfa(),
             });
             names.push(rule.name.clone());
         }
@@ -605,9 +606,10 @@ impl Redactor {
     /// matched.
     ///
     /// Cost: one Aho-Corasick pass for the secrets and the rules' trigger prefixes
-    /// (linear in the text), plus, at each trigger hit, one regex search bounded by the
-    /// rule's window (`max_len`, or shorter with token characters); rules without prefixes
-    /// add one pass of their combined regex and a bounded search where it matches.
+    /// (linear in the text), plus the triggered rules' anchored DFAs, run in lockstep (one
+    /// transition per byte and live state, however dense the triggers; see the
+    /// [module docs](super)); rules without prefixes add one pass of their combined regex
+    /// and a bounded search where it matches.
     #[must_use]
     pub fn redact_str<'a>(&self, text: &'a str) -> Cow<'a, str> {
         let mut scan = Scan::default();
