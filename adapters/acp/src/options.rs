@@ -10,9 +10,11 @@
 //! process starts.
 
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use harness_core::error::{ErrorCategory, ErrorCode, HarnessError};
+use harness_core::manifest::{AdapterOptions as _, OptionsValidator};
 use harness_macros::AdapterOptions;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -143,12 +145,23 @@ impl AcpOptions {
         if options.is_null() {
             return Ok(Self::default());
         }
-        Self::deserialize(options).map_err(|e| {
+        let parsed = Self::deserialize(options).map_err(|e| {
             invalid(&format!(
                 "{e}; a request names at most an `agent` the operator registered: how an agent \
                  runs (command, cwd, env, files, cancel grace) is the operator's AcpAgent"
             ))
-        })
+        })?;
+        // `Deserialize` also takes a struct from a JSON array (`[]`, `["x"]`): what the
+        // published schema refuses is refused here too (found by the `options` fuzz target).
+        static SCHEMA: OnceLock<Option<OptionsValidator>> = OnceLock::new();
+        if let Some(schema) =
+            SCHEMA.get_or_init(|| OptionsValidator::new(&Self::options_schema()).ok())
+        {
+            schema
+                .validate(options)
+                .map_err(|e| invalid(&e.to_string()))?;
+        }
+        Ok(parsed)
     }
 }
 

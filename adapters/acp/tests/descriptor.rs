@@ -72,6 +72,19 @@ fn a_caller_sets_no_option_and_the_schema_says_so() {
     }
 }
 
+/// Found by the `options` fuzz target: `Deserialize` takes a struct from a JSON array, so
+/// `[]` and `["default"]` were accepted as options although the published schema refuses
+/// them. What the schema refuses, the adapter refuses.
+#[test]
+fn options_that_are_not_an_object_are_refused_as_the_schema_refuses_them() {
+    for options in [json!([]), json!(["default"]), json!("default"), json!(1)] {
+        let err = AcpOptions::from_value(&options).unwrap_err();
+        assert_eq!(err.code(), &ErrorCode::OPTIONS_INVALID, "{options}");
+    }
+    assert!(AcpOptions::from_value(&json!({"agent": "default"})).is_ok());
+    assert!(AcpOptions::from_value(&json!(null)).is_ok());
+}
+
 #[test]
 fn the_operator_configuration_is_checked() {
     assert!(AcpAgent::from_value(&json!({"command": ["a"], "cwd": "/", "sh": 1})).is_err());

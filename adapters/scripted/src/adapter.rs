@@ -1,7 +1,7 @@
 //! [`ScriptedAdapter`]: the descriptor, the options, the instrumentation and the runtime.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use futures_core::Stream;
 use harness_core::action::{ActionKind, ActionRequest};
@@ -15,7 +15,7 @@ use harness_core::capability::CapabilityReport;
 use harness_core::error::{ErrorCategory, ErrorCode, HarnessError};
 use harness_core::event::{CancelReason, Content, ToolCallCompleted, ToolCallOutcome};
 use harness_core::id::{AdapterId, ExecutionId};
-use harness_core::manifest::Adapter;
+use harness_core::manifest::{Adapter, AdapterOptions as _, OptionsValidator};
 use harness_macros::{Adapter, AdapterOptions};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -95,13 +95,23 @@ impl ScriptedOptions {
         if options.is_null() {
             return Ok(Self::default());
         }
-        Self::deserialize(options).map_err(|e| {
+        let invalid = |e: &dyn std::fmt::Display| {
             HarnessError::new(
                 ErrorCategory::Configuration,
                 format!("invalid options for the scripted adapter: {e}"),
             )
             .with_code(ErrorCode::OPTIONS_INVALID)
-        })
+        };
+        let parsed = Self::deserialize(options).map_err(|e| invalid(&e))?;
+        // `Deserialize` also takes a struct from a JSON array: what the published schema
+        // refuses is refused here too (found by the `options` fuzz target).
+        static SCHEMA: OnceLock<Option<OptionsValidator>> = OnceLock::new();
+        if let Some(schema) =
+            SCHEMA.get_or_init(|| OptionsValidator::new(&Self::options_schema()).ok())
+        {
+            schema.validate(options).map_err(|e| invalid(&e))?;
+        }
+        Ok(parsed)
     }
 }
 

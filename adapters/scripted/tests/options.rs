@@ -189,3 +189,14 @@ fn options_round_trip() {
         ScriptedOptions::default()
     );
 }
+
+/// Found by the `options` fuzz target: `Deserialize` takes a struct from a JSON array, so an
+/// array was accepted as options although the published schema refuses it.
+#[test]
+fn options_that_are_not_an_object_are_refused_as_the_schema_refuses_them() {
+    for options in [json!([]), json!([null]), json!("x")] {
+        let err = ScriptedOptions::from_value(&options).unwrap_err();
+        assert_eq!(err.code(), &ErrorCode::OPTIONS_INVALID, "{options}");
+    }
+    assert!(ScriptedOptions::from_value(&json!({})).is_ok());
+}
