@@ -115,6 +115,24 @@ pub(crate) enum Inbound {
     Closed(HarnessError),
 }
 
+/// Feeds the lines of `agent_output` to a fresh wire guard, as an agent's output after our
+/// `initialize` (id 0), `session/new` (id 1) and `session/prompt` (id 2) requests went out;
+/// returns how it took each line (`Ok(true)`: a message for the runtime, `Ok(false)`:
+/// handled, `Err`: the fault that ends the run). For the `acp_wire` fuzz target.
+#[cfg(feature = "fuzzing")]
+pub fn fuzz_wire(agent_output: &str) -> Vec<Result<bool, HarnessError>> {
+    let wire = Wire::default();
+    for (id, method) in [(0, "initialize"), (1, "session/new"), (2, "session/prompt")] {
+        let request =
+            serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": {}});
+        wire.outgoing(&request.to_string());
+    }
+    agent_output
+        .lines()
+        .map(|line| wire.incoming(line))
+        .collect()
+}
+
 /// What the wire guard observed, shared by the line stream, the sink and the runtime.
 #[derive(Debug, Default)]
 struct Wire {

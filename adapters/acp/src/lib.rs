@@ -39,6 +39,9 @@ mod elicitation;
 mod options;
 mod runtime;
 
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub use client::fuzz_wire;
 pub use client::{INBOUND_BYTES, INBOUND_LIMIT, READ_LIMIT};
 pub use options::{AcpAgent, AcpOptions, DEFAULT_CANCEL_GRACE_MS, FileAccess};
 pub use runtime::{
