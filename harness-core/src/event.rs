@@ -144,6 +144,11 @@ pub enum EventPayload {
     /// A tool call began.
     #[serde(rename = "tool.call.started")]
     ToolCallStarted(Box<ToolCall>),
+    /// A started tool call's tool or arguments changed (an agent that announces a call before
+    /// it knows its input, then sends it): the latest values replace those of
+    /// `tool.call.started`. Additive; consumers that ignore it keep the first values.
+    #[serde(rename = "tool.call.updated")]
+    ToolCallUpdated(Box<ToolCall>),
     /// A tool call ended.
     #[serde(rename = "tool.call.completed")]
     ToolCallCompleted(Box<ToolCallCompleted>),
@@ -179,6 +184,7 @@ impl EventPayload {
             Self::ReasoningDelta(_) => EventKind::ReasoningDelta,
             Self::Usage(_) => EventKind::Usage,
             Self::ToolCallStarted(_) => EventKind::ToolCallStarted,
+            Self::ToolCallUpdated(_) => EventKind::ToolCallUpdated,
             Self::ToolCallCompleted(_) => EventKind::ToolCallCompleted,
             Self::ActionRequested(_) => EventKind::ActionRequested,
             Self::ActionResolved(_) => EventKind::ActionResolved,
@@ -210,6 +216,8 @@ pub enum Content {
     Usage(Usage),
     /// `tool.call.started`
     ToolCallStarted(ToolCall),
+    /// `tool.call.updated`
+    ToolCallUpdated(ToolCall),
     /// `tool.call.completed`
     ToolCallCompleted(ToolCallCompleted),
     /// `native`
@@ -227,6 +235,7 @@ impl TryFrom<EventPayload> for Content {
             EventPayload::ReasoningDelta(d) => Self::ReasoningDelta(d),
             EventPayload::Usage(u) => Self::Usage(u),
             EventPayload::ToolCallStarted(t) => Self::ToolCallStarted(*t),
+            EventPayload::ToolCallUpdated(t) => Self::ToolCallUpdated(*t),
             EventPayload::ToolCallCompleted(t) => Self::ToolCallCompleted(*t),
             EventPayload::Native(n) => Self::Native(*n),
             other => return Err(other),
@@ -241,6 +250,7 @@ impl From<Content> for EventPayload {
             Content::ReasoningDelta(d) => Self::ReasoningDelta(d),
             Content::Usage(u) => Self::Usage(u),
             Content::ToolCallStarted(t) => Self::ToolCallStarted(Box::new(t)),
+            Content::ToolCallUpdated(t) => Self::ToolCallUpdated(Box::new(t)),
             Content::ToolCallCompleted(t) => Self::ToolCallCompleted(Box::new(t)),
             Content::Native(n) => Self::Native(Box::new(n)),
         }
@@ -288,6 +298,7 @@ event_kinds! {
     ReasoningDelta => "reasoning.delta",
     Usage => "usage",
     ToolCallStarted => "tool.call.started",
+    ToolCallUpdated => "tool.call.updated",
     ToolCallCompleted => "tool.call.completed",
     ActionRequested => "action.requested",
     ActionResolved => "action.resolved",

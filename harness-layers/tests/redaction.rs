@@ -1303,7 +1303,12 @@ fn a_secret_in_any_string_of_any_item_is_redacted() {
     let mut covered = 0;
     covered += walk(
         &redactor,
-        &EventPayload::from(Content::ToolCallStarted(call)),
+        &EventPayload::from(Content::ToolCallStarted(call.clone())),
+        content,
+    );
+    covered += walk(
+        &redactor,
+        &EventPayload::from(Content::ToolCallUpdated(call)),
         content,
     );
     for outcome in [

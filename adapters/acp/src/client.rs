@@ -52,6 +52,7 @@ use agent_client_protocol::v1::schema::{
 use futures_util::{FutureExt as _, future};
 use harness_core::error::{ErrorCategory, HarnessError};
 use rustix::process::{Pid, Signal};
+use serde::Deserialize as _;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
@@ -109,6 +110,9 @@ pub(crate) enum Inbound {
         /// Released when the runtime takes the request.
         _ticket: Option<Ticket>,
     },
+    /// An informational `session/update` the schema refuses (see [`Taken::Rewritten`]), with
+    /// its share of the [`Backlog`].
+    Unparsed(Box<UnparsedUpdate>, Option<Ticket>),
     /// The prompt request was answered (or failed).
     PromptDone(Result<PromptResponse, HarnessError>),
     /// The connection ended (the agent exited, or sent something that is not ACP).
@@ -129,8 +133,77 @@ pub fn fuzz_wire(agent_output: &str) -> Vec<Result<bool, HarnessError>> {
     }
     agent_output
         .lines()
-        .map(|line| wire.incoming(line))
+        .map(|line| wire.incoming(line).map(|taken| taken != Taken::Handled))
         .collect()
+}
+
+/// How the wire guard took a line the crate may see.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Taken {
+    /// The crate handles it (a response to one of our requests, a request it answers).
+    Handled,
+    /// A message the runtime consumes, passed on as it is.
+    Consumed,
+    /// An informational `session/update` the schema refuses, passed on rewritten as an
+    /// [`UnparsedUpdate`] notification (which the runtime consumes): the run goes on.
+    Rewritten(String),
+}
+
+/// The `sessionUpdate` kinds that carry portable semantics (text, reasoning, tool calls): one
+/// the schema refuses is a protocol fault. Every other kind (`usage_update`,
+/// `available_commands_update`, `current_mode_update`, a kind newer than the schema, ...) is
+/// informational: one that does not parse becomes an `acp.unparsed_update` native event.
+const PORTABLE_UPDATES: [&str; 4] = [
+    "agent_message_chunk",
+    "agent_thought_chunk",
+    "tool_call",
+    "tool_call_update",
+];
+
+/// The notification the wire guard rewrites an unparsable informational `session/update`
+/// into, so that it keeps its place in the dispatch order. Agents may not send it: the guard
+/// refuses every incoming method under `_harness/`.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, acp::JsonRpcNotification)]
+#[notification(method = "_harness/unparsed_update")]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct UnparsedUpdate {
+    pub(crate) session_id: SessionId,
+    /// The update as the agent sent it.
+    pub(crate) update: Value,
+    /// Why the schema refused it.
+    pub(crate) error: String,
+}
+
+impl UnparsedUpdate {
+    /// The update's `sessionUpdate` kind.
+    pub(crate) fn kind(&self) -> &str {
+        self.update
+            .get("sessionUpdate")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    }
+}
+
+/// The rewritten line for an informational update that does not parse, or `None` when the
+/// update carries portable semantics or cannot be placed (no session id, no kind).
+fn rewrite_unparsed(params: &Value, error: &serde_json::Error) -> Option<String> {
+    let session_id = params.get("sessionId")?.as_str()?;
+    let update = params.get("update")?;
+    let kind = update.get("sessionUpdate")?.as_str()?;
+    if PORTABLE_UPDATES.contains(&kind) {
+        return None;
+    }
+    let params = UnparsedUpdate {
+        session_id: SessionId::new(session_id),
+        update: update.clone(),
+        error: error.to_string(),
+    };
+    let line = serde_json::json!({
+        "jsonrpc": "2.0",
+        "method": "_harness/unparsed_update",
+        "params": params,
+    });
+    Some(line.to_string())
 }
 
 /// What the wire guard observed, shared by the line stream, the sink and the runtime.
@@ -175,30 +248,44 @@ impl Wire {
     /// is a fault here, and a consumed message is checked against its schema (as the typed
     /// handler will parse it), so `Ok(true)` holds exactly when a handler will take its
     /// ticket.
-    fn incoming(&self, line: &str) -> Result<bool, HarnessError> {
+    fn incoming(&self, line: &str) -> Result<Taken, HarnessError> {
         let message = match acp::TransportFrame::parse_json(line) {
             acp::TransportFrame::Single(message) => message,
             acp::TransportFrame::Malformed { error, .. } => return Err(malformed(line, &error)),
             _ => return Err(protocol("the ACP agent sent a malformed JSON-RPC message")),
         };
+        let fault = |method: &str, e: &serde_json::Error| {
+            protocol("the ACP agent sent a malformed message")
+                .with_diagnostic(format!("{method}: {e}"))
+        };
         let typed = |method: &str, params: Option<acp::RawJsonRpcParams>| {
             let params = params.map_or(Value::Null, acp::RawJsonRpcParams::into_value);
             let checked = match method {
-                "session/update" => serde_json::from_value::<SessionNotification>(params).map(drop),
                 "session/request_permission" => {
                     serde_json::from_value::<RequestPermissionRequest>(params).map(drop)
                 }
                 _ => serde_json::from_value::<CreateElicitationRequest>(params).map(drop),
             };
-            checked.map(|()| true).map_err(|e| {
-                protocol("the ACP agent sent a malformed message")
-                    .with_diagnostic(format!("{method}: {e}"))
-            })
+            checked
+                .map(|()| Taken::Consumed)
+                .map_err(|e| fault(method, &e))
         };
         match message {
             acp::RawJsonRpcMessage::Notification(n) if &*n.method == "session/update" => {
-                typed(&n.method, n.params)
+                let params = n
+                    .params
+                    .map_or(Value::Null, acp::RawJsonRpcParams::into_value);
+                match SessionNotification::deserialize(&params) {
+                    Ok(_) => Ok(Taken::Consumed),
+                    Err(e) => rewrite_unparsed(&params, &e)
+                        .map(Taken::Rewritten)
+                        .ok_or_else(|| fault(&n.method, &e)),
+                }
             }
+            acp::RawJsonRpcMessage::Notification(n) if n.method.starts_with("_harness/") => Err(
+                protocol("the ACP agent sent a method reserved for the client")
+                    .with_diagnostic(format!("method {}", n.method)),
+            ),
             acp::RawJsonRpcMessage::Request(r)
                 if matches!(
                     &*r.method,
@@ -207,8 +294,12 @@ impl Wire {
             {
                 typed(&r.method, r.params)
             }
+            acp::RawJsonRpcMessage::Request(r) if r.method.starts_with("_harness/") => Err(
+                protocol("the ACP agent sent a method reserved for the client")
+                    .with_diagnostic(format!("method {}", r.method)),
+            ),
             acp::RawJsonRpcMessage::Notification(_) | acp::RawJsonRpcMessage::Request(_) => {
-                Ok(false)
+                Ok(Taken::Handled)
             }
             acp::RawJsonRpcMessage::Response(response) => {
                 let id = response.id().clone();
@@ -221,9 +312,9 @@ impl Wire {
                 };
                 match response {
                     acp::RawJsonRpcResponse::Result { result, .. } => {
-                        self.check_result(&method, result).map(|()| false)
+                        self.check_result(&method, result).map(|()| Taken::Handled)
                     }
-                    acp::RawJsonRpcResponse::Error { .. } => Ok(false),
+                    acp::RawJsonRpcResponse::Error { .. } => Ok(Taken::Handled),
                 }
             }
         }
@@ -259,7 +350,7 @@ impl Wire {
         if acp::is_connection_terminated(err) || acp::is_incoming_transport_closed(err) {
             return exited().with_diagnostic(err.message.clone());
         }
-        agent_error(i32::from(err.code), &err.message)
+        agent_error(i32::from(err.code), &err.message, err.data.as_ref())
     }
 }
 
@@ -408,7 +499,12 @@ impl Backlog {
 struct Replay {
     session: Option<SessionId>,
     count: u64,
+    /// When the last replayed update was dispatched.
+    last: Option<tokio::time::Instant>,
 }
+
+/// The longest [`AgentProcess::load`] keeps counting a replay that goes on after the answer.
+pub const REPLAY_SETTLE_LIMIT: Duration = Duration::from_secs(5);
 
 /// A running agent and the crate's client connection to it.
 #[derive(Debug)]
@@ -558,6 +654,7 @@ impl AgentProcess {
                 command.env(name, value);
             }
         }
+        command.envs(&agent.set_env);
         let mut child = command.spawn().map_err(|e| {
             HarnessError::new(
                 ErrorCategory::Unavailable,
@@ -781,21 +878,18 @@ impl AgentProcess {
     pub(crate) async fn load(
         &self,
         request: LoadSessionRequest,
+        quiet: Duration,
     ) -> Result<(LoadSessionResponse, u64), HarnessError> {
         *lock(&self.replay) = Replay {
             session: Some(request.session_id.clone()),
-            count: 0,
+            ..Replay::default()
         };
-        // The callback runs in the dispatch loop, right after the updates sent before the
-        // response: replay accounting ends exactly at the response.
         let (tx, rx) = oneshot::channel();
-        let replay = Arc::clone(&self.replay);
         let sent = self
             .cx
             .prepare_request(request)
             .on_receiving_result(move |result| {
-                let count = std::mem::take(&mut *lock(&replay)).count;
-                let _ = tx.send(result.map(|r| (r, count)));
+                let _ = tx.send(result);
                 future::ready(Ok(()))
             });
         let result = match sent {
@@ -809,10 +903,36 @@ impl AgentProcess {
             }
             Err(e) => Ok(Err(e)),
         };
-        *lock(&self.replay) = Replay::default();
-        result?.map_err(|e| self.wire.error(&e))
+        if matches!(result, Ok(Ok(_))) {
+            self.settle_replay(quiet).await;
+        }
+        let count = std::mem::take(&mut *lock(&self.replay)).count;
+        result?
+            .map(|response| (response, count))
+            .map_err(|e| self.wire.error(&e))
     }
 
+    /// Some agents (Gemini CLI) send part of the replay *after* answering `session/load`:
+    /// until the replay has been quiet for `quiet` (at most [`REPLAY_SETTLE_LIMIT`] in all),
+    /// updates for the loaded session are still counted as replay, not delivered. Nothing of
+    /// the next turn can be among them: its prompt is sent only after this returns.
+    async fn settle_replay(&self, quiet: Duration) {
+        if quiet.is_zero() {
+            return;
+        }
+        let answered = tokio::time::Instant::now();
+        let limit = answered + REPLAY_SETTLE_LIMIT;
+        let mut until = answered + quiet;
+        loop {
+            tokio::time::sleep_until(until.min(limit)).await;
+            let last = lock(&self.replay).last.unwrap_or(answered);
+            let next = last.max(answered) + quiet;
+            if next <= until || until >= limit {
+                return;
+            }
+            until = next;
+        }
+    }
     /// Sends `session/prompt`; `done` runs with its result, in order after every update the
     /// agent sent before the response.
     pub(crate) fn prompt(
@@ -941,6 +1061,7 @@ impl Handlers {
         stop: oneshot::Receiver<()>,
     ) -> Result<(), acp::Error> {
         let updates = self.clone();
+        let unparsed = self.clone();
         let permissions = self.clone();
         let elicitations = self.clone();
         let reads = self.clone();
@@ -950,26 +1071,20 @@ impl Handlers {
             .name("harness-acp")
             .on_receive_notification(
                 async move |notification: SessionNotification, _cx| {
-                    let ticket = updates.backlog.take();
-                    {
-                        let mut replay = lock(&updates.replay);
-                        if replay.session.as_ref() == Some(&notification.session_id) {
-                            replay.count += 1;
-                            return Ok(());
-                        }
-                    }
-                    if ticket.is_none() && updates.backlog.refusing() {
-                        // After a cancel, with the backlog full: dropped rather than held.
-                        updates
-                            .backlog
-                            .stats
-                            .updates_dropped
-                            .fetch_add(1, Ordering::SeqCst);
-                        return Ok(());
-                    }
-                    let _ = updates
-                        .inbound
-                        .send(Inbound::Update(Box::new(notification), ticket));
+                    let session = notification.session_id.clone();
+                    updates.deliver(&session, |ticket| {
+                        Inbound::Update(Box::new(notification), ticket)
+                    });
+                    Ok(())
+                },
+                acp::on_receive_notification!(),
+            )
+            .on_receive_notification(
+                async move |notification: UnparsedUpdate, _cx| {
+                    let session = notification.session_id.clone();
+                    unparsed.deliver(&session, |ticket| {
+                        Inbound::Unparsed(Box::new(notification), ticket)
+                    });
                     Ok(())
                 },
                 acp::on_receive_notification!(),
@@ -1035,6 +1150,29 @@ impl Handlers {
                 Ok(())
             })
             .await
+    }
+
+    /// Hands an update for `session` to the runtime with its share of the backlog, unless it
+    /// is replayed (counted, not delivered) or arrives after a cancel with the backlog full
+    /// (dropped rather than held).
+    fn deliver(&self, session: &SessionId, inbound: impl FnOnce(Option<Ticket>) -> Inbound) {
+        let ticket = self.backlog.take();
+        {
+            let mut replay = lock(&self.replay);
+            if replay.session.as_ref() == Some(session) {
+                replay.count += 1;
+                replay.last = Some(tokio::time::Instant::now());
+                return;
+            }
+        }
+        if ticket.is_none() && self.backlog.refusing() {
+            self.backlog
+                .stats
+                .updates_dropped
+                .fetch_add(1, Ordering::SeqCst);
+            return;
+        }
+        let _ = self.inbound.send(inbound(ticket));
     }
 
     /// Hands a request of the agent to the runtime with its share of the backlog or, while
@@ -1233,8 +1371,12 @@ fn line_stream(
                             .with_diagnostic(format!("the line is not UTF-8: {e}")),
                         Ok(line) if line.trim().is_empty() => continue,
                         Ok(line) => match wire.incoming(line.trim()) {
-                            Ok(consumed) => {
-                                let text = line.trim_end_matches(['\n', '\r']).to_owned();
+                            Ok(taken) => {
+                                let consumed = taken != Taken::Handled;
+                                let text = match taken {
+                                    Taken::Rewritten(text) => text,
+                                    _ => line.trim_end_matches(['\n', '\r']).to_owned(),
+                                };
                                 if consumed {
                                     // Backpressure: waits while the runtime is behind.
                                     backlog.admit(text.len()).await;
@@ -1360,17 +1502,123 @@ pub(crate) fn protocol(message: &'static str) -> HarnessError {
     HarnessError::new(ErrorCategory::Protocol, message)
 }
 
-fn agent_error(code: i32, message: &str) -> HarnessError {
-    let message = message.chars().take(512).collect::<String>();
-    // ACP's `auth_required` is -32000.
-    let category = if code == -32000 {
-        ErrorCategory::Authentication
+/// The most of an agent error's message and `data` kept in the diagnostic.
+const AGENT_ERROR_LIMIT: usize = 2048;
+
+/// An error the agent answered one of our requests with, classified by what it means: its
+/// JSON-RPC code first (`-32000` auth required, `-32002` resource not found, `-32602` invalid
+/// params, `-32600`/`-32601`/`-32700` a request it did not take), else, for an internal or
+/// other error (or an HTTP status used as the code, as Gemini CLI does), the HTTP status or
+/// words its message and `data` carry (agents wrap their model provider's failures: 401/403,
+/// 429 or rate limit, 5xx, server error or overloaded, timeouts);
+/// an internal error that says nothing more is `internal`, not retried. The diagnostic
+/// keeps the code, the message and the `data` (such as `details`), truncated.
+fn agent_error(code: i32, message: &str, data: Option<&Value>) -> HarnessError {
+    let data = data.map(Value::to_string).unwrap_or_default();
+    let diagnostic: String = if data.is_empty() {
+        format!("{code}: {message}")
     } else {
-        ErrorCategory::Unavailable
+        format!("{code}: {message}; data: {data}")
+    }
+    .chars()
+    .take(AGENT_ERROR_LIMIT)
+    .collect();
+    let (category, public) = match code {
+        -32000 => (
+            ErrorCategory::Authentication,
+            "the ACP agent requires authentication",
+        ),
+        -32002 => (
+            ErrorCategory::Configuration,
+            "the ACP agent does not know the resource named in the request",
+        ),
+        -32602 => (
+            ErrorCategory::Configuration,
+            "the ACP agent refused the request's parameters",
+        ),
+        -32600 | -32601 | -32700 => (
+            ErrorCategory::Protocol,
+            "the ACP agent did not take the request",
+        ),
+        // Gemini CLI answers with its model provider's HTTP status as the code.
+        400..=599 => classify_text(&format!("{code} {diagnostic}")),
+        _ => classify_text(&diagnostic),
     };
-    HarnessError::new(category, "the ACP agent returned an error")
+    HarnessError::new(category, public)
         .with_provider_code(&code.to_string())
-        .with_diagnostic(message)
+        .with_diagnostic(diagnostic)
+}
+
+/// What an agent's internal (or unknown) error means, from the words it carries.
+fn classify_text(text: &str) -> (ErrorCategory, &'static str) {
+    let text = text.to_ascii_lowercase();
+    // Status codes count as whole words only (`5000 tokens` is not a 500).
+    let words: Vec<&str> = text
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .collect();
+    let has = |needles: &[&str]| {
+        needles.iter().any(|n| {
+            if n.bytes().all(|b| b.is_ascii_digit()) {
+                words.contains(n)
+            } else {
+                text.contains(n)
+            }
+        })
+    };
+    if has(&[
+        "429",
+        "rate limit",
+        "rate_limit",
+        "too many requests",
+        "quota",
+    ]) {
+        (
+            ErrorCategory::Throttled,
+            "the ACP agent's model provider is rate limiting it",
+        )
+    } else if has(&[
+        "401",
+        "unauthorized",
+        "invalid api key",
+        "invalid_api_key",
+        "authentication",
+    ]) {
+        (
+            ErrorCategory::Authentication,
+            "the ACP agent's model provider refused its credentials",
+        )
+    } else if has(&["403", "forbidden", "permission denied"]) {
+        (
+            ErrorCategory::Authorization,
+            "the ACP agent's model provider denied the request",
+        )
+    } else if has(&["timed out", "timeout", "deadline exceeded"]) {
+        (ErrorCategory::Timeout, "the ACP agent timed out")
+    } else if has(&[
+        "500",
+        "502",
+        "503",
+        "504",
+        "529",
+        "overloaded",
+        "unavailable",
+        "server_error",
+        "server error",
+        "high demand",
+        "connection refused",
+        "connection reset",
+        "econnrefused",
+        "econnreset",
+        "stream disconnected",
+    ]) {
+        (
+            ErrorCategory::Unavailable,
+            "the ACP agent's model provider is unavailable",
+        )
+    } else {
+        (ErrorCategory::Internal, "the ACP agent failed the request")
+    }
 }
 
 #[cfg(test)]
@@ -1520,7 +1768,8 @@ mod tests {
                 false,
             ),
         ] {
-            assert_eq!(wire.incoming(&line).ok(), Some(consumed), "{line}");
+            let taken = wire.incoming(&line).expect("taken");
+            assert_eq!(taken != Taken::Handled, consumed, "{line}");
         }
     }
 
@@ -1658,17 +1907,116 @@ mod tests {
     }
 
     #[test]
-    fn agent_errors_map_to_authentication_or_unavailable() {
+    fn agent_errors_are_classified_by_what_they_mean_and_keep_the_agents_reason() {
         let wire = Wire::default();
         let auth = wire.error(&acp::Error::auth_required());
         assert_eq!(auth.category(), ErrorCategory::Authentication);
-        let other = wire.error(&acp::Error::new(-32099, "busy"));
-        assert_eq!(other.category(), ErrorCategory::Unavailable);
+        let internal = |details: &str| {
+            wire.error(
+                &acp::Error::new(-32603, "Internal error")
+                    .data(serde_json::json!({ "details": details })),
+            )
+        };
+        for (details, category) in [
+            (
+                "unexpected status 429 Too Many Requests",
+                ErrorCategory::Throttled,
+            ),
+            (
+                "401 Unauthorized: invalid api key",
+                ErrorCategory::Authentication,
+            ),
+            ("HTTP 403 Forbidden", ErrorCategory::Authorization),
+            (
+                "stream disconnected before completion",
+                ErrorCategory::Unavailable,
+            ),
+            ("upstream returned 503", ErrorCategory::Unavailable),
+            ("request timed out", ErrorCategory::Timeout),
+            // Digits inside a number are no status code.
+            (
+                "model context of 5000 tokens exceeded",
+                ErrorCategory::Internal,
+            ),
+            ("unknown model gpt-x", ErrorCategory::Internal),
+        ] {
+            let err = internal(details);
+            assert_eq!(err.category(), category, "{details}");
+            let diagnostic = err.diagnostic().unwrap_or_default();
+            assert!(diagnostic.contains(details), "{details}: {diagnostic}");
+            assert!(diagnostic.contains("Internal error"), "{diagnostic}");
+        }
+        // An internal error that says nothing more is not retried.
+        assert!(!internal("boom").retryable());
+        // Gemini CLI puts its provider's HTTP status in the code.
+        for (code, category) in [
+            (429, ErrorCategory::Throttled),
+            (500, ErrorCategory::Unavailable),
+            (401, ErrorCategory::Authentication),
+        ] {
+            let err = wire.error(&acp::Error::new(code, "aimock injected error"));
+            assert_eq!(err.category(), category, "{code}");
+        }
+        let codex = wire.error(&acp::Error::new(-32603, "Internal error").data(
+            serde_json::json!({"message": "high demand", "codex_error_info": "internal_server_error"}),
+        ));
+        assert_eq!(codex.category(), ErrorCategory::Unavailable);
+        let not_found = wire.error(&acp::Error::new(-32002, "session not found"));
+        assert_eq!(not_found.category(), ErrorCategory::Configuration);
+        let method = wire.error(&acp::Error::method_not_found());
+        assert_eq!(method.category(), ErrorCategory::Protocol);
+        // The diagnostic is bounded however long the agent's data.
+        let long = internal(&"x".repeat(100_000));
+        assert!(long.diagnostic().unwrap_or_default().chars().count() <= AGENT_ERROR_LIMIT);
         // Once the guard saw a fault, every failure is that fault.
         wire.record_fault(protocol("the ACP agent sent output that is not JSON-RPC"));
         assert_eq!(
             wire.error(&acp::Error::auth_required()).category(),
             ErrorCategory::Protocol
         );
+    }
+
+    /// Defect: an informational update the schema refuses (Claude's `usage_update` with
+    /// `used: null`, a kind newer than the schema) ended the run `protocol`. It is passed on
+    /// rewritten, for an `acp.unparsed_update` event; an update with portable semantics that
+    /// does not parse is still a fault, and an agent may not send the rewritten method.
+    #[test]
+    fn an_informational_update_that_does_not_parse_is_rewritten_not_a_fault() {
+        let wire = Wire::default();
+        let update = |body: &str| {
+            format!(
+                r#"{{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":"s","update":{body}}}}}"#
+            )
+        };
+        for body in [
+            r#"{"sessionUpdate":"usage_update","used":null,"size":200000}"#,
+            r#"{"sessionUpdate":"a_future_update","anything":[1,2]}"#,
+            r#"{"sessionUpdate":"current_mode_update"}"#,
+        ] {
+            let Ok(Taken::Rewritten(line)) = wire.incoming(&update(body)) else {
+                panic!("{body}: not rewritten");
+            };
+            let value: Value = serde_json::from_str(&line).unwrap();
+            assert_eq!(value["method"], "_harness/unparsed_update");
+            let params: UnparsedUpdate = serde_json::from_value(value["params"].clone()).unwrap();
+            assert_eq!(&*params.session_id.0, "s");
+            assert_eq!(params.update, serde_json::from_str::<Value>(body).unwrap());
+            assert!(!params.error.is_empty());
+        }
+        for body in [
+            r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text"}}"#,
+            r#"{"sessionUpdate":"tool_call","toolCallId":7}"#,
+            r#"{"sessionUpdate":"tool_call_update"}"#,
+            r#"{"sessionUpdate":"agent_thought_chunk"}"#,
+            r#"{"nokind":true}"#,
+        ] {
+            let err = fault(&wire, &update(body));
+            assert!(
+                err.message().contains("malformed message"),
+                "{body}: {err:?}"
+            );
+        }
+        let spoofed = r#"{"jsonrpc":"2.0","method":"_harness/unparsed_update","params":{"sessionId":"s","update":{},"error":""}}"#;
+        assert!(fault(&wire, spoofed).message().contains("reserved"));
     }
 }

@@ -1,9 +1,11 @@
 //! A harness adapter that drives any [Agent Client Protocol](https://agentclientprotocol.com)
 //! agent (Gemini CLI, Claude Code or Codex through their ACP bridges, ...) over stdio.
 //!
-//! The operator configures the agents ([`AcpAgent`]: command, workspace, allowlisted
-//! environment, file access) when building [`AcpAdapter`]; a request picks one of them by name
-//! at most ([`AcpOptions`]), never a program, a directory or the host's environment.
+//! The operator configures the agents ([`AcpAgent`]: command, workspace, allowlisted and set
+//! environment, file access, approval policy, session mode and configuration options) when
+//! building [`AcpAdapter`]; a request picks one of them by name at most, and a mode or options
+//! among those the operator lets callers choose ([`AcpOptions`]), never a program, a directory
+//! or the host's environment.
 //!
 //! Each execution spawns its agent's command in its own process group, with
 //! an environment built only from the allowlisted host variables, negotiates protocol
@@ -38,12 +40,16 @@ mod client;
 mod elicitation;
 mod options;
 mod runtime;
+mod setup;
 
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub use client::fuzz_wire;
-pub use client::{INBOUND_BYTES, INBOUND_LIMIT, READ_LIMIT};
-pub use options::{AcpAgent, AcpOptions, DEFAULT_CANCEL_GRACE_MS, FileAccess};
+pub use client::{INBOUND_BYTES, INBOUND_LIMIT, READ_LIMIT, REPLAY_SETTLE_LIMIT};
+pub use options::{
+    ASKING_MODES, AcpAgent, AcpOptions, ApprovalPolicy, ConfigValue, DEFAULT_CANCEL_GRACE_MS,
+    DEFAULT_REPLAY_QUIET_MS, FileAccess,
+};
 pub use runtime::{
     ADAPTER_ID, AcpAdapter, DEFAULT_AGENT, MAX_AGENT_NAME, NAMESPACE, PROBE_TIMEOUT, Stats,
     StatsSnapshot, descriptor,

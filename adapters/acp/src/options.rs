@@ -1,5 +1,7 @@
-//! [`AcpAgent`], the operator's configuration: how to start an agent and what to serve it;
-//! [`AcpOptions`], what a caller may set per execution: which of the operator's agents runs.
+//! [`AcpAgent`], the operator's configuration: how to start an agent, what to serve it, which
+//! session mode and configuration options its sessions get and which of those a caller may
+//! choose; [`AcpOptions`], what a caller may set per execution: which of the operator's agents
+//! runs, and the modes and options the operator lets callers pick.
 //!
 //! The split is a security boundary: a caller's execution request never chooses the program
 //! that runs, its working directory (the file workspace) or which host variables it sees.
@@ -9,6 +11,8 @@
 //! naming `command`, `cwd` or `env` is refused at preflight (`OPTIONS_INVALID`) before any
 //! process starts.
 
+use std::collections::BTreeMap;
+use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -22,6 +26,43 @@ use serde_json::Value;
 
 /// The default cancel grace period, in milliseconds.
 pub const DEFAULT_CANCEL_GRACE_MS: u64 = 2_000;
+
+/// The default [`AcpAgent::replay_quiet_ms`].
+pub const DEFAULT_REPLAY_QUIET_MS: u64 = 100;
+
+/// The session modes known to ask before running tools, by the id their agents give them:
+/// `default` (Claude Code's and Gemini CLI's default modes), `read-only` (Codex: approval
+/// before edits, commands and network access) and `ask`. [`AcpAgent::asking_modes`] replaces
+/// the list for one agent.
+pub const ASKING_MODES: [&str; 3] = ["default", "read-only", "ask"];
+
+/// Who decides whether the agent's tool calls wait for the caller's approval.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalPolicy {
+    /// Ask before running tools: sessions run in a mode that asks (the chosen mode must be one
+    /// of the [asking modes](AcpAgent::asking_modes); with none chosen, the adapter selects
+    /// the agent's first asking mode, or fails the start naming the modes offered when it has
+    /// none). An agent that offers no modes is taken to ask, as ACP's permission requests
+    /// intend. `interrupt.tool_approval` is reported `native`.
+    #[default]
+    Ask,
+    /// The agent's mode decides (it may run tools without asking): permission requests the
+    /// agent does send still become approvals, but `interrupt.tool_approval` is reported
+    /// `unsupported`, since nothing guarantees them.
+    Agent,
+}
+
+/// A value for one of the agent's session configuration options
+/// (`session/set_config_option`): a boolean toggle, or the id of a select option's value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, AdapterOptions)]
+#[serde(untagged)]
+pub enum ConfigValue {
+    /// For a `boolean` option.
+    Bool(bool),
+    /// For a `select` option: one of its values' ids.
+    Id(String),
+}
 
 /// What the adapter does with the agent's `fs/*` requests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -75,7 +116,7 @@ impl FileAccess {
 /// let err = AcpAgent::from_value(&serde_json::json!({"command": ["a"], "cwd": "/", "shell": true}));
 /// assert!(err.is_err());
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AcpAgent {
     /// The agent's argv: program, then arguments. Not run through a shell.
@@ -86,6 +127,11 @@ pub struct AcpAgent {
     /// Names of host environment variables copied to the agent; nothing else is inherited.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub env: Vec<String>,
+    /// Variables the operator sets for the agent (a `HOME` of its own, a config directory, a
+    /// model server's address or key), after those copied from `env`. Values are never
+    /// printed (`Debug` shows the names).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub set_env: BTreeMap<String, String>,
     /// How long a cancelled turn may take to end before the process group is terminated,
     /// then killed.
     #[serde(default = "default_grace")]
@@ -93,6 +139,53 @@ pub struct AcpAgent {
     /// What to do with the agent's file requests.
     #[serde(default)]
     pub files: FileAccess,
+    /// Whether tool calls wait for the caller's approval; see [`ApprovalPolicy`].
+    #[serde(default)]
+    pub approval: ApprovalPolicy,
+    /// The session mode (`session/set_mode`) sessions run in, unless a caller picks one of
+    /// `caller_modes`; it must be among the modes the agent offers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// The modes a caller may pick (`{"mode": ...}` in a request's options).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub caller_modes: Vec<String>,
+    /// The ids of this agent's modes that ask before running tools; absent, [`ASKING_MODES`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub asking_modes: Option<Vec<String>>,
+    /// Session configuration options (`session/set_config_option`) set on every session:
+    /// option id → value. Each must be an option the agent offers, with a value it offers.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub config_options: BTreeMap<String, ConfigValue>,
+    /// The ids of the configuration options a caller may set (`{"config": {...}}`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub caller_config_options: Vec<String>,
+    /// After `session/load` answers, updates for the loaded session are still taken as replay
+    /// (not delivered) until none arrived for this long (at most
+    /// [`REPLAY_SETTLE_LIMIT`](crate::REPLAY_SETTLE_LIMIT)): Gemini CLI sends part of its
+    /// replay after the answer. `0` ends the replay at the answer, as ACP specifies; each
+    /// continued conversation waits this long before its prompt is sent.
+    #[serde(default = "default_replay_quiet")]
+    pub replay_quiet_ms: u64,
+}
+
+impl fmt::Debug for AcpAgent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AcpAgent")
+            .field("command", &self.command)
+            .field("cwd", &self.cwd)
+            .field("env", &self.env)
+            .field("set_env", &self.set_env.keys().collect::<Vec<_>>())
+            .field("cancel_grace_ms", &self.cancel_grace_ms)
+            .field("files", &self.files)
+            .field("approval", &self.approval)
+            .field("mode", &self.mode)
+            .field("caller_modes", &self.caller_modes)
+            .field("asking_modes", &self.asking_modes)
+            .field("config_options", &self.config_options)
+            .field("caller_config_options", &self.caller_config_options)
+            .field("replay_quiet_ms", &self.replay_quiet_ms)
+            .finish()
+    }
 }
 
 /// What a caller may set per execution: which of the operator's agents runs, by name.
@@ -119,6 +212,14 @@ pub struct AcpOptions {
     /// default agent ([`DEFAULT_AGENT`](crate::DEFAULT_AGENT)).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<String>,
+    /// A session mode among the agent's
+    /// [`caller_modes`](AcpAgent::caller_modes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// Session configuration options among the agent's
+    /// [`caller_config_options`](AcpAgent::caller_config_options): option id → value.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub config: BTreeMap<String, ConfigValue>,
 }
 
 impl AcpOptions {
@@ -127,7 +228,22 @@ impl AcpOptions {
     pub fn named(name: impl Into<String>) -> Self {
         Self {
             agent: Some(name.into()),
+            ..Self::default()
         }
+    }
+
+    /// Also picks the session mode `mode` (one of the agent's `caller_modes`).
+    #[must_use]
+    pub fn with_mode(mut self, mode: impl Into<String>) -> Self {
+        self.mode = Some(mode.into());
+        self
+    }
+
+    /// Also sets the configuration option `id` (one of the agent's `caller_config_options`).
+    #[must_use]
+    pub fn with_config(mut self, id: impl Into<String>, value: ConfigValue) -> Self {
+        self.config.insert(id.into(), value);
+        self
     }
 
     /// The options as JSON, for an execution request.
@@ -147,8 +263,9 @@ impl AcpOptions {
         }
         let parsed = Self::deserialize(options).map_err(|e| {
             invalid(&format!(
-                "{e}; a request names at most an `agent` the operator registered: how an agent \
-                 runs (command, cwd, env, files, cancel grace) is the operator's AcpAgent"
+                "{e}; a request names at most an `agent` the operator registered, a `mode` and \
+                 `config` options the operator lets callers choose: how an agent runs \
+                 (command, cwd, env, files, cancel grace, approval) is the operator's AcpAgent"
             ))
         })?;
         // `Deserialize` also takes a struct from a JSON array (`[]`, `["x"]`): what the
@@ -169,6 +286,20 @@ fn default_grace() -> u64 {
     DEFAULT_CANCEL_GRACE_MS
 }
 
+fn default_replay_quiet() -> u64 {
+    DEFAULT_REPLAY_QUIET_MS
+}
+
+/// The session mode and configuration options one execution's session gets: the operator's,
+/// overridden where the caller may choose.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct SessionSetup {
+    pub(crate) mode: Option<String>,
+    pub(crate) config: BTreeMap<String, ConfigValue>,
+    /// Whether the session must run in a mode that asks before running tools.
+    pub(crate) ask: bool,
+}
+
 impl AcpAgent {
     /// The agent `command` run in `cwd`, with an empty environment.
     #[must_use]
@@ -180,9 +311,119 @@ impl AcpAgent {
             command: command.into_iter().map(Into::into).collect(),
             cwd: cwd.as_ref().to_path_buf(),
             env: Vec::new(),
+            set_env: BTreeMap::new(),
             cancel_grace_ms: DEFAULT_CANCEL_GRACE_MS,
             files: FileAccess::Decline,
+            approval: ApprovalPolicy::Ask,
+            mode: None,
+            caller_modes: Vec::new(),
+            asking_modes: None,
+            config_options: BTreeMap::new(),
+            caller_config_options: Vec::new(),
+            replay_quiet_ms: DEFAULT_REPLAY_QUIET_MS,
         }
+    }
+
+    /// Also sets the variable `name` to `value` for the agent.
+    #[must_use]
+    pub fn set_env(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.set_env.insert(name.into(), value.into());
+        self
+    }
+
+    /// Sets the approval policy.
+    #[must_use]
+    pub fn with_approval(mut self, approval: ApprovalPolicy) -> Self {
+        self.approval = approval;
+        self
+    }
+
+    /// Runs sessions in the session mode `mode`.
+    #[must_use]
+    pub fn with_mode(mut self, mode: impl Into<String>) -> Self {
+        self.mode = Some(mode.into());
+        self
+    }
+
+    /// Lets callers pick the session mode `mode`.
+    #[must_use]
+    pub fn allow_caller_mode(mut self, mode: impl Into<String>) -> Self {
+        self.caller_modes.push(mode.into());
+        self
+    }
+
+    /// Declares which of this agent's modes ask before running tools (replacing
+    /// [`ASKING_MODES`]).
+    #[must_use]
+    pub fn with_asking_modes(mut self, modes: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.asking_modes = Some(modes.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Sets the configuration option `id` to `value` on every session.
+    #[must_use]
+    pub fn with_config(mut self, id: impl Into<String>, value: ConfigValue) -> Self {
+        self.config_options.insert(id.into(), value);
+        self
+    }
+
+    /// Lets callers set the configuration option `id`.
+    #[must_use]
+    pub fn allow_caller_config(mut self, id: impl Into<String>) -> Self {
+        self.caller_config_options.push(id.into());
+        self
+    }
+
+    /// Sets how long a replay must be quiet after `session/load` answers.
+    #[must_use]
+    pub fn with_replay_quiet(mut self, quiet: Duration) -> Self {
+        self.replay_quiet_ms = u64::try_from(quiet.as_millis()).unwrap_or(u64::MAX);
+        self
+    }
+
+    /// How long a replay must be quiet after `session/load` answers.
+    #[must_use]
+    pub fn replay_quiet(&self) -> Duration {
+        Duration::from_millis(self.replay_quiet_ms)
+    }
+
+    /// Whether the session mode `mode` asks before running tools.
+    #[must_use]
+    pub fn asks(&self, mode: &str) -> bool {
+        match &self.asking_modes {
+            Some(modes) => modes.iter().any(|m| m == mode),
+            None => ASKING_MODES.contains(&mode),
+        }
+    }
+
+    /// What a caller's `options` choose for the session, checked against what this agent
+    /// lets callers choose.
+    pub(crate) fn setup(&self, options: &AcpOptions) -> Result<SessionSetup, HarnessError> {
+        if let Some(mode) = &options.mode
+            && !self.caller_modes.contains(mode)
+        {
+            return Err(invalid(&format!(
+                "the caller may not choose session mode {mode:?}; {}",
+                allowed("modes", &self.caller_modes)
+            )));
+        }
+        if let Some(id) = options
+            .config
+            .keys()
+            .find(|id| !self.caller_config_options.contains(id))
+        {
+            return Err(invalid(&format!(
+                "the caller may not set configuration option {id:?}; {}",
+                allowed("configuration options", &self.caller_config_options)
+            )));
+        }
+        let mut config = self.config_options.clone();
+        config.extend(options.config.clone());
+        Ok(SessionSetup {
+            mode: options.mode.clone().or_else(|| self.mode.clone()),
+            config,
+            ask: self.approval == ApprovalPolicy::Ask,
+        })
     }
 
     /// Also copies the host variable `name` to the agent.
@@ -235,16 +476,44 @@ impl AcpAgent {
         if !self.cwd.is_absolute() {
             return Err(invalid_agent("`cwd` must be an absolute path"));
         }
-        if let Some(bad) = self
-            .env
-            .iter()
-            .find(|n| n.is_empty() || n.contains('=') || n.contains('\0'))
-        {
+        let bad_name = |n: &&String| n.is_empty() || n.contains('=') || n.contains('\0');
+        if let Some(bad) = self.env.iter().find(bad_name) {
             return Err(invalid_agent(&format!(
                 "`env` has an invalid variable name {bad:?}"
             )));
         }
+        if let Some(bad) = self.set_env.keys().find(bad_name) {
+            return Err(invalid_agent(&format!(
+                "`setEnv` has an invalid variable name {bad:?}"
+            )));
+        }
+        if let Some((name, _)) = self.set_env.iter().find(|(_, v)| v.contains('\0')) {
+            return Err(invalid_agent(&format!(
+                "`setEnv` sets {name:?} to a value with a NUL byte"
+            )));
+        }
+        if self.approval == ApprovalPolicy::Ask {
+            let modes = self.mode.iter().chain(&self.caller_modes);
+            if let Some(mode) = modes.into_iter().find(|m| !self.asks(m)) {
+                return Err(invalid_agent(&format!(
+                    "session mode {mode:?} is not known to ask before running tools, yet the \
+                     approval policy is `ask`: declare it in `askingModes` if it asks, or set \
+                     `approval` to `agent`"
+                )));
+            }
+        }
         Ok(())
+    }
+}
+
+fn allowed(what: &str, ids: &[String]) -> String {
+    if ids.is_empty() {
+        format!("the operator lets callers choose no {what}")
+    } else {
+        format!(
+            "the operator lets callers choose the {what} {}",
+            ids.join(", ")
+        )
     }
 }
 

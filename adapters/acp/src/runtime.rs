@@ -38,7 +38,8 @@ use tokio::sync::{mpsc, watch};
 
 use crate::client::{AgentProcess, Inbound, protocol};
 use crate::elicitation::{self, Unsupported};
-use crate::options::{AcpAgent, AcpOptions};
+use crate::options::{AcpAgent, AcpOptions, SessionSetup};
+use crate::setup;
 
 /// The adapter id.
 pub const ADAPTER_ID: &str = "acp";
@@ -377,11 +378,12 @@ impl AcpAdapter {
         self.profiles.keys().map(String::as_str)
     }
 
-    /// The agent a request's options pick.
-    fn profile(&self, options: &Value) -> Result<&Profile, HarnessError> {
+    /// The agent a request's options pick, and the session setup they choose (checked against
+    /// what that agent lets callers choose).
+    fn profile(&self, options: &Value) -> Result<(&Profile, SessionSetup), HarnessError> {
         let options = AcpOptions::from_value(options)?;
         let name = options.agent.as_deref().unwrap_or(DEFAULT_AGENT);
-        self.profiles.get(name).ok_or_else(|| {
+        let profile = self.profiles.get(name).ok_or_else(|| {
             let known: Vec<&str> = self.agents().collect();
             HarnessError::new(
                 ErrorCategory::Configuration,
@@ -391,7 +393,9 @@ impl AcpAdapter {
                 ),
             )
             .with_code(ErrorCode::OPTIONS_INVALID)
-        })
+        })?;
+        let setup = profile.agent.setup(&options)?;
+        Ok((profile, setup))
     }
 
     /// The counters shared by this adapter's runtimes.
@@ -400,7 +404,8 @@ impl AcpAdapter {
         Arc::clone(&self.stats)
     }
 
-    /// The ACP session id a conversation maps to, once one of its turns succeeded.
+    /// The ACP session id a conversation maps to, from the moment its first execution opened
+    /// the session (whether or not that turn succeeded).
     #[must_use]
     pub fn session_of(&self, conversation: &ConversationId) -> Option<String> {
         lock(&self.sessions)
@@ -456,6 +461,32 @@ impl AcpAdapter {
     }
 }
 
+/// A `session/load` the agent refused for good (not a transient failure of its provider or
+/// process): the conversation's native state could not be loaded, `persistence`, with the
+/// agent's reason in the diagnostic. (Gemini CLI 0.61.0, for one, cannot load a session
+/// saved in the same wall-clock minute: "No previous sessions found for this project".)
+fn load_failed(err: HarnessError, session: &SessionId) -> HarnessError {
+    if !matches!(
+        err.category(),
+        ErrorCategory::Internal | ErrorCategory::Configuration
+    ) {
+        return err;
+    }
+    let mut failed = HarnessError::new(
+        ErrorCategory::Persistence,
+        "the ACP agent could not reopen the conversation's session",
+    )
+    .with_diagnostic(format!(
+        "session/load {}: {}",
+        session.0,
+        err.diagnostic().unwrap_or_default()
+    ));
+    if let Some(code) = err.provider_code() {
+        failed = failed.with_provider_code(code);
+    }
+    failed
+}
+
 fn multi_turn_unsupported(conversation: Option<&ConversationId>) -> HarnessError {
     let what = conversation.map_or_else(
         || "a conversation".to_owned(),
@@ -483,10 +514,19 @@ impl HarnessAdapter for AcpAdapter {
         Box::pin(async move {
             // A caller's options, and a conversation bound to another agent, are refused
             // before anything is started.
-            let profile = self.profile(&config.options)?;
+            let (profile, setup) = self.profile(&config.options)?;
             session_for(&self.sessions, config.conversation.as_ref(), &profile.name)?;
             let probed = self.probe(profile).await?;
             let mut report = Self::static_descriptor().capabilities().clone();
+            if !setup.ask {
+                report.declare(
+                    CapabilityKey::InterruptToolApproval,
+                    Capability::unsupported(
+                        "the operator's approval policy is `agent`: the agent's session mode \
+                         decides whether a tool call waits for approval, so none is guaranteed",
+                    ),
+                );
+            }
             if !probed.load_session {
                 if config.conversation.is_some() {
                     return Err(multi_turn_unsupported(config.conversation.as_ref()));
@@ -507,25 +547,28 @@ impl HarnessAdapter for AcpAdapter {
         &self,
         context: RuntimeContext,
     ) -> BoxFuture<'_, Result<Box<dyn HarnessRuntime>, HarnessError>> {
-        let result = self.profile(&context.config.options).map(|profile| {
-            let (turn_tx, _) = watch::channel(false);
-            let (halt_tx, _) = watch::channel(false);
-            Box::new(AcpRuntime {
-                adapter: context.adapter.clone(),
-                execution_id: context.execution_id,
-                agent: Arc::clone(&profile.agent),
-                agent_name: Arc::clone(&profile.name),
-                conversation: context.config.conversation,
-                sessions: Arc::clone(&self.sessions),
-                stats: Arc::clone(&self.stats),
-                init: tokio::sync::Mutex::new(None),
-                inbound: tokio::sync::Mutex::new(None),
-                held: Mutex::default(),
-                state: Mutex::new(State::default()),
-                turn: turn_tx,
-                halt: halt_tx,
-            }) as Box<dyn HarnessRuntime>
-        });
+        let result = self
+            .profile(&context.config.options)
+            .map(|(profile, setup)| {
+                let (turn_tx, _) = watch::channel(false);
+                let (halt_tx, _) = watch::channel(false);
+                Box::new(AcpRuntime {
+                    adapter: context.adapter.clone(),
+                    execution_id: context.execution_id,
+                    agent: Arc::clone(&profile.agent),
+                    agent_name: Arc::clone(&profile.name),
+                    setup,
+                    conversation: context.config.conversation,
+                    sessions: Arc::clone(&self.sessions),
+                    stats: Arc::clone(&self.stats),
+                    init: tokio::sync::Mutex::new(None),
+                    inbound: tokio::sync::Mutex::new(None),
+                    held: Mutex::default(),
+                    state: Mutex::new(State::default()),
+                    turn: turn_tx,
+                    halt: halt_tx,
+                }) as Box<dyn HarnessRuntime>
+            });
         Box::pin(async move { result })
     }
 }
@@ -585,13 +628,16 @@ struct State {
     announced: bool,
     /// Set by `session/load`: how many replayed updates were not emitted (announced once).
     loaded: Option<Value>,
-    /// A conversation whose session was opened here: recorded when a turn succeeds.
-    record: Option<(ConversationId, SessionId)>,
+    /// The session's mode and configuration options, once applied (announced once).
+    configured: Option<Value>,
+    /// Whether the caller rejected a tool call during this turn.
+    rejected: bool,
     /// `true` while `initialize` starts the agent.
     initializing: bool,
     pending: Option<Pending>,
-    /// Tool calls reported as started / as ended.
-    started: HashSet<String>,
+    /// Tool calls reported as started, with the tool and arguments last reported; those
+    /// reported as ended.
+    started: HashMap<String, (String, Value)>,
     ended: HashSet<String>,
     titles: HashMap<String, String>,
 }
@@ -603,6 +649,8 @@ struct AcpRuntime {
     agent: Arc<AcpAgent>,
     /// The agent's name: a conversation's session is looked up for it.
     agent_name: Arc<str>,
+    /// The session mode and configuration options this execution's session gets.
+    setup: SessionSetup,
     conversation: Option<ConversationId>,
     sessions: Arc<Mutex<HashMap<ConversationId, Bound>>>,
     stats: Arc<Stats>,
@@ -715,29 +763,63 @@ impl AcpRuntime {
     async fn handshake(&self, agent: &AgentProcess) -> Result<RuntimeInit, HarnessError> {
         let init = agent.initialize(self.agent.files).await?;
         let known = session_for(&self.sessions, self.conversation.as_ref(), &self.agent_name)?;
-        let (session_id, loaded) = match known {
+        let (session_id, loaded, modes, options) = match known {
             Some(session_id) if init.agent_capabilities.load_session => {
                 let request = LoadSessionRequest::new(session_id.clone(), self.agent.cwd.clone());
-                let (_, replayed) = agent.load(request).await?;
+                let (response, replayed) = agent
+                    .load(request, self.agent.replay_quiet())
+                    .await
+                    .map_err(|e| load_failed(e, &session_id))?;
                 let loaded = json!({"sessionId": session_id.0, "replayedUpdates": replayed});
-                (session_id, Some(loaded))
+                (
+                    session_id,
+                    Some(loaded),
+                    response.modes,
+                    response.config_options,
+                )
             }
             Some(_) => return Err(multi_turn_unsupported(self.conversation.as_ref())),
             None => {
                 let response = agent
                     .call(NewSessionRequest::new(self.agent.cwd.clone()))
                     .await?;
-                (response.session_id, None)
+                (
+                    response.session_id,
+                    None,
+                    response.modes,
+                    response.config_options,
+                )
             }
         };
-        let mut state = lock(&self.state);
+        let configured = if modes.is_some() || !self.setup.config.is_empty() {
+            let applied = setup::apply(
+                agent,
+                &session_id,
+                &self.agent,
+                &self.setup,
+                modes.as_ref(),
+                options.as_deref(),
+            )
+            .await?;
+            Some(applied)
+        } else {
+            None
+        };
+        // The conversation continues in this session from now on, whatever its first turn
+        // does: a failed or cancelled turn is part of its history too.
         if loaded.is_none()
             && let Some(conversation) = self.conversation.clone()
         {
-            state.record = Some((conversation, session_id.clone()));
+            let bound = Bound {
+                agent: Arc::clone(&self.agent_name),
+                session: session_id.clone(),
+            };
+            lock(&self.sessions).insert(conversation, bound);
         }
+        let mut state = lock(&self.state);
         state.session_id = Some(session_id.clone());
         state.loaded = loaded;
+        state.configured = configured;
         state.negotiated = Some(json!({
             "protocolVersion": init.protocol_version,
             "agentCapabilities": init.agent_capabilities,
@@ -793,7 +875,7 @@ impl AcpRuntime {
             out.push_back(Err(e));
             return out;
         }
-        let (agent, inbound, session_id, announce, loaded) = {
+        let (agent, inbound, session_id, announce, loaded, configured) = {
             let mut state = lock(&self.state);
             let announce = if state.announced {
                 None
@@ -807,6 +889,7 @@ impl AcpRuntime {
                 state.session_id.clone(),
                 announce,
                 state.loaded.take(),
+                state.configured.take(),
             )
         };
         let (Some(agent), Some(inbound), Some(session_id)) = (agent, inbound, session_id) else {
@@ -822,7 +905,11 @@ impl AcpRuntime {
         if let Some(loaded) = loaded {
             self.native("session_loaded", &loaded, &mut out);
         }
+        if let Some(configured) = configured {
+            self.native("session_configured", &configured, &mut out);
+        }
         agent.refuse_requests(false);
+        lock(&self.state).rejected = false;
         self.turn.send_replace(true);
         let turn_flag = self.turn.clone();
         let mut prompt = PromptRequest::new(
@@ -867,7 +954,10 @@ impl AcpRuntime {
                 lock(&self.state)
                     .titles
                     .insert(id.clone(), call.title.clone());
-                if !self.started(&id, &call.title, arguments, out) {
+                // Announced again: the agent's latest tool and input.
+                if !self.started(&id, &call.title, arguments.clone(), out)
+                    && !self.updated(&id, Some(&call.title), Some(&arguments), out)
+                {
                     self.native("tool_call", &call, out);
                 }
                 let output = tool_output(call.raw_output.as_ref(), Some(&call.content));
@@ -876,18 +966,44 @@ impl AcpRuntime {
             SessionUpdate::ToolCallUpdate(update) => {
                 let id = update.tool_call_id.0.to_string();
                 let fields = &update.fields;
+                if let Some(title) = &fields.title {
+                    lock(&self.state).titles.insert(id.clone(), title.clone());
+                }
                 match fields.status {
                     Some(status @ (ToolCallStatus::Completed | ToolCallStatus::Failed)) => {
                         let title = fields.title.clone().unwrap_or_else(|| self.title(&id));
                         let arguments = fields.raw_input.clone().unwrap_or_else(|| json!({}));
-                        self.started(&id, &title, arguments, out);
+                        if !self.started(&id, &title, arguments, out) {
+                            self.updated(
+                                &id,
+                                fields.title.as_deref(),
+                                fields.raw_input.as_ref(),
+                                out,
+                            );
+                        }
                         let output =
                             tool_output(fields.raw_output.as_ref(), fields.content.as_deref());
                         if !self.finish(&id, status, output, out) {
                             self.native("tool_call_update", &update, out);
                         }
                     }
-                    _ => self.native("tool_call_update", &update, out),
+                    _ => {
+                        // Claude announces a call with empty input and sends the input in an
+                        // update: the portable event carries what the agent actually runs.
+                        if fields.title.is_some() || fields.raw_input.is_some() {
+                            let title = fields.title.clone().unwrap_or_else(|| self.title(&id));
+                            let arguments = fields.raw_input.clone().unwrap_or_else(|| json!({}));
+                            if !self.started(&id, &title, arguments, out) {
+                                self.updated(
+                                    &id,
+                                    fields.title.as_deref(),
+                                    fields.raw_input.as_ref(),
+                                    out,
+                                );
+                            }
+                        }
+                        self.native("tool_call_update", &update, out);
+                    }
                 }
             }
             other => {
@@ -918,8 +1034,14 @@ impl AcpRuntime {
         arguments: Value,
         out: &mut VecDeque<EventResult>,
     ) -> bool {
-        if !lock(&self.state).started.insert(id.to_owned()) {
-            return false;
+        {
+            let mut state = lock(&self.state);
+            if state.started.contains_key(id) {
+                return false;
+            }
+            state
+                .started
+                .insert(id.to_owned(), (tool_name(title), arguments.clone()));
         }
         match tool_call_id(id) {
             Ok(call_id) => out.push_back(Ok(AdapterEvent::Content(Content::ToolCallStarted(
@@ -927,6 +1049,51 @@ impl AcpRuntime {
                     call_id,
                     tool: tool_name(title),
                     arguments,
+                },
+            )))),
+            Err(e) => out.push_back(Err(e)),
+        }
+        true
+    }
+
+    /// Emits `tool.call.updated` for a started call that has not ended when the agent's
+    /// `title` or `arguments` (each absent: unchanged) differ from those last reported;
+    /// `true` if it did.
+    fn updated(
+        &self,
+        id: &str,
+        title: Option<&str>,
+        arguments: Option<&Value>,
+        out: &mut VecDeque<EventResult>,
+    ) -> bool {
+        let call = {
+            let mut state = lock(&self.state);
+            if state.ended.contains(id) {
+                return false;
+            }
+            let Some((tool, args)) = state.started.get_mut(id) else {
+                return false;
+            };
+            let new_tool = title.map(tool_name);
+            let changed = new_tool.as_ref().is_some_and(|t| t != tool)
+                || arguments.is_some_and(|a| a != args);
+            if !changed {
+                return false;
+            }
+            if let Some(t) = new_tool {
+                *tool = t;
+            }
+            if let Some(a) = arguments {
+                a.clone_into(args);
+            }
+            (tool.clone(), args.clone())
+        };
+        match tool_call_id(id) {
+            Ok(call_id) => out.push_back(Ok(AdapterEvent::Content(Content::ToolCallUpdated(
+                ToolCall {
+                    call_id,
+                    tool: call.0,
+                    arguments: call.1,
                 },
             )))),
             Err(e) => out.push_back(Err(e)),
@@ -970,11 +1137,26 @@ impl AcpRuntime {
         }
     }
 
+    /// A permission request becomes a tool-approval interrupt (pushed to `out`, after a
+    /// `tool.call.updated` when the request brings the call's input or title anew).
     fn permission(
         &self,
         request: &RequestPermissionRequest,
         responder: acp::v1::Responder<RequestPermissionResponse>,
-    ) -> EventResult {
+        out: &mut VecDeque<EventResult>,
+    ) {
+        match self.permission_request(request, responder, out) {
+            Ok(event) => out.push_back(Ok(event)),
+            Err(e) => out.push_back(Err(e)),
+        }
+    }
+
+    fn permission_request(
+        &self,
+        request: &RequestPermissionRequest,
+        responder: acp::v1::Responder<RequestPermissionResponse>,
+        out: &mut VecDeque<EventResult>,
+    ) -> Result<AdapterEvent, HarnessError> {
         let id = request.tool_call.tool_call_id.0.to_string();
         let call_id = tool_call_id(&id)?;
         let pick = |kinds: [PermissionOptionKind; 2]| {
@@ -1002,8 +1184,15 @@ impl AcpRuntime {
             allowed.push(DecisionKind::Reject);
         }
         let fields = &request.tool_call.fields;
+        self.updated(&id, fields.title.as_deref(), fields.raw_input.as_ref(), out);
         let title = fields.title.clone().unwrap_or_else(|| self.title(&id));
-        let arguments = fields.raw_input.clone().unwrap_or_else(|| json!({}));
+        // Absent from the request: the input the call was last reported with.
+        let arguments = fields.raw_input.clone().unwrap_or_else(|| {
+            lock(&self.state)
+                .started
+                .get(&id)
+                .map_or_else(|| json!({}), |(_, args)| args.clone())
+        });
         let approval =
             ToolCallApproval::new(call_id.clone(), tool_name(&title), arguments, json!({}))
                 .and_then(|a| a.with_allowed(allowed))
@@ -1057,6 +1246,13 @@ impl AcpRuntime {
         let response = result.map_err(|e| self.with_stderr(e))?;
         let summary = match response.stop_reason {
             StopReason::EndTurn => None,
+            // Some agents (Codex) end the turn `cancelled` when the caller rejects a tool call:
+            // the caller's decision, not a failure. Nobody rejected and nobody cancelled: the
+            // agent gave up on its own.
+            StopReason::Cancelled if !self.refusing() && lock(&self.state).rejected => Some(
+                "stop reason: cancelled (the agent ended the turn after a tool call was rejected)"
+                    .to_owned(),
+            ),
             StopReason::Cancelled => {
                 return Err(HarnessError::new(
                     ErrorCategory::Cancelled,
@@ -1071,14 +1267,6 @@ impl AcpRuntime {
                     .unwrap_or_else(|| "other".to_owned())
             )),
         };
-        // The conversation now continues in this session.
-        if let Some((conversation, session_id)) = lock(&self.state).record.take() {
-            let bound = Bound {
-                agent: Arc::clone(&self.agent_name),
-                session: session_id,
-            };
-            lock(&self.sessions).insert(conversation, bound);
-        }
         Ok(AdapterEvent::Completed(RunSucceeded { summary }))
     }
 }
@@ -1145,6 +1333,17 @@ impl Segment<'_> {
                     rt.map_update(update, &mut self.queue);
                 }
             }
+            // An informational update the schema refuses: reported, and the run goes on.
+            Inbound::Unparsed(unparsed, _consumed) => {
+                if lock(&rt.state).session_id.as_ref() == Some(&unparsed.session_id) {
+                    let payload = json!({
+                        "sessionUpdate": unparsed.kind(),
+                        "update": unparsed.update,
+                        "error": unparsed.error,
+                    });
+                    rt.native("unparsed_update", &payload, &mut self.queue);
+                }
+            }
             // Queued before the turn was cancelled: answered `cancelled`, never raised.
             Inbound::Permission { responder, .. } if rt.refusing() => {
                 let _ = responder.respond(RequestPermissionResponse::new(
@@ -1157,10 +1356,7 @@ impl Segment<'_> {
             }
             Inbound::Permission {
                 request, responder, ..
-            } => {
-                let item = rt.permission(&request, responder);
-                self.queue.push_back(item);
-            }
+            } => rt.permission(&request, responder, &mut self.queue),
             Inbound::Elicitation {
                 request, responder, ..
             } => {
@@ -1232,6 +1428,7 @@ impl AcpRuntime {
             .responder
             .respond(RequestPermissionResponse::new(outcome));
         let reason = rejected?;
+        lock(&self.state).rejected = true;
         let id = pending.call_id.as_str().to_owned();
         lock(&self.state).ended.insert(id).then(|| {
             Ok(AdapterEvent::Content(Content::ToolCallCompleted(

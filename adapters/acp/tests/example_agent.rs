@@ -71,6 +71,9 @@ async fn a_prompt_streams_text_and_tool_calls_and_its_permission_request_is_appr
             "tool.call.completed",
             "message.delta",
             "tool.call.started", // call_2, needs permission
+            // The permission request names another path than the announced call: the
+            // input the approval is about.
+            "tool.call.updated",
             "action.requested",
             "run.awaiting_approval",
             "action.resolved",

@@ -483,6 +483,10 @@ impl Redactor {
                 self.redact_json(&mut call.arguments);
                 Content::ToolCallStarted(call)
             }
+            Content::ToolCallUpdated(mut call) => {
+                self.redact_json(&mut call.arguments);
+                Content::ToolCallUpdated(call)
+            }
             Content::ToolCallCompleted(mut done) => {
                 match &mut done.outcome {
                     ToolCallOutcome::Success { output } => {

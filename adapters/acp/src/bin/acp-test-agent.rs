@@ -20,7 +20,7 @@
 //!
 //! | mode | a `session/prompt` turn |
 //! |---|---|
-//! | `echo` | thought chunk `thinking`; message chunks `turn <n>: ` and `<prompt text>` (`n` = 1-based turn of the session, counting turns of earlier processes), or, for a prompt starting with `recall`, `recall: <the session's earlier prompts, joined by "; ">`; `usage_update` (`used` = prompt characters of the session so far, `size` = 100000); the turn is appended to the history file; `end_turn` |
+//! | `echo` | thought chunk `thinking`; message chunks `turn <n>: ` and `<prompt text>` (`n` = 1-based turn of the session, counting turns of earlier processes), or, for a prompt starting with `recall`, `recall: <the session's earlier prompts, joined by "; ">`; `usage_update` (`used` = prompt characters of the session so far, `size` = 100000); the turn is appended to the history file; `end_turn`, or, for a prompt starting with `fail`, the error `-32603` (the turn stays in the history) |
 //! | `no-load` | as `echo`, but `loadSession` is false and `session/load` is method not found |
 //! | `elicit` | an `elicitation/create` request in form mode (required string `name`, optional integer `age`) if the client advertised `elicitation.form`, else message `elicitation unsupported`, `end_turn`; accept → message `hello <name>`, `end_turn`; decline → message `declined`, `end_turn`; cancel → `cancelled` |
 //! | `permission` | `tool_call` `call-1` (`write file`, kind `edit`, rawInput `{"path":"a.txt"}`), then `session/request_permission` with options `allow` (`allow_once`) and `reject` (`reject_once`); allow → `tool_call_update` completed, rawOutput `{"ok":true}`, message `done`, `end_turn`; reject → `tool_call_update` failed, message `rejected`, `end_turn`; cancelled outcome → `cancelled` |
@@ -51,9 +51,15 @@
 //! | `double-ask` | `tool_call`s `t1` and `t2` and a `session/request_permission` for each (options `yes` / `no`), sent back to back before either is answered; then waits for both answers: both selected → message `both answered`, `end_turn`; any cancelled outcome → `cancelled` |
 //! | `orphan-crash` | spawns a child (`acp-test-agent sleep TAG...`, same process group) that inherits the agent's stdout and holds it open; message chunk `about to crash`; exit status 3 |
 //! | `tool-content` | `tool_call` `t1` (`list`, kind `read`) already `completed`, with text content `listing` and no rawOutput; `end_turn` |
+//! | `informational` | message chunk `hello`, then two raw `session/update` lines the schema refuses: a `usage_update` with `"used": null` (as `@zed-industries/claude-agent-acp` sends) and one of kind `future_update`; message chunk ` world`; `end_turn`, or, for a prompt containing `hang`, waits for `session/cancel` and answers `cancelled` |
+//! | `reject-cancels` | as `approval`'s request for `t1` (options `yes` / `no`); `yes` → completed `tool_call_update`, `end_turn`; `no` → failed `tool_call_update` and the stop reason `cancelled` although nobody cancelled (as Codex does); a cancelled outcome → `cancelled` |
+//! | `fail` | fails the prompt with `-32603` `Internal error`, `data` `{"details": <prompt text>}` (as Codex reports a model provider's failure) |
+//! | `late-input` | `tool_call` `t1` titled `Terminal` (kind `execute`, empty rawInput), then a `tool_call_update` with title `touch created.txt` and rawInput `{"command":"touch created.txt"}` (as Claude Code announces a command), then `session/request_permission` for `t1` (options `yes` / `no`, no rawInput); `yes` → completed `tool_call_update`; `no` → failed; `end_turn` |
+//! | `late-replay` | as `echo` (history, `loadSession`), but `session/load` answers first and replays the history 50 ms later (as Gemini CLI sends part of it after the answer), and a turn waits 200 ms (a model's latency) before it answers as `echo` |
+//! | `modes` | `session/new` (and `session/load`, which it serves from history as `echo` does) answers with modes `auto` (current), `ask` and `yolo` and config options `model` (select: `m1` current, `m2`) and `fast` (boolean, false); serves `session/set_mode` and `session/set_config_option` (unknown ids: `-32602`); a turn says `mode=<mode> model=<model> fast=<fast>`, then, in mode `ask`, asks for `t1` as `approval` does (message `approved` / `rejected`), elsewhere runs `t1` without asking (a completed `tool_call`); `end_turn` |
 //! | `sleep` | (not an agent) what `ignore-cancel` spawns: ignores `SIGTERM`, sleeps 300 s |
 //!
-//! Session history (`echo`, `no-load`) is kept in `<cwd>/.acp-test-agent/<sessionId>.json`,
+//! Session history (`echo`, `no-load`, `late-replay`, `modes`) is kept in `<cwd>/.acp-test-agent/<sessionId>.json`,
 //! `cwd` being the `cwd` of `session/new` (or `session/load`):
 //!
 //! ```json
@@ -80,9 +86,11 @@ use agent_client_protocol::v1::schema::{
     InitializeResponse, IntegerPropertySchema, LoadSessionRequest, LoadSessionResponse,
     NewSessionRequest, NewSessionResponse, PermissionOption, PermissionOptionKind, PromptRequest,
     PromptResponse, ReadTextFileRequest, RequestPermissionOutcome, RequestPermissionRequest,
-    SessionNotification, SessionUpdate, StopReason, TextContent, ToolCall, ToolCallContent,
-    ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind, UsageUpdate,
-    WriteTextFileRequest,
+    SessionConfigOption, SessionConfigOptionValue, SessionConfigSelectOption, SessionMode,
+    SessionModeState, SessionNotification, SessionUpdate, SetSessionConfigOptionRequest,
+    SetSessionConfigOptionResponse, SetSessionModeRequest, SetSessionModeResponse, StopReason,
+    TextContent, ToolCall, ToolCallContent, ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields,
+    ToolKind, UsageUpdate, WriteTextFileRequest,
 };
 use agent_client_protocol::v1::{ConnectionTo, Responder};
 use agent_client_protocol::{Client, Error, ErrorCode, JsonRpcResponse, Lines};
@@ -126,6 +134,12 @@ enum Mode {
     DoubleAsk,
     OrphanCrash,
     ToolContent,
+    Informational,
+    RejectCancels,
+    Fail,
+    LateInput,
+    LateReplay,
+    Modes,
     Sleep,
 }
 
@@ -169,6 +183,12 @@ impl Mode {
             "double-ask" => Self::DoubleAsk,
             "orphan-crash" => Self::OrphanCrash,
             "tool-content" => Self::ToolContent,
+            "informational" => Self::Informational,
+            "reject-cancels" => Self::RejectCancels,
+            "fail" => Self::Fail,
+            "late-input" => Self::LateInput,
+            "late-replay" => Self::LateReplay,
+            "modes" => Self::Modes,
             "sleep" => Self::Sleep,
             _ => return None,
         })
@@ -176,7 +196,15 @@ impl Mode {
 
     /// Whether sessions keep a history file and can be loaded.
     fn keeps_history(self) -> bool {
-        matches!(self, Self::Echo | Self::NoLoad)
+        matches!(
+            self,
+            Self::Echo | Self::NoLoad | Self::LateReplay | Self::Modes
+        )
+    }
+
+    /// Whether `session/load` is offered and served.
+    fn loads(self) -> bool {
+        matches!(self, Self::Echo | Self::LateReplay | Self::Modes)
     }
 }
 
@@ -281,6 +309,24 @@ async fn serve(mode: Mode, tags: Vec<String>) -> i32 {
                     let agent = agent.clone();
                     let turn_cx = cx.clone();
                     cx.spawn(async move { agent.prompt(request, responder, turn_cx).await })
+                }
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            {
+                let agent = agent.clone();
+                async move |request: SetSessionModeRequest, responder, _cx| {
+                    agent.set_mode(&request, responder)
+                }
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            {
+                let agent = agent.clone();
+                async move |request: SetSessionConfigOptionRequest, responder, _cx| {
+                    agent.set_config_option(&request, responder)
                 }
             },
             agent_client_protocol::on_receive_request!(),
@@ -393,6 +439,8 @@ struct Session {
     history: History,
     /// Notified by `session/cancel`; a fresh one per turn.
     cancel: Arc<Notify>,
+    /// `modes`: the session's mode and configuration options.
+    settings: Settings,
 }
 
 /// The on-disk history of a session (`<cwd>/.acp-test-agent/<sessionId>.json`).
@@ -446,6 +494,62 @@ impl History {
 
 type Outcome = Result<(), Error>;
 
+/// What `modes` offers and keeps per session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Settings {
+    mode: String,
+    model: String,
+    fast: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            mode: "auto".to_owned(),
+            model: "m1".to_owned(),
+            fast: false,
+        }
+    }
+}
+
+/// The modes and configuration options `modes` offers, with `settings` current.
+fn offered(settings: &Settings) -> (SessionModeState, Vec<SessionConfigOption>) {
+    let modes = SessionModeState::new(
+        settings.mode.clone(),
+        vec![
+            SessionMode::new("auto", "Auto").description("runs tools without asking"),
+            SessionMode::new("ask", "Ask").description("asks before running tools"),
+            SessionMode::new("yolo", "Yolo"),
+        ],
+    );
+    let options = vec![
+        SessionConfigOption::select(
+            "model",
+            "Model",
+            settings.model.clone(),
+            vec![
+                SessionConfigSelectOption::new("m1", "Model one"),
+                SessionConfigSelectOption::new("m2", "Model two"),
+            ],
+        ),
+        SessionConfigOption::boolean("fast", "Fast", settings.fast),
+    ];
+    (modes, options)
+}
+
+/// Replays `turns` of session `id`: a user message chunk and an agent message chunk each.
+fn replay(cx: &ConnectionTo<Client>, id: &str, turns: &[Turn]) -> Outcome {
+    for turn in turns {
+        update(
+            cx,
+            id,
+            SessionUpdate::UserMessageChunk(chunk(turn.prompt.clone())),
+        )?;
+        update(cx, id, message(turn.answer.clone()))?;
+    }
+    Ok(())
+}
+
 impl TestAgent {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
@@ -472,7 +576,7 @@ impl TestAgent {
             return cx.spawn(never_answer(responder));
         }
         let response = InitializeResponse::new(ProtocolVersion::V1)
-            .agent_capabilities(AgentCapabilities::new().load_session(self.mode == Mode::Echo))
+            .agent_capabilities(AgentCapabilities::new().load_session(self.mode.loads()))
             .agent_info(Implementation::new(
                 "acp-test-agent",
                 env!("CARGO_PKG_VERSION"),
@@ -518,6 +622,7 @@ impl TestAgent {
                 cwd: request.cwd,
                 history,
                 cancel: Arc::default(),
+                settings: Settings::default(),
             },
         );
         drop(state);
@@ -526,7 +631,12 @@ impl TestAgent {
                 update(cx, &id, message(".".to_owned()))?;
             }
         }
-        responder.respond(NewSessionResponse::new(id))
+        let mut response = NewSessionResponse::new(id);
+        if self.mode == Mode::Modes {
+            let (modes, options) = offered(&Settings::default());
+            response = response.modes(modes).config_options(options);
+        }
+        responder.respond(response)
     }
 
     fn load_session(
@@ -535,7 +645,7 @@ impl TestAgent {
         responder: Responder<LoadSessionResponse>,
         cx: &ConnectionTo<Client>,
     ) -> Outcome {
-        if self.mode != Mode::Echo {
+        if !self.mode.loads() {
             return responder.respond_with_error(Error::method_not_found());
         }
         let id = request.session_id.0.to_string();
@@ -545,23 +655,79 @@ impl TestAgent {
                     .data(json!({ "sessionId": id })),
             );
         };
-        for turn in &history.turns {
-            update(
-                cx,
-                &id,
-                SessionUpdate::UserMessageChunk(chunk(turn.prompt.clone())),
-            )?;
-            update(cx, &id, message(turn.answer.clone()))?;
-        }
+        let turns = history.turns.clone();
         self.lock().sessions.insert(
-            id,
+            id.clone(),
             Session {
                 cwd: request.cwd,
                 history,
                 cancel: Arc::default(),
+                settings: Settings::default(),
             },
         );
-        responder.respond(LoadSessionResponse::new())
+        if self.mode == Mode::LateReplay {
+            responder.respond(LoadSessionResponse::new())?;
+            let late = cx.clone();
+            return cx.spawn(async move {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                replay(&late, &id, &turns)
+            });
+        }
+        replay(cx, &id, &turns)?;
+        let mut response = LoadSessionResponse::new();
+        if self.mode == Mode::Modes {
+            let (modes, options) = offered(&Settings::default());
+            response = response.modes(modes).config_options(options);
+        }
+        responder.respond(response)
+    }
+
+    fn set_mode(
+        &self,
+        request: &SetSessionModeRequest,
+        responder: Responder<SetSessionModeResponse>,
+    ) -> Outcome {
+        let mut state = self.lock();
+        let known = ["auto", "ask", "yolo"].contains(&&*request.mode_id.0);
+        match state.sessions.get_mut(&*request.session_id.0) {
+            Some(session) if self.mode == Mode::Modes && known => {
+                session.settings.mode = request.mode_id.0.to_string();
+                drop(state);
+                responder.respond(SetSessionModeResponse::new())
+            }
+            _ => {
+                drop(state);
+                responder.respond_with_error(Error::invalid_params())
+            }
+        }
+    }
+
+    fn set_config_option(
+        &self,
+        request: &SetSessionConfigOptionRequest,
+        responder: Responder<SetSessionConfigOptionResponse>,
+    ) -> Outcome {
+        let mut state = self.lock();
+        let Some(session) = state.sessions.get_mut(&*request.session_id.0) else {
+            drop(state);
+            return responder.respond_with_error(Error::invalid_params());
+        };
+        let settings = &mut session.settings;
+        match (&*request.config_id.0, &request.value) {
+            ("model", SessionConfigOptionValue::ValueId { value })
+                if ["m1", "m2"].contains(&&*value.0) =>
+            {
+                settings.model = value.0.to_string();
+            }
+            ("fast", SessionConfigOptionValue::Boolean { value }) => settings.fast = *value,
+            _ => {
+                drop(state);
+                return responder.respond_with_error(Error::invalid_params());
+            }
+        }
+        let (_, options) = offered(settings);
+        drop(state);
+        responder.respond(SetSessionConfigOptionResponse::new(options))
     }
 
     fn cancel(&self, notification: &CancelNotification) {
@@ -695,6 +861,39 @@ impl TestAgent {
                 eprintln!("diagnostic: {}", self.tags_and(&text));
                 responder.respond_with_error(Error::auth_required())
             }
+            Mode::Fail => responder.respond_with_error(
+                Error::new(ErrorCode::INTERNAL_ERROR, "Internal error")
+                    .data(json!({ "details": text })),
+            ),
+            Mode::LateReplay => {
+                // A model's latency: the late replay lands while the turn is under way.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                self.echo(&turn, text, responder)
+            }
+            Mode::Informational => {
+                let before = self.out.flushed();
+                turn.say("hello")?;
+                self.out.flushed_past(before).await;
+                for update in [
+                    json!({"sessionUpdate": "usage_update", "used": null, "size": 200_000}),
+                    json!({"sessionUpdate": "future_update", "detail": [1, 2]}),
+                ] {
+                    let line = json!({
+                        "jsonrpc": "2.0",
+                        "method": "session/update",
+                        "params": {"sessionId": id, "update": update},
+                    });
+                    self.out
+                        .send(line.to_string())
+                        .map_err(Error::into_internal_error)?;
+                }
+                turn.say(" world")?;
+                if text.contains("hang") {
+                    cancel.notified().await;
+                    return responder.respond(PromptResponse::new(StopReason::Cancelled));
+                }
+                responder.respond(PromptResponse::new(StopReason::EndTurn))
+            }
             // An error of the turn (the client failed a request of ours) answers the prompt;
             // returning it from the task would end the connection.
             _ => match self.stop_reason(&turn, &text, &cancel).await {
@@ -826,6 +1025,76 @@ impl TestAgent {
                 turn.say("detached")?;
                 StopReason::EndTurn
             }
+            Mode::RejectCancels => {
+                let call = pending_edit("t1", "write", json!({ "call": "t1" }));
+                let request = announce(turn, call, ["yes", "no"])?;
+                let response = turn.cx.send_request(request).block_task().await?;
+                match response.outcome {
+                    RequestPermissionOutcome::Selected(selected) => {
+                        let allowed = &*selected.option_id.0 == "yes";
+                        decided(turn, "t1", allowed)?;
+                        if allowed {
+                            StopReason::EndTurn
+                        } else {
+                            StopReason::Cancelled
+                        }
+                    }
+                    _ => StopReason::Cancelled,
+                }
+            }
+            Mode::LateInput => {
+                let command = "touch created.txt";
+                turn.send(SessionUpdate::ToolCall(
+                    ToolCall::new("t1", "Terminal")
+                        .kind(ToolKind::Execute)
+                        .status(ToolCallStatus::Pending)
+                        .raw_input(json!({})),
+                ))?;
+                let fields = ToolCallUpdateFields::new()
+                    .title(command)
+                    .raw_input(json!({ "command": command }));
+                turn.send(SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
+                    "t1", fields,
+                )))?;
+                let request = RequestPermissionRequest::new(
+                    turn.id.to_owned(),
+                    ToolCallUpdate::new("t1", ToolCallUpdateFields::new().title(command)),
+                    permission_options(["yes", "no"]),
+                );
+                let response = turn.cx.send_request(request).block_task().await?;
+                match response.outcome {
+                    RequestPermissionOutcome::Selected(selected) => {
+                        decided(turn, "t1", &*selected.option_id.0 == "yes")?;
+                        StopReason::EndTurn
+                    }
+                    _ => StopReason::Cancelled,
+                }
+            }
+            Mode::Modes => {
+                let settings = self
+                    .lock()
+                    .sessions
+                    .get(turn.id)
+                    .map(|s| s.settings.clone())
+                    .unwrap_or_default();
+                turn.say(&format!(
+                    "mode={} model={} fast={}",
+                    settings.mode, settings.model, settings.fast
+                ))?;
+                if settings.mode == "ask" {
+                    if !ask(turn, "t1", "write").await? {
+                        return Ok(StopReason::Cancelled);
+                    }
+                } else {
+                    turn.send(SessionUpdate::ToolCall(
+                        ToolCall::new("t1", "write")
+                            .kind(ToolKind::Edit)
+                            .status(ToolCallStatus::Completed)
+                            .raw_input(json!({ "call": "t1" })),
+                    ))?;
+                }
+                StopReason::EndTurn
+            }
             // `text`, and the modes that never get here.
             _ => {
                 turn.say("hello")?;
@@ -861,6 +1130,7 @@ impl TestAgent {
             text.clone()
         };
         let answer = format!("{head}{body}");
+        let fails = text.starts_with("fail");
         turn.say(&head)?;
         turn.say(&body)?;
         turn.send(SessionUpdate::UsageUpdate(UsageUpdate::new(
@@ -881,6 +1151,11 @@ impl TestAgent {
             }
         };
         match kept {
+            // The turn is in the history, yet it fails.
+            Ok(()) if fails => responder.respond_with_error(
+                Error::new(ErrorCode::INTERNAL_ERROR, "Internal error")
+                    .data(json!({ "details": "the turn failed" })),
+            ),
             Ok(()) => responder.respond(PromptResponse::new(StopReason::EndTurn)),
             Err(err) => {
                 responder.respond_with_internal_error(format!("cannot keep history: {err}"))
