@@ -503,7 +503,8 @@ struct Replay {
     last: Option<tokio::time::Instant>,
 }
 
-/// The longest [`AgentProcess::load`] keeps counting a replay that goes on after the answer.
+/// The longest a `session/load` keeps counting a replay that goes on after its answer (see
+/// [`AcpAgent::replay_quiet_ms`](crate::AcpAgent::replay_quiet_ms)).
 pub const REPLAY_SETTLE_LIMIT: Duration = Duration::from_secs(5);
 
 /// A running agent and the crate's client connection to it.
