@@ -955,9 +955,7 @@ impl AcpRuntime {
                     .titles
                     .insert(id.clone(), call.title.clone());
                 // Announced again: the agent's latest tool and input.
-                if !self.started(&id, &call.title, arguments.clone(), out)
-                    && !self.updated(&id, Some(&call.title), Some(&arguments), out)
-                {
+                if !self.report_call(&id, Some(&call.title), Some(&arguments), out) {
                     self.native("tool_call", &call, out);
                 }
                 let output = tool_output(call.raw_output.as_ref(), Some(&call.content));
@@ -971,16 +969,12 @@ impl AcpRuntime {
                 }
                 match fields.status {
                     Some(status @ (ToolCallStatus::Completed | ToolCallStatus::Failed)) => {
-                        let title = fields.title.clone().unwrap_or_else(|| self.title(&id));
-                        let arguments = fields.raw_input.clone().unwrap_or_else(|| json!({}));
-                        if !self.started(&id, &title, arguments, out) {
-                            self.updated(
-                                &id,
-                                fields.title.as_deref(),
-                                fields.raw_input.as_ref(),
-                                out,
-                            );
-                        }
+                        self.report_call(
+                            &id,
+                            fields.title.as_deref(),
+                            fields.raw_input.as_ref(),
+                            out,
+                        );
                         let output =
                             tool_output(fields.raw_output.as_ref(), fields.content.as_deref());
                         if !self.finish(&id, status, output, out) {
@@ -991,16 +985,12 @@ impl AcpRuntime {
                         // Claude announces a call with empty input and sends the input in an
                         // update: the portable event carries what the agent actually runs.
                         if fields.title.is_some() || fields.raw_input.is_some() {
-                            let title = fields.title.clone().unwrap_or_else(|| self.title(&id));
-                            let arguments = fields.raw_input.clone().unwrap_or_else(|| json!({}));
-                            if !self.started(&id, &title, arguments, out) {
-                                self.updated(
-                                    &id,
-                                    fields.title.as_deref(),
-                                    fields.raw_input.as_ref(),
-                                    out,
-                                );
-                            }
+                            self.report_call(
+                                &id,
+                                fields.title.as_deref(),
+                                fields.raw_input.as_ref(),
+                                out,
+                            );
                         }
                         self.native("tool_call_update", &update, out);
                     }
@@ -1024,6 +1014,21 @@ impl AcpRuntime {
             .get(id)
             .cloned()
             .unwrap_or_else(|| "tool".to_owned())
+    }
+
+    /// Reports a call's tool and input as the agent now gives them (each absent: the title
+    /// known for the call, no arguments / unchanged): `tool.call.started` the first time,
+    /// `tool.call.updated` when they changed since; `true` if either was emitted.
+    fn report_call(
+        &self,
+        id: &str,
+        title: Option<&str>,
+        arguments: Option<&Value>,
+        out: &mut VecDeque<EventResult>,
+    ) -> bool {
+        let tool = title.map_or_else(|| self.title(id), str::to_owned);
+        let initial = arguments.cloned().unwrap_or_else(|| json!({}));
+        self.started(id, &tool, initial, out) || self.updated(id, title, arguments, out)
     }
 
     /// Emits `tool.call.started` once per call; `false` if it was already started.
