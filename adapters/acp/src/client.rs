@@ -984,13 +984,16 @@ impl AgentProcess {
             let _ = stop.send(());
         }
         signal_group(self.pgid, Signal::TERM);
-        if let Some(pid) = self.pgid {
+        if let Some(pgid) = self.pgid {
+            // The whole group, not only the agent: a harness's agent often exits on the
+            // signal before the model process it started has flushed its own state (Claude
+            // Code's session transcript, which the next turn's `session/load` reads).
             let deadline = tokio::time::Instant::now() + grace;
-            while !exited_unreaped(pid) && tokio::time::Instant::now() < deadline {
+            while group_lives(pgid) && tokio::time::Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
-        // Children of the agent may outlive it in the group: kill the group either way.
+        // What did not exit in the grace period is killed.
         signal_group(self.pgid, Signal::KILL);
         let _ = child.start_kill();
         let _ = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
@@ -1436,6 +1439,33 @@ fn signal_group(pgid: Option<u32>, signal: Signal) {
     {
         tracing::warn!(pgid = pid.as_raw_nonzero().get(), %error, "could not signal the agent's process group");
     }
+}
+
+/// Whether a live (non-zombie) process is in the process group `pgid`, from `/proc`. The
+/// agent (the group's leader) is our unreaped child, so the group id cannot be reused while
+/// this is asked.
+fn group_lives(pgid: u32) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return !exited_unreaped(pgid);
+    };
+    entries.flatten().any(|entry| {
+        let numeric = entry
+            .file_name()
+            .to_str()
+            .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()));
+        numeric
+            && std::fs::read_to_string(entry.path().join("stat"))
+                .ok()
+                .and_then(|stat| {
+                    // `pid (comm) state ppid pgrp ...`; comm may hold spaces and parentheses.
+                    let (_, rest) = stat.rsplit_once(") ")?;
+                    let mut fields = rest.split(' ');
+                    let state = fields.next()?;
+                    let pgrp = fields.nth(1)?.parse::<u32>().ok()?;
+                    Some(pgrp == pgid && !state.starts_with(['Z', 'X']))
+                })
+                .unwrap_or(false)
+    })
 }
 
 /// Whether `pid` has exited (a zombie, not yet reaped) or is gone, from `/proc`.

@@ -526,3 +526,21 @@ async fn what_the_agent_does_not_offer_fails_the_start_naming_what_it_offers() {
     }
     assert_no_process_left(&mark).await;
 }
+
+/// Defect (`@zed-industries/claude-agent-acp` 0.23.1): the follow-up turn's `session/load`
+/// failed "Resource not found". The agent exits on `SIGTERM` before the Claude Code process
+/// it started has written the session's transcript, and the adapter killed the group as soon
+/// as the agent was gone. The group gets its grace period, not only the agent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agents_children_get_the_grace_period_to_write_their_state() {
+    let mark = marker("flusher");
+    let adapter = adapter_for(test_agent("flusher", &mark));
+    let written = common::workspace(&mark).join("flushed.txt");
+    let execution = start_stacked(&adapter, ExecutionRequest::new("go")).await;
+    let (events, outcome) = finish(&execution).await;
+    assert!(matches!(outcome, Outcome::Succeeded(_)), "{outcome:?}");
+    assert_eq!(text(&events), "flushing child");
+    drop(execution);
+    assert_no_process_left(&mark).await;
+    assert!(written.exists(), "the child was killed before it wrote its state");
+}

@@ -57,7 +57,9 @@
 //! | `late-input` | `tool_call` `t1` titled `Terminal` (kind `execute`, empty rawInput), then a `tool_call_update` with title `touch created.txt` and rawInput `{"command":"touch created.txt"}` (as Claude Code announces a command), then `session/request_permission` for `t1` (options `yes` / `no`, no rawInput); `yes` → completed `tool_call_update`; `no` → failed; `end_turn` |
 //! | `late-replay` | as `echo` (history, `loadSession`), but `session/load` answers first and replays the history 50 ms later (as Gemini CLI sends part of it after the answer), and a turn waits 200 ms (a model's latency) before it answers as `echo` |
 //! | `modes` | `session/new` (and `session/load`, which it serves from history as `echo` does) answers with modes `auto` (current), `ask` and `yolo` and config options `model` (select: `m1` current, `m2`) and `fast` (boolean, false); serves `session/set_mode` and `session/set_config_option` (unknown ids: `-32602`); a turn says `mode=<mode> model=<model> fast=<fast>`, then, in mode `ask`, asks for `t1` as `approval` does (message `approved` / `rejected`), elsewhere runs `t1` without asking (a completed `tool_call`); `end_turn` |
+//! | `flusher` | at `initialize`, spawns a child (`acp-test-agent flush TAG...`, same process group) that, like the model process of a real harness, writes its state only when told to stop; a turn says `flushing child`; the agent itself exits at once on `SIGTERM` |
 //! | `sleep` | (not an agent) what `ignore-cancel` spawns: ignores `SIGTERM`, sleeps 300 s |
+//! | `flush` | (not an agent) what `flusher` spawns: on `SIGTERM`, waits 300 ms, then writes `<cwd>/flushed.txt` and exits |
 //!
 //! Session history (`echo`, `no-load`, `late-replay`, `modes`) is kept in `<cwd>/.acp-test-agent/<sessionId>.json`,
 //! `cwd` being the `cwd` of `session/new` (or `session/load`):
@@ -140,7 +142,9 @@ enum Mode {
     LateInput,
     LateReplay,
     Modes,
+    Flusher,
     Sleep,
+    Flush,
 }
 
 /// How many updates `flood` sends while its permission request is unanswered.
@@ -189,7 +193,9 @@ impl Mode {
             "late-input" => Self::LateInput,
             "late-replay" => Self::LateReplay,
             "modes" => Self::Modes,
+            "flusher" => Self::Flusher,
             "sleep" => Self::Sleep,
+            "flush" => Self::Flush,
             _ => return None,
         })
     }
@@ -242,11 +248,28 @@ fn main() -> ExitCode {
             tokio::time::sleep(Duration::from_secs(300)).await;
             return 0;
         }
+        if mode == Mode::Flush {
+            return flush_when_stopped().await;
+        }
         serve(mode, tags).await
     });
     // Exit now: the tokio stdin reader is a blocking read that dropping the runtime would
     // wait for.
     std::process::exit(code)
+}
+
+/// `flush`: waits for `SIGTERM`, then takes 300 ms to write `flushed.txt` in its directory.
+async fn flush_when_stopped() -> i32 {
+    let Ok(mut stop) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+    else {
+        return 1;
+    };
+    stop.recv().await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    match std::fs::write("flushed.txt", "flushed") {
+        Ok(()) => 0,
+        Err(_) => 1,
+    }
 }
 
 /// Serves one ACP connection on stdio until the client closes it.
@@ -568,6 +591,9 @@ impl TestAgent {
             .is_some_and(|e| e.form.is_some());
         if self.mode == Mode::Detach {
             self.spawn_detached()?;
+        }
+        if self.mode == Mode::Flusher {
+            self.spawn_flusher()?;
         }
         if self.mode == Mode::SlowInit {
             // A slow start: a child in the process group (ignoring SIGTERM), and no answer
@@ -1025,6 +1051,10 @@ impl TestAgent {
                 turn.say("detached")?;
                 StopReason::EndTurn
             }
+            Mode::Flusher => {
+                turn.say("flushing child")?;
+                StopReason::EndTurn
+            }
             Mode::RejectCancels => {
                 let call = pending_edit("t1", "write", json!({ "call": "t1" }));
                 let request = announce(turn, call, ["yes", "no"])?;
@@ -1213,6 +1243,20 @@ impl TestAgent {
         let mut command = std::process::Command::new(exe);
         command.arg("sleep").args(&self.tags).stdin(Stdio::null());
         Ok(command)
+    }
+
+    /// Spawns `acp-test-agent flush TAG...`: same process group, no stdio.
+    fn spawn_flusher(&self) -> Outcome {
+        let exe = std::env::current_exe().map_err(Error::into_internal_error)?;
+        std::process::Command::new(exe)
+            .arg("flush")
+            .args(&self.tags)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map(drop)
+            .map_err(Error::into_internal_error)
     }
 
     /// Spawns `acp-test-agent sleep TAG...` in a process group of its own, holding the
