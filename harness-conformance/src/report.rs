@@ -132,6 +132,77 @@ impl Report {
         serde_json::to_string_pretty(self).unwrap_or_default()
     }
 
+    /// Checks the report against the one published at `path` (its text form, as `Display`
+    /// writes it): the same fixtures with the same outcome statuses, in order. Details (counts,
+    /// timings) may differ between runs and are not compared. With the environment variable
+    /// `UPDATE_REPORTS=1`, writes the report to `path` instead.
+    ///
+    /// A published report stays true this way: an outcome that changes fails the test that
+    /// certifies the adapter until the report is published again.
+    ///
+    /// # Errors
+    /// A message naming each fixture whose status differs (or that is missing or extra), or
+    /// why `path` could not be read or written.
+    ///
+    /// ```no_run
+    /// # async fn certify_it(report: harness_conformance::Report) {
+    /// report
+    ///     .check_published(std::path::Path::new("conformance/my-adapter.txt"))
+    ///     .unwrap_or_else(|drift| panic!("{drift}"));
+    /// # }
+    /// ```
+    pub fn check_published(&self, path: &std::path::Path) -> Result<(), String> {
+        if std::env::var_os("UPDATE_REPORTS").is_some_and(|v| v == "1") {
+            return std::fs::write(path, format!("{self}\n"))
+                .map_err(|e| format!("cannot write {}: {e}", path.display()));
+        }
+        let published = std::fs::read_to_string(path).map_err(|e| {
+            format!(
+                "cannot read the published report {}: {e} (UPDATE_REPORTS=1 writes it)",
+                path.display()
+            )
+        })?;
+        let rows = |text: &str| -> Vec<(String, String)> {
+            text.lines()
+                .filter_map(|line| {
+                    // `id  group  status  detail`: columns apart by two spaces or more.
+                    let mut cells = line.split("  ").map(str::trim).filter(|c| !c.is_empty());
+                    let id = cells.next()?;
+                    let group = cells.next()?;
+                    let status = cells.next()?;
+                    (group.parse::<u8>().is_ok() && id.contains('.'))
+                        .then(|| (id.to_owned(), status.to_owned()))
+                })
+                .collect()
+        };
+        let (ours, theirs) = (rows(&self.to_string()), rows(&published));
+        if ours == theirs {
+            return Ok(());
+        }
+        let mut drift = Vec::new();
+        for (id, status) in &ours {
+            match theirs.iter().find(|(other, _)| other == id) {
+                Some((_, was)) if was == status => {}
+                Some((_, was)) => drift.push(format!("  {id}: published {was}, now {status}")),
+                None => drift.push(format!("  {id}: not in the published report, now {status}")),
+            }
+        }
+        for (id, was) in &theirs {
+            if !ours.iter().any(|(other, _)| other == id) {
+                drift.push(format!("  {id}: published {was}, no longer run"));
+            }
+        }
+        if drift.is_empty() {
+            drift.push("  the fixtures' order changed".to_owned());
+        }
+        Err(format!(
+            "the report differs from the one published at {} (UPDATE_REPORTS=1 publishes this \
+             one):\n{}\n\n{self}",
+            path.display(),
+            drift.join("\n")
+        ))
+    }
+
     /// Panics, listing every failed fixture with its reason, unless the report passed.
     ///
     /// # Panics
@@ -210,7 +281,92 @@ fn fnv1a_128(bytes: &[u8]) -> u128 {
 
 #[cfg(test)]
 mod tests {
-    use super::fnv1a_128;
+    use super::{FixtureResult, Report, fnv1a_128};
+    use crate::{FixtureOutcome, Group};
+
+    fn report(outcomes: &[(&str, FixtureOutcome)]) -> Report {
+        Report {
+            adapter: "test".into(),
+            implementation_version: "0.1.0".into(),
+            contract_versions: vec!["1".into()],
+            suite_version: "0.1.0".into(),
+            capability_gate: "test".into(),
+            results: outcomes
+                .iter()
+                .map(|(id, outcome)| FixtureResult {
+                    id: (*id).to_owned(),
+                    group: Group::Streaming,
+                    capabilities: Vec::new(),
+                    outcome: outcome.clone(),
+                })
+                .collect(),
+            evidence_id: "conformance:test".into(),
+        }
+    }
+
+    fn passed(evidence: &str) -> FixtureOutcome {
+        FixtureOutcome::Passed {
+            evidence: evidence.into(),
+        }
+    }
+
+    #[test]
+    fn a_published_report_matches_on_statuses_and_names_each_drift() {
+        let dir = std::env::temp_dir().join(format!("harness-report-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("report.txt");
+        let published = report(&[
+            ("stream.text", passed("2 message.delta")),
+            (
+                "stream.usage",
+                FixtureOutcome::NotExercised {
+                    reason: "no".into(),
+                },
+            ),
+        ]);
+        std::fs::write(&path, format!("{published}\n")).unwrap();
+
+        // Other details (counts vary between runs of a real harness): still the same.
+        let rerun = report(&[
+            ("stream.text", passed("5 message.delta")),
+            (
+                "stream.usage",
+                FixtureOutcome::NotExercised {
+                    reason: "no".into(),
+                },
+            ),
+        ]);
+        assert_eq!(rerun.check_published(&path), Ok(()));
+
+        let changed = report(&[
+            (
+                "stream.text",
+                FixtureOutcome::Failed {
+                    reason: "gap".into(),
+                },
+            ),
+            ("stream.reasoning", passed("1 reasoning.delta")),
+        ]);
+        let drift = changed.check_published(&path).unwrap_err();
+        assert!(
+            drift.contains("stream.text: published passed, now FAILED"),
+            "{drift}"
+        );
+        assert!(
+            drift.contains("stream.reasoning: not in the published report"),
+            "{drift}"
+        );
+        assert!(
+            drift.contains("stream.usage: published not exercised, no longer run"),
+            "{drift}"
+        );
+
+        let missing = changed
+            .check_published(&dir.join("absent.txt"))
+            .unwrap_err();
+        assert!(missing.contains("UPDATE_REPORTS=1"), "{missing}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn fnv1a_128_matches_the_reference_vectors() {

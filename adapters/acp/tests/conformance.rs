@@ -141,6 +141,12 @@ impl AcpKnobs {
 async fn the_acp_adapter_passes_the_conformance_suite() {
     let report = certify(&AcpKnobs::new()).await;
     println!("{report}");
+    report
+        .check_published(std::path::Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../harness-conformance/reports/acp-test-agent.txt"
+        )))
+        .unwrap_or_else(|drift| panic!("{drift}"));
     let failed: Vec<&str> = report.failures().map(|f| f.id.as_str()).collect();
     assert!(failed.is_empty(), "{report}");
     let count = |status: &str| {

@@ -542,5 +542,8 @@ async fn the_agents_children_get_the_grace_period_to_write_their_state() {
     assert_eq!(text(&events), "flushing child");
     drop(execution);
     assert_no_process_left(&mark).await;
-    assert!(written.exists(), "the child was killed before it wrote its state");
+    assert!(
+        written.exists(),
+        "the child was killed before it wrote its state"
+    );
 }

@@ -138,6 +138,12 @@ async fn the_scripted_adapter_passes_the_conformance_suite() {
     std::fs::write(&path, report.to_json()).expect("write the report");
     println!("report written to {}", path.display());
     report.assert_passed();
+    report
+        .check_published(std::path::Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../harness-conformance/reports/scripted.txt"
+        )))
+        .unwrap_or_else(|drift| panic!("{drift}"));
     // Every fixture ran or was refused as declared: nothing was left unexercised.
     let not_exercised: Vec<&str> = report
         .results
