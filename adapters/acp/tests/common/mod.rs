@@ -1,6 +1,8 @@
 //! Helpers shared by the ACP adapter's tests.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod real;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
