@@ -167,6 +167,25 @@ pub enum EventPayload {
 }
 
 impl EventPayload {
+    /// The execution state a lifecycle event (`run.*`) moves the execution to; `None` for
+    /// every other event.
+    #[must_use]
+    pub fn implied_state(&self) -> Option<crate::lifecycle::ExecutionState> {
+        use crate::lifecycle::ExecutionState as S;
+        Some(match self {
+            Self::RunQueued => S::Queued,
+            Self::RunStarting => S::Starting,
+            Self::RunRunning => S::Running,
+            Self::RunAwaitingInput(_) => S::AwaitingInput,
+            Self::RunAwaitingApproval(_) => S::AwaitingApproval,
+            Self::RunCancelling(_) => S::Cancelling,
+            Self::RunSucceeded(_) => S::Succeeded,
+            Self::RunFailed(_) => S::Failed,
+            Self::RunCancelled(_) => S::Cancelled,
+            _ => return None,
+        })
+    }
+
     /// The kind of this payload.
     #[must_use]
     pub fn kind(&self) -> EventKind {

@@ -16,6 +16,7 @@ pub mod registry;
 pub mod schema;
 pub mod service;
 pub mod session;
+pub mod store;
 pub mod time;
 pub mod tool;
 pub mod trace;

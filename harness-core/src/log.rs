@@ -176,29 +176,14 @@ struct State {
 
 impl State {
     fn derive(&mut self, payload: &EventPayload, index: usize) {
-        let lifecycle = match payload {
-            EventPayload::RunQueued => ExecutionState::Queued,
-            EventPayload::RunStarting => ExecutionState::Starting,
-            EventPayload::RunRunning => ExecutionState::Running,
-            EventPayload::RunAwaitingInput(_) => ExecutionState::AwaitingInput,
-            EventPayload::RunAwaitingApproval(_) => ExecutionState::AwaitingApproval,
-            EventPayload::RunCancelling(_) => ExecutionState::Cancelling,
-            EventPayload::RunSucceeded(_) => ExecutionState::Succeeded,
-            EventPayload::RunFailed(_) => ExecutionState::Failed,
-            EventPayload::RunCancelled(_) => ExecutionState::Cancelled,
-            EventPayload::ActionRequested(_) => {
-                self.pending = Some(index);
-                return;
+        let Some(lifecycle) = payload.implied_state() else {
+            match payload {
+                EventPayload::ActionRequested(_) => self.pending = Some(index),
+                EventPayload::ActionResolved(_) => self.pending = None,
+                EventPayload::ArtifactCreated(_) => self.artifact_events.push(index),
+                _ => {}
             }
-            EventPayload::ActionResolved(_) => {
-                self.pending = None;
-                return;
-            }
-            EventPayload::ArtifactCreated(_) => {
-                self.artifact_events.push(index);
-                return;
-            }
-            _ => return,
+            return;
         };
         if matches!(
             lifecycle,
