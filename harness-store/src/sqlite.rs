@@ -1,0 +1,841 @@
+//! [`SqliteStore`]: the embedded durable store, one SQLite file in WAL mode.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, mpsc};
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use harness_core::event::Event;
+use harness_core::id::{ActionId, Cursor, ExecutionId, IdempotencyKey};
+use harness_core::lifecycle::ExecutionState;
+use harness_core::store::{
+    Created, ExecutionRecord, ExecutionStore, FencingToken, Lease, ReplicaId, Resolution,
+    StoreError, Tail, check_batch,
+};
+use harness_core::time::Timestamp;
+use rusqlite::{Connection, OptionalExtension, params};
+use tokio::sync::{oneshot, watch};
+
+/// The schema version this code writes (`PRAGMA user_version`).
+const SCHEMA_VERSION: i64 = 1;
+
+/// How many queued writes one transaction commits at most.
+const GROUP_LIMIT: usize = 512;
+
+const SCHEMA: &str = "
+CREATE TABLE executions (
+    id TEXT PRIMARY KEY,
+    principal TEXT NOT NULL,
+    adapter TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    request TEXT NOT NULL,
+    idempotency_key TEXT,
+    created_at TEXT NOT NULL,
+    state TEXT NOT NULL,
+    ended INTEGER NOT NULL DEFAULT 0,
+    last_seq INTEGER NOT NULL DEFAULT 0,
+    cancel_requested TEXT,
+    lease_owner TEXT,
+    lease_token INTEGER NOT NULL DEFAULT 0,
+    lease_expires INTEGER
+);
+CREATE UNIQUE INDEX executions_by_key ON executions (principal, idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
+CREATE INDEX executions_unfinished ON executions (ended);
+CREATE TABLE events (
+    execution TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (execution, seq)
+) WITHOUT ROWID;
+CREATE TABLE resolutions (
+    execution TEXT NOT NULL,
+    action TEXT NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (execution, action)
+) WITHOUT ROWID;
+";
+
+/// The [`ExecutionStore`] in one SQLite file: the embedded durable default for one machine.
+///
+/// **Durability.** The database runs in WAL mode with `synchronous = FULL`: a write is
+/// acknowledged only after its transaction's WAL frames reached the disk, so neither a
+/// crash of the process (`SIGKILL` included) nor one of the machine loses an acknowledged
+/// event, answer or lease. What was not acknowledged may be lost, never half-applied (each
+/// write is all or nothing).
+///
+/// **Group commit.** Every write goes to one writer thread, which takes all the writes
+/// queued meanwhile (up to 512) into one transaction, each in a savepoint of its own (one
+/// refused write does not undo the others), and pays one `fsync` for all of them: a stream
+/// of deltas from many executions costs a sync per batch, not per delta.
+///
+/// **Several processes** may open one file: each write transaction takes SQLite's write lock
+/// (`BEGIN IMMEDIATE`), so leases, fencing, idempotency and at-most-once answers hold across
+/// them. A [`Tail`] wakes on this process's writes; another process's appear on the next
+/// [`read`](ExecutionStore::read) (poll, or use PostgreSQL to tail across processes).
+///
+/// ```
+/// use std::time::Duration;
+/// use harness_core::store::{ExecutionRecord, ExecutionStore, ReplicaId};
+/// use harness_core::id::ExecutionId;
+/// use harness_store::SqliteStore;
+///
+/// # tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap().block_on(async {
+/// let dir = std::env::temp_dir().join(format!("harness-store-doc-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir).unwrap();
+/// let store = SqliteStore::open(dir.join("harness.db"))?;
+/// let id = ExecutionId::generate();
+/// store.create(ExecutionRecord::new(id.clone(), "scripted", "fp", serde_json::json!({}))).await?;
+/// let lease = store.acquire(&id, &ReplicaId::new("a"), Duration::from_secs(30)).await?;
+/// assert_eq!(lease.token.get(), 1);
+/// # std::fs::remove_dir_all(&dir).unwrap();
+/// # Ok::<(), harness_core::store::StoreError>(())
+/// # }).unwrap();
+/// ```
+#[derive(Clone)]
+pub struct SqliteStore {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    path: PathBuf,
+    jobs: Mutex<Option<mpsc::Sender<Job>>>,
+    writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    reader: Mutex<Connection>,
+    tails: Tails,
+}
+
+type Tails = Arc<Mutex<HashMap<ExecutionId, watch::Sender<u64>>>>;
+
+/// What the writer does with a job's connection (in a savepoint); `Done` says how it went.
+/// Given no connection (its transaction failed before reaching it), a job does nothing and
+/// fails.
+type Job = Box<dyn FnOnce(Option<&Connection>) -> Done + Send>;
+
+struct Done {
+    ok: bool,
+    /// Called once the transaction is committed (`Ok`) or failed.
+    finish: Box<dyn FnOnce(Result<(), StoreError>) + Send>,
+    wake: Option<Wake>,
+}
+
+/// Which tail to wake after the commit, and with what.
+struct Wake {
+    id: ExecutionId,
+    /// The new last sequence number; `None`: a signal (an answer, a cancel request).
+    last: Option<u64>,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.shared.path)
+            .finish_non_exhaustive()
+    }
+}
+
+fn unavailable(e: &rusqlite::Error) -> StoreError {
+    StoreError::Unavailable(e.to_string())
+}
+
+fn corrupt(what: &str, e: &dyn std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(format!("{what}: {e}"))
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn connect(path: &Path) -> Result<Connection, StoreError> {
+    let conn = Connection::open(path).map_err(|e| unavailable(&e))?;
+    // Another process's write lock is waited for, not reported as an error at once.
+    conn.busy_timeout(Duration::from_secs(5))
+        .map_err(|e| unavailable(&e))?;
+    conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL;")
+        .map_err(|e| unavailable(&e))?;
+    Ok(conn)
+}
+
+/// `execute` through the connection's statement cache: the writer runs the same few
+/// statements for every job, so parsing each once matters.
+fn cached_execute<P: rusqlite::Params>(
+    conn: &Connection,
+    sql: &str,
+    params: P,
+) -> rusqlite::Result<usize> {
+    conn.prepare_cached(sql)?.execute(params)
+}
+
+/// `query_row` through the statement cache.
+fn cached_query_row<T, P: rusqlite::Params>(
+    conn: &Connection,
+    sql: &str,
+    params: P,
+    f: impl FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+) -> rusqlite::Result<T> {
+    conn.prepare_cached(sql)?.query_row(params, f)
+}
+
+fn migrate(conn: &Connection) -> Result<(), StoreError> {
+    let version: i64 = cached_query_row(conn, "PRAGMA user_version", [], |r| r.get(0))
+        .map_err(|e| unavailable(&e))?;
+    match version {
+        0 => conn
+            .execute_batch(&format!(
+                "BEGIN IMMEDIATE; {SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
+            ))
+            .map_err(|e| unavailable(&e)),
+        SCHEMA_VERSION => Ok(()),
+        newer => Err(StoreError::Corrupt(format!(
+            "the database's schema version is {newer}, this code knows up to {SCHEMA_VERSION}: \
+             open it with a newer version"
+        ))),
+    }
+}
+
+impl SqliteStore {
+    /// Opens (creating it if needed) the store in the file at `path`, applying the schema.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the file cannot be opened or written,
+    /// [`StoreError::Corrupt`] when it holds a newer schema.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        let writer = connect(&path)?;
+        migrate(&writer)?;
+        let reader = connect(&path)?;
+        let tails: Tails = Arc::default();
+        let (jobs, queue) = mpsc::channel::<Job>();
+        let wake = Arc::clone(&tails);
+        let thread = std::thread::Builder::new()
+            .name("harness-sqlite-writer".into())
+            .spawn(move || write_loop(&writer, &queue, &wake))
+            .map_err(|e| StoreError::Unavailable(format!("cannot start the writer: {e}")))?;
+        Ok(Self {
+            shared: Arc::new(Shared {
+                path,
+                jobs: Mutex::new(Some(jobs)),
+                writer: Mutex::new(Some(thread)),
+                reader: Mutex::new(reader),
+                tails,
+            }),
+        })
+    }
+
+    /// The database file.
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        &self.shared.path
+    }
+
+    /// Queues a write; resolves once its transaction is committed.
+    fn write<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<(T, Option<Wake>), StoreError> + Send + 'static,
+    ) -> BoxFuture<'static, Result<T, StoreError>> {
+        let (reply, answer) = oneshot::channel();
+        let job: Job = Box::new(move |conn| match conn.map(f) {
+            None => Done {
+                ok: false,
+                finish: Box::new(move |_| {
+                    let _ = reply.send(Err(StoreError::Unavailable(
+                        "the store's transaction failed".into(),
+                    )));
+                }),
+                wake: None,
+            },
+            Some(Ok((value, wake))) => Done {
+                ok: true,
+                finish: Box::new(move |committed| {
+                    let _ = reply.send(committed.map(|()| value));
+                }),
+                wake,
+            },
+            Some(Err(e)) => Done {
+                ok: false,
+                finish: Box::new(move |_| {
+                    let _ = reply.send(Err(e));
+                }),
+                wake: None,
+            },
+        });
+        let sent = lock(&self.shared.jobs)
+            .as_ref()
+            .is_some_and(|jobs| jobs.send(job).is_ok());
+        Box::pin(async move {
+            if !sent {
+                return Err(StoreError::Unavailable("the store's writer stopped".into()));
+            }
+            answer.await.unwrap_or_else(|_| {
+                Err(StoreError::Unavailable("the store's writer stopped".into()))
+            })
+        })
+    }
+
+    /// Runs a read on the reader connection, off the async threads.
+    fn read_with<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> BoxFuture<'static, Result<T, StoreError>> {
+        let shared = Arc::clone(&self.shared);
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || f(&lock(&shared.reader)))
+                .await
+                .unwrap_or_else(|e| Err(StoreError::Unavailable(format!("a read failed: {e}"))))
+        })
+    }
+}
+
+impl Drop for Shared {
+    /// Closes the queue and waits for the writer to commit what was queued and close the
+    /// database: once the last clone is dropped, the file is complete and closed.
+    fn drop(&mut self) {
+        lock(&self.jobs).take();
+        if let Some(writer) = lock(&self.writer).take()
+            && writer.thread().id() != std::thread::current().id()
+        {
+            let _ = writer.join();
+        }
+    }
+}
+
+fn write_loop(conn: &Connection, queue: &mpsc::Receiver<Job>, tails: &Tails) {
+    while let Ok(first) = queue.recv() {
+        let mut jobs = vec![first];
+        while jobs.len() < GROUP_LIMIT {
+            match queue.try_recv() {
+                Ok(job) => jobs.push(job),
+                Err(_) => break,
+            }
+        }
+        let mut done = Vec::with_capacity(jobs.len());
+        let committed = (|| {
+            let run = |sql: &str| cached_execute(conn, sql, []).map(drop);
+            run("BEGIN IMMEDIATE").map_err(|e| unavailable(&e))?;
+            for job in jobs.drain(..) {
+                if let Err(e) = run("SAVEPOINT job") {
+                    let _ = run("ROLLBACK");
+                    return Err(unavailable(&e));
+                }
+                let outcome = job(Some(conn));
+                let end = if outcome.ok {
+                    run("RELEASE job")
+                } else {
+                    run("ROLLBACK TO job").and_then(|()| run("RELEASE job"))
+                };
+                done.push(outcome);
+                if let Err(e) = end {
+                    let _ = run("ROLLBACK");
+                    return Err(unavailable(&e));
+                }
+            }
+            run("COMMIT").map_err(|e| {
+                let _ = run("ROLLBACK");
+                unavailable(&e)
+            })
+        })();
+        // Jobs a failed transaction never reached fail like the others.
+        let mut wakes = Vec::new();
+        for outcome in done {
+            if committed.is_ok()
+                && let Some(wake) = outcome.wake
+            {
+                wakes.push(wake);
+            }
+            (outcome.finish)(committed.clone());
+        }
+        for job in jobs {
+            (job(None).finish)(Err(StoreError::Unavailable(
+                "the store's transaction failed".into(),
+            )));
+        }
+        let mut tails = lock(tails);
+        for Wake { id, last } in wakes {
+            if let Some(tail) = tails.get(&id) {
+                match last {
+                    Some(last) => {
+                        tail.send_replace(last);
+                    }
+                    None => tail.send_modify(|_| {}),
+                }
+                if tail.receiver_count() == 0 {
+                    tails.remove(&id);
+                }
+            }
+        }
+    }
+}
+
+fn state_name(state: ExecutionState) -> String {
+    serde_json::to_value(state)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+fn parse_state(name: &str) -> Result<ExecutionState, StoreError> {
+    serde_json::from_value(serde_json::Value::String(name.to_owned()))
+        .map_err(|e| corrupt("an execution's state", &e))
+}
+
+fn millis(ts: Timestamp) -> i64 {
+    ts.as_millis()
+}
+
+fn from_millis(ms: i64) -> Result<Timestamp, StoreError> {
+    Timestamp::from_millis(ms).ok_or_else(|| StoreError::Corrupt(format!("a timestamp {ms}")))
+}
+
+const RECORD_COLUMNS: &str = "id, principal, adapter, fingerprint, request, idempotency_key, \
+                              created_at, state, cancel_requested";
+
+type RawRecord = (
+    String,
+    String,
+    String,
+    String,
+    String,
+    Option<String>,
+    String,
+    String,
+    Option<String>,
+);
+
+fn raw_record(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawRecord> {
+    Ok((
+        row.get(0)?,
+        row.get(1)?,
+        row.get(2)?,
+        row.get(3)?,
+        row.get(4)?,
+        row.get(5)?,
+        row.get(6)?,
+        row.get(7)?,
+        row.get(8)?,
+    ))
+}
+
+fn to_record(raw: RawRecord) -> Result<ExecutionRecord, StoreError> {
+    let (id, principal, adapter, fingerprint, request, key, created_at, state, cancel) = raw;
+    Ok(ExecutionRecord {
+        id: id.parse().map_err(|e| corrupt("an execution id", &e))?,
+        principal,
+        adapter,
+        fingerprint,
+        request: serde_json::from_str(&request).map_err(|e| corrupt("a request", &e))?,
+        idempotency_key: key
+            .map(|k| k.parse::<IdempotencyKey>())
+            .transpose()
+            .map_err(|e| corrupt("an idempotency key", &e))?,
+        created_at: created_at
+            .parse()
+            .map_err(|e| corrupt("a creation time", &e))?,
+        state: parse_state(&state)?,
+        cancel_requested: cancel,
+    })
+}
+
+fn record_of(conn: &Connection, id: &ExecutionId) -> Result<ExecutionRecord, StoreError> {
+    let raw = cached_query_row(
+        conn,
+        &format!("SELECT {RECORD_COLUMNS} FROM executions WHERE id = ?1"),
+        [id.as_str()],
+        raw_record,
+    )
+    .optional()
+    .map_err(|e| unavailable(&e))?
+    .ok_or_else(|| StoreError::NotFound(id.clone()))?;
+    to_record(raw)
+}
+
+/// The lease columns of `id`: (owner, token, expires).
+fn lease_of(
+    conn: &Connection,
+    id: &ExecutionId,
+) -> Result<(Option<String>, u64, Option<i64>), StoreError> {
+    cached_query_row(
+        conn,
+        "SELECT lease_owner, lease_token, lease_expires FROM executions WHERE id = ?1",
+        [id.as_str()],
+        |r| Ok((r.get(0)?, r.get::<_, i64>(1)?, r.get(2)?)),
+    )
+    .optional()
+    .map_err(|e| unavailable(&e))?
+    .map(|(owner, token, expires)| (owner, u64::try_from(token).unwrap_or(0), expires))
+    .ok_or_else(|| StoreError::NotFound(id.clone()))
+}
+
+/// Refuses a write under `lease` unless it is the current, unexpired one.
+fn check_lease(conn: &Connection, lease: &Lease) -> Result<(), StoreError> {
+    let (owner, token, expires) = lease_of(conn, &lease.execution_id)?;
+    let now = millis(Timestamp::now());
+    let current = owner.as_deref() == Some(lease.owner.as_str())
+        && token == lease.token.get()
+        && expires.is_some_and(|e| e > now);
+    if current {
+        Ok(())
+    } else {
+        Err(StoreError::Fenced {
+            execution: lease.execution_id.clone(),
+            presented: lease.token,
+            current: FencingToken::new(token),
+        })
+    }
+}
+
+fn signal(id: &ExecutionId) -> Option<Wake> {
+    Some(Wake {
+        id: id.clone(),
+        last: None,
+    })
+}
+
+impl ExecutionStore for SqliteStore {
+    fn create(&self, record: ExecutionRecord) -> BoxFuture<'_, Result<Created, StoreError>> {
+        self.write(move |conn| {
+            let exists: bool = cached_query_row(
+                conn,
+                "SELECT 1 FROM executions WHERE id = ?1",
+                [record.id.as_str()],
+                |_| Ok(true),
+            )
+            .optional()
+            .map_err(|e| unavailable(&e))?
+            .unwrap_or(false);
+            if exists {
+                return Err(StoreError::Exists(record.id));
+            }
+            if let Some(key) = &record.idempotency_key {
+                let first: Option<String> = cached_query_row(
+                    conn,
+                    "SELECT id FROM executions WHERE principal = ?1 AND idempotency_key = ?2",
+                    params![record.principal, key.as_str()],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(|e| unavailable(&e))?;
+                if let Some(first) = first {
+                    let first_id: ExecutionId =
+                        first.parse().map_err(|e| corrupt("an execution id", &e))?;
+                    let first = record_of(conn, &first_id)?;
+                    return if first.fingerprint == record.fingerprint {
+                        Ok((Created::Existing(Box::new(first)), None))
+                    } else {
+                        Err(StoreError::IdempotencyConflict {
+                            key: key.clone(),
+                            existing: first_id,
+                        })
+                    };
+                }
+            }
+            cached_execute(
+                conn,
+                "INSERT INTO executions (id, principal, adapter, fingerprint, request, \
+                 idempotency_key, created_at, state, cancel_requested) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                params![
+                    record.id.as_str(),
+                    record.principal,
+                    record.adapter,
+                    record.fingerprint,
+                    record.request.to_string(),
+                    record.idempotency_key.as_ref().map(IdempotencyKey::as_str),
+                    record.created_at.to_string(),
+                    state_name(record.state),
+                    record.cancel_requested,
+                ],
+            )
+            .map_err(|e| unavailable(&e))?;
+            Ok((Created::New, None))
+        })
+    }
+
+    fn record<'a>(
+        &'a self,
+        id: &'a ExecutionId,
+    ) -> BoxFuture<'a, Result<ExecutionRecord, StoreError>> {
+        let id = id.clone();
+        self.read_with(move |conn| record_of(conn, &id))
+    }
+
+    fn unfinished(&self) -> BoxFuture<'_, Result<Vec<ExecutionRecord>, StoreError>> {
+        self.read_with(|conn| {
+            let mut statement = conn
+                .prepare(&format!(
+                    "SELECT {RECORD_COLUMNS} FROM executions WHERE ended = 0 \
+                     ORDER BY rowid"
+                ))
+                .map_err(|e| unavailable(&e))?;
+            let rows = statement
+                .query_map([], raw_record)
+                .map_err(|e| unavailable(&e))?;
+            let mut records = Vec::new();
+            for row in rows {
+                records.push(to_record(row.map_err(|e| unavailable(&e))?)?);
+            }
+            Ok(records)
+        })
+    }
+
+    fn acquire<'a>(
+        &'a self,
+        id: &'a ExecutionId,
+        owner: &'a ReplicaId,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<Lease, StoreError>> {
+        let (id, owner) = (id.clone(), owner.clone());
+        self.write(move |conn| {
+            let (held_by, token, expires) = lease_of(conn, &id)?;
+            let now = Timestamp::now();
+            let live = expires.is_some_and(|e| e > millis(now));
+            let token = match held_by {
+                Some(held) if live && held == owner.as_str() => token,
+                Some(held) if live => {
+                    return Err(StoreError::Leased {
+                        execution: id,
+                        owner: ReplicaId::new(held),
+                        until: from_millis(expires.unwrap_or_default())?,
+                    });
+                }
+                _ => token + 1,
+            };
+            let ttl = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+            let until = millis(now).saturating_add(ttl);
+            cached_execute(
+                conn,
+                "UPDATE executions SET lease_owner = ?2, lease_token = ?3, lease_expires = ?4 \
+                 WHERE id = ?1",
+                params![
+                    id.as_str(),
+                    owner.as_str(),
+                    i64::try_from(token).unwrap_or(i64::MAX),
+                    until
+                ],
+            )
+            .map_err(|e| unavailable(&e))?;
+            let lease = Lease {
+                execution_id: id,
+                owner,
+                token: FencingToken::new(token),
+                expires_at: from_millis(until)?,
+            };
+            Ok((lease, None))
+        })
+    }
+
+    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<(), StoreError>> {
+        let lease = lease.clone();
+        self.write(move |conn| {
+            check_lease(conn, &lease)?;
+            cached_execute(
+                conn,
+                "UPDATE executions SET lease_owner = NULL, lease_expires = NULL WHERE id = ?1",
+                [lease.execution_id.as_str()],
+            )
+            .map_err(|e| unavailable(&e))?;
+            Ok(((), None))
+        })
+    }
+
+    fn append<'a>(
+        &'a self,
+        lease: &'a Lease,
+        events: &'a [Event],
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let lease = lease.clone();
+        // Serialized here, on the caller's thread: the writer only writes.
+        let bodies: Result<Vec<(u64, String)>, StoreError> = events
+            .iter()
+            .map(|e| {
+                serde_json::to_string(e)
+                    .map(|body| (e.seq().get(), body))
+                    .map_err(|err| corrupt("an event", &err))
+            })
+            .collect();
+        let checked = events.to_vec();
+        self.write(move |conn| {
+            let bodies = bodies?;
+            check_lease(conn, &lease)?;
+            let id = &lease.execution_id;
+            let (last, ended): (i64, bool) = cached_query_row(
+                conn,
+                "SELECT last_seq, ended FROM executions WHERE id = ?1",
+                [id.as_str()],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .map_err(|e| unavailable(&e))?;
+            let last = u64::try_from(last).unwrap_or(0);
+            let (state, ends) = check_batch(id, last, ended, &checked)?;
+            let mut insert = conn
+                .prepare_cached("INSERT INTO events (execution, seq, body) VALUES (?1, ?2, ?3)")
+                .map_err(|e| unavailable(&e))?;
+            for (seq, body) in &bodies {
+                insert
+                    .execute(params![
+                        id.as_str(),
+                        i64::try_from(*seq).unwrap_or(i64::MAX),
+                        body
+                    ])
+                    .map_err(|e| unavailable(&e))?;
+            }
+            let new_last = last + bodies.len() as u64;
+            cached_execute(
+                conn,
+                "UPDATE executions SET last_seq = ?2, ended = ended OR ?3, \
+                 state = COALESCE(?4, state) WHERE id = ?1",
+                params![
+                    id.as_str(),
+                    i64::try_from(new_last).unwrap_or(i64::MAX),
+                    ends,
+                    state.map(state_name),
+                ],
+            )
+            .map_err(|e| unavailable(&e))?;
+            Ok((
+                (),
+                Some(Wake {
+                    id: id.clone(),
+                    last: Some(new_last),
+                }),
+            ))
+        })
+    }
+
+    fn read<'a>(
+        &'a self,
+        id: &'a ExecutionId,
+        after: Cursor,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Event>, StoreError>> {
+        let id = id.clone();
+        self.read_with(move |conn| {
+            // An unknown execution is an error, not an empty log.
+            lease_of(conn, &id)?;
+            let mut statement = conn
+                .prepare_cached(
+                    "SELECT body FROM events WHERE execution = ?1 AND seq > ?2 \
+                     ORDER BY seq LIMIT ?3",
+                )
+                .map_err(|e| unavailable(&e))?;
+            let rows = statement
+                .query_map(
+                    params![
+                        id.as_str(),
+                        i64::try_from(after.after()).unwrap_or(i64::MAX),
+                        i64::try_from(limit).unwrap_or(i64::MAX)
+                    ],
+                    |r| r.get::<_, String>(0),
+                )
+                .map_err(|e| unavailable(&e))?;
+            let mut events = Vec::new();
+            for body in rows {
+                let body = body.map_err(|e| unavailable(&e))?;
+                events.push(serde_json::from_str(&body).map_err(|e| corrupt("an event", &e))?);
+            }
+            Ok(events)
+        })
+    }
+
+    fn tail<'a>(&'a self, id: &'a ExecutionId) -> BoxFuture<'a, Result<Tail, StoreError>> {
+        let id = id.clone();
+        let tails = Arc::clone(&self.shared.tails);
+        let last = self.read_with({
+            let id = id.clone();
+            move |conn| {
+                cached_query_row(
+                    conn,
+                    "SELECT last_seq FROM executions WHERE id = ?1",
+                    [id.as_str()],
+                    |r| r.get::<_, i64>(0),
+                )
+                .optional()
+                .map_err(|e| unavailable(&e))?
+                .ok_or(StoreError::NotFound(id))
+            }
+        });
+        Box::pin(async move {
+            let stored = u64::try_from(last.await?).unwrap_or(0);
+            let mut tails = lock(&tails);
+            let sender = tails
+                .entry(id)
+                .or_insert_with(|| watch::Sender::new(stored));
+            // A write committed between the read and now already woke (or created) it.
+            sender.send_if_modified(|last| {
+                let newer = stored > *last;
+                if newer {
+                    *last = stored;
+                }
+                newer
+            });
+            Ok(Tail::new(sender.subscribe()))
+        })
+    }
+
+    fn resolve<'a>(
+        &'a self,
+        id: &'a ExecutionId,
+        resolution: Resolution,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let id = id.clone();
+        self.write(move |conn| {
+            lease_of(conn, &id)?;
+            let body = serde_json::to_string(&resolution).map_err(|e| corrupt("an answer", &e))?;
+            let inserted = cached_execute(
+                conn,
+                "INSERT INTO resolutions (execution, action, body) VALUES (?1, ?2, ?3) \
+                     ON CONFLICT DO NOTHING",
+                params![id.as_str(), resolution.action_id.as_str(), body],
+            )
+            .map_err(|e| unavailable(&e))?;
+            if inserted == 0 {
+                return Err(StoreError::AlreadyResolved {
+                    execution: id,
+                    action: resolution.action_id,
+                });
+            }
+            Ok(((), signal(&id)))
+        })
+    }
+
+    fn resolution<'a>(
+        &'a self,
+        id: &'a ExecutionId,
+        action: &'a ActionId,
+    ) -> BoxFuture<'a, Result<Option<Resolution>, StoreError>> {
+        let (id, action) = (id.clone(), action.clone());
+        self.read_with(move |conn| {
+            lease_of(conn, &id)?;
+            let body: Option<String> = cached_query_row(
+                conn,
+                "SELECT body FROM resolutions WHERE execution = ?1 AND action = ?2",
+                params![id.as_str(), action.as_str()],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| unavailable(&e))?;
+            body.map(|b| serde_json::from_str(&b).map_err(|e| corrupt("an answer", &e)))
+                .transpose()
+        })
+    }
+
+    fn request_cancel<'a>(
+        &'a self,
+        id: &'a ExecutionId,
+        reason: &'a str,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        let (id, reason) = (id.clone(), reason.to_owned());
+        self.write(move |conn| {
+            lease_of(conn, &id)?;
+            let changed = cached_execute(
+                conn,
+                "UPDATE executions SET cancel_requested = ?2 \
+                     WHERE id = ?1 AND cancel_requested IS NULL",
+                params![id.as_str(), reason],
+            )
+            .map_err(|e| unavailable(&e))?;
+            let first = changed == 1;
+            Ok((first, first.then(|| signal(&id)).flatten()))
+        })
+    }
+}

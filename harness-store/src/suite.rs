@@ -1,0 +1,534 @@
+//! The store conformance suite: the rules of
+//! [`ExecutionStore`](harness_core::store::ExecutionStore), checked against any backend.
+//!
+//! [`check`] runs every check on one store (each on executions of its own, so a store may be
+//! shared with other work) and panics naming the first rule broken. Backends run it in their
+//! tests; `harness-store` runs it on [`MemoryStore`](harness_core::store::MemoryStore) and
+//! [`SqliteStore`](crate::SqliteStore).
+//!
+//! ```
+//! # tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap().block_on(async {
+//! harness_store::suite::check(harness_core::store::MemoryStore::new()).await;
+//! # });
+//! ```
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use harness_core::event::{CancelReason, Event, EventPayload, TextDelta};
+use harness_core::id::{ActionId, Cursor, ExecutionId, IdempotencyKey, Sequence};
+use harness_core::lifecycle::ExecutionState;
+use harness_core::store::{
+    Created, ExecutionRecord, ExecutionStore, Lease, ReplicaId, Resolution, StoreError,
+};
+use harness_core::time::Timestamp;
+
+const LONG: Duration = Duration::from_secs(60);
+
+/// How many callers race in the concurrency checks.
+pub const RACERS: usize = 500;
+
+/// Runs every check on `store`.
+///
+/// # Panics
+/// At the first rule the store breaks, naming it.
+pub async fn check<S: ExecutionStore + Clone>(store: S) {
+    records_and_idempotency(&store).await;
+    leases_and_fencing(&store).await;
+    appends(&store).await;
+    answers_and_cancels(&store).await;
+    tails(&store).await;
+    races(&store).await;
+}
+
+/// A record of a new execution, `fingerprint` "fp".
+#[must_use]
+pub fn record() -> ExecutionRecord {
+    ExecutionRecord::new(
+        ExecutionId::generate(),
+        "scripted",
+        "fp",
+        serde_json::json!({"message": "hi"}),
+    )
+}
+
+/// Event `seq` of `id`: `run.queued` for 1, `run.running` for 2, a delta after.
+#[must_use]
+pub fn event(id: &ExecutionId, seq: u64) -> Event {
+    let payload = match seq {
+        1 => EventPayload::RunQueued,
+        2 => EventPayload::RunRunning,
+        n => EventPayload::MessageDelta(TextDelta::new(format!("delta {n}"))),
+    };
+    event_with(id, seq, payload)
+}
+
+/// Event `seq` of `id` with `payload`.
+#[must_use]
+pub fn event_with(id: &ExecutionId, seq: u64, payload: EventPayload) -> Event {
+    Event::new(
+        id.clone(),
+        Sequence::new(seq).expect("sequence numbers start at 1"),
+        Timestamp::now(),
+        payload,
+    )
+}
+
+/// Events `from..=to` of `id`.
+#[must_use]
+pub fn events(id: &ExecutionId, from: u64, to: u64) -> Vec<Event> {
+    (from..=to).map(|n| event(id, n)).collect()
+}
+
+async fn created<S: ExecutionStore>(store: &S) -> ExecutionId {
+    let record = record();
+    let id = record.id.clone();
+    assert_eq!(store.create(record).await, Ok(Created::New), "create");
+    id
+}
+
+async fn leased<S: ExecutionStore>(store: &S, owner: &str) -> (ExecutionId, Lease) {
+    let id = created(store).await;
+    let lease = store
+        .acquire(&id, &ReplicaId::new(owner), LONG)
+        .await
+        .expect("a fresh execution's lease is free");
+    (id, lease)
+}
+
+async fn records_and_idempotency<S: ExecutionStore>(store: &S) {
+    let written = record().with_principal("alice");
+    let id = written.id.clone();
+    assert_eq!(store.create(written.clone()).await, Ok(Created::New));
+    let read = store.record(&id).await.expect("the record reads back");
+    assert_eq!(read, written, "a record reads back as written");
+    assert_eq!(
+        store.create(written).await,
+        Err(StoreError::Exists(id)),
+        "an id is created once"
+    );
+    let unknown = ExecutionId::generate();
+    assert_eq!(
+        store.record(&unknown).await,
+        Err(StoreError::NotFound(unknown.clone())),
+        "an unknown execution is NotFound"
+    );
+    assert!(
+        matches!(
+            store.read(&unknown, Cursor::START, 10).await,
+            Err(StoreError::NotFound(_))
+        ),
+        "the log of an unknown execution is NotFound, not empty"
+    );
+
+    let key: IdempotencyKey = format!("key-{}", ExecutionId::generate())
+        .parse()
+        .expect("a valid key");
+    let first = record()
+        .with_principal("alice")
+        .with_idempotency_key(key.clone());
+    assert_eq!(store.create(first.clone()).await, Ok(Created::New));
+    let again = ExecutionRecord {
+        id: ExecutionId::generate(),
+        ..first.clone()
+    };
+    assert_eq!(
+        store.create(again).await,
+        Ok(Created::Existing(Box::new(first.clone()))),
+        "the same key and request give the first execution"
+    );
+    let other = ExecutionRecord {
+        id: ExecutionId::generate(),
+        fingerprint: "another".into(),
+        ..first.clone()
+    };
+    assert_eq!(
+        store.create(other).await,
+        Err(StoreError::IdempotencyConflict {
+            key: key.clone(),
+            existing: first.id.clone()
+        }),
+        "the same key for another request is a conflict"
+    );
+    let bob = ExecutionRecord {
+        id: ExecutionId::generate(),
+        principal: "bob".into(),
+        ..first
+    };
+    assert_eq!(
+        store.create(bob).await,
+        Ok(Created::New),
+        "keys are scoped by principal"
+    );
+}
+
+async fn leases_and_fencing<S: ExecutionStore>(store: &S) {
+    let (id, a) = leased(store, "a").await;
+    assert_eq!(a.token.get(), 1, "the first lease is token 1");
+    let b = ReplicaId::new("b");
+    assert!(
+        matches!(
+            store.acquire(&id, &b, LONG).await,
+            Err(StoreError::Leased { ref owner, .. }) if owner.as_str() == "a"
+        ),
+        "a held lease is not taken"
+    );
+    let renewed = store
+        .acquire(&id, &a.owner, LONG)
+        .await
+        .expect("the holder renews");
+    assert_eq!(renewed.token, a.token, "a renewal keeps the token");
+    store.release(&renewed).await.expect("the holder releases");
+    let taken = store
+        .acquire(&id, &b, LONG)
+        .await
+        .expect("a released lease is free");
+    assert!(taken.token > a.token, "a new holder gets a greater token");
+
+    // The old holder can write nothing: the store refuses it.
+    assert!(
+        matches!(
+            store.append(&a, &events(&id, 1, 1)).await,
+            Err(StoreError::Fenced { presented, current, .. })
+                if presented == a.token && current == taken.token
+        ),
+        "an append under a lost lease is fenced"
+    );
+    assert!(
+        matches!(store.release(&a).await, Err(StoreError::Fenced { .. })),
+        "a release under a lost lease is fenced"
+    );
+    store
+        .append(&taken, &events(&id, 1, 2))
+        .await
+        .expect("the current holder appends");
+
+    // A lapsed lease fences its holder, and anyone may take it.
+    let (id, short) = {
+        let id = created(store).await;
+        let lease = store
+            .acquire(&id, &ReplicaId::new("a"), Duration::from_millis(50))
+            .await
+            .expect("lease");
+        (id, lease)
+    };
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    assert!(
+        matches!(
+            store.append(&short, &events(&id, 1, 1)).await,
+            Err(StoreError::Fenced { .. })
+        ),
+        "an append under a lapsed lease is fenced"
+    );
+    let next = store
+        .acquire(&id, &b, LONG)
+        .await
+        .expect("a lapsed lease is free");
+    assert!(next.token > short.token);
+    assert_eq!(store.read(&id, Cursor::START, 10).await, Ok(Vec::new()));
+}
+
+async fn appends<S: ExecutionStore>(store: &S) {
+    let (id, lease) = leased(store, "a").await;
+    let written = events(&id, 1, 3);
+    store
+        .append(&lease, &written)
+        .await
+        .expect("a contiguous batch");
+    assert_eq!(
+        store.read(&id, Cursor::START, 10).await.expect("read"),
+        written,
+        "events read back whole: envelope, time and payload"
+    );
+    assert_eq!(
+        store.record(&id).await.expect("record").state,
+        ExecutionState::Running,
+        "the state follows the lifecycle events"
+    );
+    assert!(
+        matches!(
+            store.append(&lease, &events(&id, 5, 6)).await,
+            Err(StoreError::Sequence {
+                expected: 4,
+                got: 5,
+                ..
+            })
+        ),
+        "a gap is refused"
+    );
+    assert!(
+        matches!(
+            store.append(&lease, &events(&id, 3, 4)).await,
+            Err(StoreError::Sequence {
+                expected: 4,
+                got: 3,
+                ..
+            })
+        ),
+        "a repeat is refused"
+    );
+    // All or nothing: a batch that goes wrong half-way writes none of it.
+    let mut broken = events(&id, 4, 5);
+    broken.push(event(&id, 7));
+    assert!(store.append(&lease, &broken).await.is_err());
+    assert_eq!(
+        store
+            .read(&id, Cursor::START, 100)
+            .await
+            .expect("read")
+            .len(),
+        3,
+        "a refused batch wrote nothing"
+    );
+    store
+        .append(&lease, &events(&id, 4, 10))
+        .await
+        .expect("the log goes on");
+    let page = store
+        .read(&id, Cursor::after_seq(2), 3)
+        .await
+        .expect("a page");
+    let seqs: Vec<u64> = page.iter().map(|e| e.seq().get()).collect();
+    assert_eq!(
+        seqs,
+        [3, 4, 5],
+        "read returns `limit` events after the cursor"
+    );
+    assert!(
+        store
+            .unfinished()
+            .await
+            .expect("unfinished")
+            .iter()
+            .any(|r| r.id == id),
+        "a running execution is unfinished"
+    );
+    store
+        .append(
+            &lease,
+            &[event_with(
+                &id,
+                11,
+                EventPayload::RunCancelled(CancelReason::new("stop")),
+            )],
+        )
+        .await
+        .expect("the terminal event");
+    assert_eq!(
+        store.append(&lease, &events(&id, 12, 12)).await,
+        Err(StoreError::Ended(id.clone())),
+        "nothing follows the terminal event"
+    );
+    let record = store.record(&id).await.expect("record");
+    assert_eq!(record.state, ExecutionState::Cancelled);
+    assert!(
+        !store
+            .unfinished()
+            .await
+            .expect("unfinished")
+            .iter()
+            .any(|r| r.id == id),
+        "an ended execution is not unfinished"
+    );
+    let all = store.read(&id, Cursor::START, 1000).await.expect("read");
+    assert_eq!(all.len(), 11);
+    assert!(
+        all.iter()
+            .enumerate()
+            .all(|(i, e)| e.seq().get() == i as u64 + 1),
+        "contiguous from 1"
+    );
+    assert_eq!(
+        store.read(&id, Cursor::after_seq(11), 10).await,
+        Ok(Vec::new()),
+        "nothing after the last event"
+    );
+}
+
+fn resolution(action: &ActionId, n: u64) -> Resolution {
+    Resolution {
+        action_id: action.clone(),
+        revision: 1,
+        response: serde_json::json!({"answer": n}),
+        at: Timestamp::now(),
+    }
+}
+
+async fn answers_and_cancels<S: ExecutionStore>(store: &S) {
+    let id = created(store).await;
+    let action = ActionId::generate();
+    assert_eq!(store.resolution(&id, &action).await, Ok(None));
+    let first = resolution(&action, 1);
+    store
+        .resolve(&id, first.clone())
+        .await
+        .expect("the first answer");
+    assert_eq!(
+        store.resolve(&id, resolution(&action, 2)).await,
+        Err(StoreError::AlreadyResolved {
+            execution: id.clone(),
+            action: action.clone()
+        }),
+        "a second answer is refused"
+    );
+    assert_eq!(
+        store.resolution(&id, &action).await,
+        Ok(Some(first)),
+        "the first answer is kept"
+    );
+    assert_eq!(store.request_cancel(&id, "first").await, Ok(true));
+    assert_eq!(store.request_cancel(&id, "second").await, Ok(false));
+    assert_eq!(
+        store
+            .record(&id)
+            .await
+            .expect("record")
+            .cancel_requested
+            .as_deref(),
+        Some("first"),
+        "the first cancel request's reason wins"
+    );
+}
+
+async fn tails<S: ExecutionStore>(store: &S) {
+    let (id, lease) = leased(store, "a").await;
+    let mut tail = store.tail(&id).await.expect("a tail");
+    assert_eq!(tail.last(), 0);
+    let waiter = tokio::spawn(async move {
+        let woke = tail.after(Cursor::START).await;
+        (woke, tail.last())
+    });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    store
+        .append(&lease, &events(&id, 1, 2))
+        .await
+        .expect("append");
+    let (woke, last) = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the tail wakes on an append")
+        .expect("the waiter");
+    assert!(woke);
+    assert_eq!(last, 2);
+
+    // A tail taken after events were stored starts from them.
+    let mut late = store.tail(&id).await.expect("a tail");
+    assert_eq!(late.last(), 2);
+    assert!(
+        tokio::time::timeout(Duration::from_secs(1), late.after(Cursor::after_seq(1)))
+            .await
+            .expect("at once: an event after the cursor is stored")
+    );
+    // An answer and a cancel request wake the owner too.
+    let mut owner = store.tail(&id).await.expect("a tail");
+    let action = ActionId::generate();
+    store
+        .resolve(&id, resolution(&action, 1))
+        .await
+        .expect("resolve");
+    assert!(
+        tokio::time::timeout(Duration::from_secs(5), owner.changed())
+            .await
+            .expect("the tail wakes on an answer")
+    );
+    store.request_cancel(&id, "stop").await.expect("cancel");
+    assert!(
+        tokio::time::timeout(Duration::from_secs(5), owner.changed())
+            .await
+            .expect("the tail wakes on a cancel request")
+    );
+}
+
+async fn races<S: ExecutionStore + Clone>(store: &S) {
+    // RACERS concurrent answers to one action: exactly one is recorded.
+    let id = created(store).await;
+    let action = ActionId::generate();
+    let tasks: Vec<_> = (0..RACERS as u64)
+        .map(|n| {
+            let (store, id, action) = (store.clone(), id.clone(), action.clone());
+            tokio::spawn(async move { store.resolve(&id, resolution(&action, n)).await })
+        })
+        .collect();
+    let mut accepted = 0;
+    for task in tasks {
+        match task.await.expect("a racer") {
+            Ok(()) => accepted += 1,
+            Err(StoreError::AlreadyResolved { .. }) => {}
+            Err(other) => panic!("a racing answer failed otherwise: {other}"),
+        }
+    }
+    assert_eq!(accepted, 1, "{RACERS} concurrent answers: one accepted");
+
+    // Concurrent creates with one key: one execution.
+    let key: IdempotencyKey = format!("race-{}", ExecutionId::generate())
+        .parse()
+        .expect("key");
+    let tasks: Vec<_> = (0..50)
+        .map(|_| {
+            let store = store.clone();
+            let record = record().with_idempotency_key(key.clone());
+            tokio::spawn(async move { (record.id.clone(), store.create(record).await) })
+        })
+        .collect();
+    let mut new = Vec::new();
+    let mut existing = std::collections::HashSet::new();
+    for task in tasks {
+        match task.await.expect("a racer") {
+            (id, Ok(Created::New)) => new.push(id),
+            (_, Ok(Created::Existing(first))) => {
+                existing.insert(first.id);
+            }
+            (_, Err(e)) => panic!("a racing create failed: {e}"),
+        }
+    }
+    assert_eq!(new.len(), 1, "one key, one execution");
+    assert!(existing.iter().all(|id| *id == new[0]), "the others got it");
+
+    // Replicas racing for one lease: one holds it.
+    let id = Arc::new(created(store).await);
+    let tasks: Vec<_> = (0..50)
+        .map(|n| {
+            let (store, id) = (store.clone(), Arc::clone(&id));
+            tokio::spawn(async move {
+                store
+                    .acquire(&id, &ReplicaId::new(format!("replica-{n}")), LONG)
+                    .await
+            })
+        })
+        .collect();
+    let mut holders = 0;
+    for task in tasks {
+        match task.await.expect("a racer") {
+            Ok(_) => holders += 1,
+            Err(StoreError::Leased { .. }) => {}
+            Err(other) => panic!("a racing acquire failed otherwise: {other}"),
+        }
+    }
+    assert_eq!(holders, 1, "one lease holder");
+
+    // Concurrent appends from many executions: each log whole and contiguous.
+    let tasks: Vec<_> = (0..20)
+        .map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let (id, lease) = leased(&store, "a").await;
+                for n in 1..=50 {
+                    store
+                        .append(&lease, &[event(&id, n)])
+                        .await
+                        .expect("append");
+                }
+                let all = store.read(&id, Cursor::START, 100).await.expect("read");
+                assert_eq!(all.len(), 50);
+                assert!(
+                    all.iter()
+                        .enumerate()
+                        .all(|(i, e)| e.seq().get() == i as u64 + 1)
+                );
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await
+            .expect("concurrent appends keep each log contiguous");
+    }
+}
