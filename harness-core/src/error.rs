@@ -266,6 +266,9 @@ codes! {
     /// The provider (its process or connection) was lost while the execution awaited an
     /// action: nothing is left to continue from the answer.
     PROVIDER_LOST: Some(C::Unavailable);
+    /// The replica that owned the execution was lost (its lease lapsed) before its end, and
+    /// the execution could not be continued where it stood; starting it again may succeed.
+    OWNER_LOST: Some(C::Unavailable);
     /// Creating and initializing the runtime took longer than its initialization deadline.
     INIT_TIMEOUT: Some(C::Timeout);
     /// A run segment took longer than its turn deadline.

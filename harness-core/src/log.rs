@@ -172,9 +172,23 @@ struct State {
     artifact_events: Vec<usize>,
     /// Parked readers, keyed by reader id. Drained (and woken) on every append.
     waiters: Vec<(u64, Waker)>,
+    /// How many events readers see, when the log is gated ([`LogReader::gate`]): those a
+    /// store acknowledged. `None`: every appended event.
+    published: Option<usize>,
 }
 
 impl State {
+    /// How many events readers see.
+    fn visible(&self) -> usize {
+        self.published
+            .map_or(self.events.len(), |p| p.min(self.events.len()))
+    }
+
+    /// Whether readers see the terminal event.
+    fn visible_end(&self) -> bool {
+        self.terminal && self.visible() == self.events.len()
+    }
+
     fn derive(&mut self, payload: &EventPayload, index: usize) {
         let Some(lifecycle) = payload.implied_state() else {
             match payload {
@@ -328,6 +342,7 @@ impl EventLog {
                     pending: None,
                     artifact_events: Vec::new(),
                     waiters: Vec::new(),
+                    published: None,
                 }),
                 next_waiter: AtomicU64::new(0),
                 observed: AtomicBool::new(false),
@@ -499,7 +514,12 @@ impl LogReader {
     pub fn snapshot(&self, cursor: Cursor) -> Vec<Arc<Event>> {
         let state = self.shared.lock();
         let from = usize::try_from(cursor.after()).unwrap_or(usize::MAX);
-        state.events.range(from, usize::MAX).cloned().collect()
+        let visible = state.visible();
+        state
+            .events
+            .range(from, visible.saturating_sub(from))
+            .cloned()
+            .collect()
     }
 
     /// The events after `cursor`: first those already appended, then each new one as it is
@@ -512,6 +532,30 @@ impl LogReader {
             waiter: self.shared.waiter_id(),
             buffer: std::collections::VecDeque::new(),
         }
+    }
+
+    /// Gates the log: from now on, [`snapshot`](Self::snapshot), [`subscribe`](Self::subscribe)
+    /// and [`terminal`](Self::terminal) show only the events [`publish`](Self::publish)ed (a
+    /// durable store acknowledged them), so that no reader sees an event a crash could still
+    /// take back. Observers, [`state`](Self::state) and [`pending_action`](Self::pending_action)
+    /// follow the appends as before.
+    pub(crate) fn gate(&self) {
+        let mut state = self.shared.lock();
+        state.published.get_or_insert(0);
+    }
+
+    /// Shows the first `count` events to the readers of a gated log (never fewer than
+    /// before); `None` lifts the gate.
+    pub(crate) fn publish(&self, count: Option<usize>) {
+        let waiters = {
+            let mut state = self.shared.lock();
+            state.published = match (state.published, count) {
+                (Some(before), Some(count)) => Some(before.max(count)),
+                _ => None,
+            };
+            std::mem::take(&mut state.waiters)
+        };
+        wake(waiters);
     }
 
     /// Resolves to the terminal event once it is appended.
@@ -680,14 +724,15 @@ impl Stream for EventStream {
             return Poll::Ready(Some(event));
         }
         let mut state = this.shared.lock();
-        for slice in state.events.slices(this.next, READ_BATCH) {
+        let ready = state.visible().saturating_sub(this.next).min(READ_BATCH);
+        for slice in state.events.slices(this.next, ready) {
             this.buffer.extend(slice.iter().cloned());
         }
         if let Some(first) = this.buffer.pop_front() {
             this.next += 1 + this.buffer.len();
             return Poll::Ready(Some(first));
         }
-        if state.terminal {
+        if state.visible_end() {
             return Poll::Ready(None);
         }
         Shared::park(&mut state, this.waiter, cx.waker());
@@ -696,8 +741,8 @@ impl Stream for EventStream {
 
     fn size_hint(&self) -> (usize, Option<usize>) {
         let state = self.shared.lock();
-        let ready = state.events.len().saturating_sub(self.next) + self.buffer.len();
-        (ready, state.terminal.then_some(ready))
+        let ready = state.visible().saturating_sub(self.next) + self.buffer.len();
+        (ready, state.visible_end().then_some(ready))
     }
 }
 
@@ -727,7 +772,7 @@ impl Future for TerminalEvent {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut state = self.shared.lock();
-        if state.terminal
+        if state.visible_end()
             && let Some(last) = state.events.last()
         {
             return Poll::Ready(Arc::clone(last));

@@ -532,3 +532,67 @@ async fn races<S: ExecutionStore + Clone>(store: &S) {
             .expect("concurrent appends keep each log contiguous");
     }
 }
+
+/// An adapter for durability tests: each run streams `deltas` message deltas (`tick 1`,
+/// `tick 2`, ...) `interval` apart, then succeeds; `deltas: None` streams until cancelled.
+#[derive(Debug)]
+pub struct Ticker {
+    descriptor: harness_core::manifest::HarnessDescriptor,
+    deltas: Option<u64>,
+    interval: Duration,
+}
+
+impl Ticker {
+    /// The adapter `ticker`.
+    ///
+    /// # Panics
+    /// Never: its descriptor is valid.
+    #[must_use]
+    pub fn new(deltas: Option<u64>, interval: Duration) -> harness_core::adapter::Simple<Self> {
+        use harness_core::manifest::{ContractVersion, ExecutionMode, HarnessDescriptor};
+        let descriptor = HarnessDescriptor::builder("ticker".parse().expect("an id"), "0.1.0")
+            .contract_version(ContractVersion::V1)
+            .execution_mode(ExecutionMode::in_process())
+            .build()
+            .expect("a valid descriptor");
+        harness_core::adapter::Simple::new(Self {
+            descriptor,
+            deltas,
+            interval,
+        })
+    }
+}
+
+impl harness_core::manifest::Describe for Ticker {
+    fn descriptor(&self) -> &harness_core::manifest::HarnessDescriptor {
+        &self.descriptor
+    }
+}
+
+impl harness_core::adapter::SimpleAdapter for Ticker {
+    fn stream(
+        &self,
+        context: harness_core::adapter::RunContext,
+    ) -> harness_core::adapter::BoxStream<'static, harness_core::adapter::EventResult> {
+        use harness_core::adapter::AdapterEvent;
+        use harness_core::event::{Content, RunSucceeded};
+        let (deltas, interval) = (self.deltas, self.interval);
+        Box::pin(futures_util::stream::unfold(1u64, move |n| {
+            let cancel = context.cancellation.clone();
+            async move {
+                if deltas.is_some_and(|d| n > d) {
+                    if deltas.is_some_and(|d| n == d + 1) {
+                        return Some((Ok(AdapterEvent::Completed(RunSucceeded::default())), n + 1));
+                    }
+                    return None;
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(interval) => {}
+                    () = cancel.cancelled() => return None,
+                }
+                let delta = Content::MessageDelta(TextDelta::new(format!("tick {n}")));
+                Some((Ok(AdapterEvent::Content(delta)), n + 1))
+            }
+        }))
+    }
+}

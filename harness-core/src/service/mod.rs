@@ -106,6 +106,7 @@ pub mod segment;
 
 mod driver;
 mod handle;
+mod persist;
 
 use std::fmt;
 use std::sync::Arc;
@@ -128,6 +129,8 @@ pub use self::segment::{
 
 use self::driver::{Driver, instant_of};
 use self::handle::{Holders, Shared};
+use self::persist::Durable;
+pub use self::persist::Recovery;
 use self::segment::{ExecutionRuntime, catch};
 use crate::adapter::{
     AgentConfig, DeploymentContext, HarnessAdapter, InputFile, RunLimits, RuntimeContext, TurnInput,
@@ -283,7 +286,12 @@ struct ServiceInner<A> {
     config: ServiceConfig,
     deployment: DeploymentContext,
     stack: RuntimeStack,
+    durable: Option<Durable>,
 }
+
+/// The default lease term of a durable service ([`AdapterServiceBuilder::store`]): a replica
+/// that dies leaves its executions to another after at most this long.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
 
 impl<A> Clone for AdapterService<A> {
     fn clone(&self) -> Self {
@@ -331,6 +339,7 @@ pub struct AdapterServiceBuilder<A, L> {
     adapter: A,
     config: ServiceConfig,
     layers: ServiceBuilder<L>,
+    durable: Option<Durable>,
 }
 
 impl<A: HarnessAdapter, L> fmt::Debug for AdapterServiceBuilder<A, L> {
@@ -349,7 +358,55 @@ impl<A: HarnessAdapter, L> AdapterServiceBuilder<A, L> {
             adapter: self.adapter,
             config: self.config,
             layers: self.layers.layer(layer),
+            durable: self.durable,
         }
+    }
+
+    /// Keeps every execution in `store`, as replica `replica`: its record, and each event
+    /// before any reader sees it (readers of a durable execution see only what the store
+    /// acknowledged, so a crash never takes back an event someone saw). The execution's
+    /// lease ([`DEFAULT_LEASE_TTL`]) is renewed while it lives; when this process dies,
+    /// [`AdapterService::recover`] on another one (or this one, restarted) ends what it left.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use harness_core::store::{MemoryStore, ReplicaId};
+    /// # use harness_core::service::AdapterService;
+    /// # use harness_core::adapter::{BoxStream, EventResult, RunContext, Simple, SimpleAdapter};
+    /// # use harness_core::manifest::{ContractVersion, ExecutionMode, HarnessDescriptor};
+    /// # struct Nop(HarnessDescriptor);
+    /// # impl harness_core::manifest::Describe for Nop {
+    /// #     fn descriptor(&self) -> &HarnessDescriptor { &self.0 }
+    /// # }
+    /// # impl SimpleAdapter for Nop {
+    /// #     fn stream(&self, _: RunContext) -> BoxStream<'static, EventResult> { Box::pin(futures_util::stream::empty()) }
+    /// # }
+    /// # let adapter = Simple::new(Nop(HarnessDescriptor::builder("nop".parse().unwrap(), "0.1.0")
+    /// #     .contract_version(ContractVersion::V1).execution_mode(ExecutionMode::in_process()).build().unwrap()));
+    /// let service = AdapterService::builder(adapter)
+    ///     .store(Arc::new(MemoryStore::new()), ReplicaId::new("replica-1"))
+    ///     .build();
+    /// # drop(service);
+    /// ```
+    pub fn store(
+        mut self,
+        store: Arc<dyn crate::store::ExecutionStore>,
+        replica: crate::store::ReplicaId,
+    ) -> Self {
+        self.durable = Some(Durable {
+            store,
+            replica,
+            lease_ttl: DEFAULT_LEASE_TTL,
+        });
+        self
+    }
+
+    /// Sets the lease term of a durable service (after [`store`](Self::store)).
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        if let Some(durable) = &mut self.durable {
+            durable.lease_ttl = ttl;
+        }
+        self
     }
 
     /// Sets the timing knobs.
@@ -377,6 +434,7 @@ impl<A: HarnessAdapter, L> AdapterServiceBuilder<A, L> {
                 config: self.config,
                 deployment: DeploymentContext::default(),
                 stack: RuntimeStack::new(stack),
+                durable: self.durable,
             }),
         }
     }
@@ -401,6 +459,7 @@ impl<A: HarnessAdapter> AdapterService<A> {
             adapter,
             config: ServiceConfig::default(),
             layers: ServiceBuilder::new(),
+            durable: None,
         }
     }
 
@@ -472,6 +531,28 @@ impl<A: HarnessAdapter> AdapterService<A> {
             queued.events(),
             CancellationToken::new(),
         ));
+        if let Some(durable) = &inner.durable {
+            let reader = queued.events();
+            reader.gate();
+            let json = serde_json::to_value(&request).unwrap_or_default();
+            let record = crate::store::ExecutionRecord::new(
+                id.clone(),
+                shared.adapter.as_str(),
+                crate::store::fingerprint(&json),
+                json,
+            );
+            let stored = async {
+                durable.store.create(record).await?;
+                durable
+                    .store
+                    .acquire(&id, &durable.replica, durable.lease_ttl)
+                    .await
+            };
+            // Nothing has run: a refusal here starts nothing (the queued execution is
+            // dropped, its in-memory log ended).
+            let lease = stored.await.map_err(|e| e.to_harness_error())?;
+            persist::spawn(durable.clone(), lease, reader, shared.cancel.clone());
+        }
         let handle = ExecutionHandle {
             holders: Arc::new(Holders(Arc::clone(&shared))),
             replay: false,
@@ -520,6 +601,35 @@ impl<A: HarnessAdapter> AdapterService<A> {
         // polling this call), so what the driver and the adapter log belongs to the execution.
         tokio.spawn(driver.run(queued).instrument(tracing::Span::current()));
         Ok(handle)
+    }
+}
+
+impl<A: HarnessAdapter> AdapterService<A> {
+    /// Ends the executions of this adapter that a lost replica left unfinished in the
+    /// service's store (their lease lapsed or was released): each gets exactly one terminal
+    /// event, `run.cancelled` when a cancel had been requested, else `run.failed`
+    /// (`unavailable`, retryable, `OWNER_LOST`). Executions another live replica holds are
+    /// left alone; of replicas recovering at once, one ends each. Call it when a replica
+    /// starts, and from time to time.
+    ///
+    /// Continuing an execution where it stood (`runtime.eviction_recovery`) needs the
+    /// adapter's durable thread state, not wired yet: it is declared unsupported.
+    ///
+    /// # Errors
+    /// `persistence` when the store fails; nothing when the service has no store (an empty
+    /// list).
+    pub async fn recover(&self) -> Result<Vec<Recovery>, HarnessError> {
+        let Some(durable) = &self.inner.durable else {
+            return Ok(Vec::new());
+        };
+        persist::recover(
+            &*durable.store,
+            self.inner.adapter.descriptor().id().as_str(),
+            &durable.replica,
+            durable.lease_ttl,
+        )
+        .await
+        .map_err(|e| e.to_harness_error())
     }
 }
 

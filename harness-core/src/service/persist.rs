@@ -1,0 +1,226 @@
+//! Durable executions: the persister that writes an execution's log to the service's store,
+//! and recovery of the executions a lost replica left unfinished.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{ErrorCategory, ErrorCode, HarnessError};
+use crate::event::{CancelReason, Event, EventPayload, RunFailed};
+use crate::id::{Cursor, ExecutionId};
+use crate::lifecycle::ExecutionState;
+use crate::log::LogReader;
+use crate::store::{ExecutionStore, Lease, ReplicaId, StoreError, next_sequence};
+use crate::time::Timestamp;
+
+/// The most events one append carries.
+const BATCH: usize = 512;
+
+/// Where a service keeps its executions: the store, this replica's name, the lease term.
+#[derive(Clone)]
+pub(crate) struct Durable {
+    pub(crate) store: Arc<dyn ExecutionStore>,
+    pub(crate) replica: ReplicaId,
+    pub(crate) lease_ttl: Duration,
+}
+
+impl std::fmt::Debug for Durable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Durable")
+            .field("replica", &self.replica)
+            .field("lease_ttl", &self.lease_ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Writes every event of `reader`'s (gated) log to the store under `lease`, in batches of
+/// what arrived during the previous write, and publishes each batch to the log's readers once
+/// the store acknowledged it. Renews the lease while the execution lives (awaiting an answer
+/// for hours included) and releases it after the terminal event.
+///
+/// When the store fences this replica (another one took the execution over), the local run
+/// is cancelled and the gate lifted: local readers see the local end, the store keeps the
+/// new owner's. When the store is unavailable, the batch is retried with backoff; readers
+/// wait meanwhile (nothing unacknowledged is shown).
+pub(crate) fn spawn(
+    durable: Durable,
+    mut lease: Lease,
+    reader: LogReader,
+    cancel: CancellationToken,
+) {
+    let (tx, mut rx) = mpsc::unbounded_channel::<Event>();
+    // Dropped after the terminal event (or with the log): the channel then closes.
+    reader.observe(move |event: &Event| {
+        let _ = tx.send(event.clone());
+    });
+    let Durable {
+        store,
+        replica,
+        lease_ttl,
+    } = durable;
+    let renew_every = lease_ttl / 3;
+    tokio::spawn(async move {
+        let mut published = 0usize;
+        let mut renewed = Instant::now();
+        let mut batch: Vec<Event> = Vec::new();
+        let mut backoff = Duration::from_millis(20);
+        loop {
+            if batch.is_empty() {
+                match tokio::time::timeout(renew_every, rx.recv()).await {
+                    Ok(Some(event)) => batch.push(event),
+                    Ok(None) => break,
+                    Err(_) => {}
+                }
+                while batch.len() < BATCH {
+                    match rx.try_recv() {
+                        Ok(event) => batch.push(event),
+                        Err(_) => break,
+                    }
+                }
+            }
+            if renewed.elapsed() >= renew_every {
+                match store
+                    .acquire(&lease.execution_id, &replica, lease_ttl)
+                    .await
+                {
+                    Ok(renewal) => {
+                        lease = renewal;
+                        renewed = Instant::now();
+                    }
+                    Err(StoreError::Unavailable(e)) => {
+                        tracing::warn!(error = %e, "could not renew the execution's lease");
+                    }
+                    Err(e) => {
+                        lost(&e, &reader, &cancel);
+                        return;
+                    }
+                }
+            }
+            if batch.is_empty() {
+                continue;
+            }
+            match store.append(&lease, &batch).await {
+                Ok(()) => {
+                    backoff = Duration::from_millis(20);
+                    published += batch.len();
+                    let ended = batch.last().is_some_and(|e| e.kind().is_terminal());
+                    batch.clear();
+                    if ended {
+                        // Released before the end is shown: whoever saw it finds it free.
+                        let _ = store.release(&lease).await;
+                        reader.publish(Some(published));
+                        return;
+                    }
+                    reader.publish(Some(published));
+                }
+                Err(StoreError::Unavailable(e)) => {
+                    tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "the store refused a batch of events; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+                Err(e) => {
+                    lost(&e, &reader, &cancel);
+                    return;
+                }
+            }
+        }
+    });
+}
+
+fn lost(error: &StoreError, reader: &LogReader, cancel: &CancellationToken) {
+    tracing::error!(
+        error = %error,
+        "this replica lost the execution to the store (another replica owns it now); its run stops here"
+    );
+    cancel.cancel();
+    reader.publish(None);
+}
+
+/// The error recovery ends an execution with when its owner was lost.
+pub(crate) fn owner_lost() -> HarnessError {
+    HarnessError::new(
+        ErrorCategory::Unavailable,
+        "the replica running this execution was lost before it ended",
+    )
+    .with_code(ErrorCode::OWNER_LOST)
+    .with_retryable(true)
+}
+
+/// What [`recover`] did with one execution.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recovery {
+    /// Ended with `run.failed` (`OWNER_LOST`): its owner was lost mid-run.
+    Failed(ExecutionId),
+    /// Ended with `run.cancelled`: a cancel had been requested (or begun).
+    Cancelled(ExecutionId),
+}
+
+/// Ends the unfinished executions of `adapter` whose owner is gone (their lease is free or
+/// lapsed), each with exactly one terminal event, written under a lease of `replica`: those
+/// held by a live replica are left alone, and of several replicas recovering at once, one
+/// ends each execution (the lease decides).
+pub(crate) async fn recover(
+    store: &dyn ExecutionStore,
+    adapter: &str,
+    replica: &ReplicaId,
+    ttl: Duration,
+) -> Result<Vec<Recovery>, StoreError> {
+    let mut recovered = Vec::new();
+    for record in store.unfinished().await? {
+        if record.adapter != adapter {
+            continue;
+        }
+        let lease = match store.acquire(&record.id, replica, ttl).await {
+            Ok(lease) => lease,
+            Err(StoreError::Leased { .. }) => continue,
+            Err(e) => return Err(e),
+        };
+        match end(store, &lease).await {
+            Ok(Some(done)) => recovered.push(done),
+            Ok(None) => {}
+            // Another replica recovered it first, or a late append of the old owner raced.
+            Err(StoreError::Ended(_) | StoreError::Sequence { .. } | StoreError::Fenced { .. }) => {
+            }
+            Err(e) => return Err(e),
+        }
+        let _ = store.release(&lease).await;
+    }
+    Ok(recovered)
+}
+
+async fn end(store: &dyn ExecutionStore, lease: &Lease) -> Result<Option<Recovery>, StoreError> {
+    let id = &lease.execution_id;
+    let record = store.record(id).await?;
+    // The last stored event: read from the end in pages (bounded memory, any log length).
+    let mut last = 0u64;
+    loop {
+        let page = store.read(id, Cursor::after_seq(last), 1024).await?;
+        match page.last() {
+            Some(event) if event.kind().is_terminal() => return Ok(None),
+            Some(event) => last = event.seq().get(),
+            None => break,
+        }
+    }
+    let cancelled = record.cancel_requested.is_some() || record.state == ExecutionState::Cancelling;
+    let (payload, done) = if cancelled {
+        let reason = record
+            .cancel_requested
+            .unwrap_or_else(|| "the cancel was requested before the owner was lost".to_owned());
+        (
+            EventPayload::RunCancelled(CancelReason::new(reason)),
+            Recovery::Cancelled(id.clone()),
+        )
+    } else {
+        (
+            EventPayload::RunFailed(Box::new(RunFailed {
+                error: owner_lost().public(),
+            })),
+            Recovery::Failed(id.clone()),
+        )
+    };
+    let event = Event::new(id.clone(), next_sequence(last), Timestamp::now(), payload);
+    store.append(lease, &[event]).await?;
+    Ok(Some(done))
+}

@@ -1,0 +1,119 @@
+//! `store-replica DB REPLICA MODE`: a replica process for the durable-service crash tests
+//! (not an application): an `AdapterService` over the `Ticker` adapter of
+//! `harness_store::suite`, durable in the SQLite store at DB as replica REPLICA (lease 1 s).
+//!
+//! MODE `run` starts one execution that ticks every 5 ms for ever, prints `execution <id>`,
+//! then `seen <seq> <kind>` for every event its handle shows (only what the store
+//! acknowledged), until it is killed. MODE `recover` calls `AdapterService::recover` until no
+//! execution of the adapter is unfinished (at most 10 s), printing `recovered <id> <how>` for
+//! each it ended, then `done`.
+
+use std::io::Write as _;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use harness_core::id::Cursor;
+use harness_core::service::{AdapterService, ExecutionRequest, Recovery};
+use harness_core::store::{ExecutionStore, ReplicaId};
+use harness_store::SqliteStore;
+use harness_store::suite::Ticker;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [db, replica, mode] = args.as_slice() else {
+        eprintln!("usage: store-replica DB REPLICA run|recover");
+        return ExitCode::from(2);
+    };
+    let Ok(runtime) = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    else {
+        return ExitCode::FAILURE;
+    };
+    runtime.block_on(async {
+        let store = match SqliteStore::open(db) {
+            Ok(store) => Arc::new(store),
+            Err(e) => {
+                eprintln!("store-replica: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let service = AdapterService::builder(Ticker::new(None, Duration::from_millis(5)))
+            .store(
+                Arc::clone(&store) as Arc<dyn ExecutionStore>,
+                ReplicaId::new(replica.as_str()),
+            )
+            .lease_ttl(Duration::from_secs(1))
+            .build();
+        match mode.as_str() {
+            "run" => run(&service).await,
+            "recover" => recover(&service, &store).await,
+            _ => ExitCode::from(2),
+        }
+    })
+}
+
+async fn run(service: &AdapterService<harness_core::adapter::Simple<Ticker>>) -> ExitCode {
+    let execution = match service.start(ExecutionRequest::new("tick")).await {
+        Ok(execution) => execution,
+        Err(e) => {
+            eprintln!("store-replica: start: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "execution {}", execution.id());
+    let mut events = execution.events(Cursor::START);
+    while let Some(event) = events.next().await {
+        let _ = writeln!(out, "seen {} {}", event.seq().get(), event.kind().as_str());
+        let _ = out.flush();
+    }
+    ExitCode::SUCCESS
+}
+
+async fn recover(
+    service: &AdapterService<harness_core::adapter::Simple<Ticker>>,
+    store: &SqliteStore,
+) -> ExitCode {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut out = std::io::stdout().lock();
+    loop {
+        match service.recover().await {
+            Ok(done) => {
+                for recovery in done {
+                    let _ = match recovery {
+                        Recovery::Failed(id) => writeln!(out, "recovered {id} failed"),
+                        Recovery::Cancelled(id) => writeln!(out, "recovered {id} cancelled"),
+                    };
+                }
+            }
+            Err(e) => {
+                eprintln!("store-replica: recover: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+        let left = store
+            .unfinished()
+            .await
+            .map(|records| records.iter().any(|r| r.adapter == "ticker"));
+        match left {
+            Ok(false) => break,
+            Ok(true) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Ok(true) => {
+                eprintln!("store-replica: executions still unfinished after 10 s");
+                return ExitCode::FAILURE;
+            }
+            Err(e) => {
+                eprintln!("store-replica: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    let _ = writeln!(out, "done");
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,311 @@
+//! A durable `AdapterService`: every event reaches the store before any reader sees it, a
+//! replica killed with SIGKILL mid-stream leaves an execution that another replica process
+//! ends with exactly one terminal event, and nothing a reader saw is taken back.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use harness_core::event::{Event, EventKind, EventPayload};
+use harness_core::id::{ActionId, Cursor, ExecutionId};
+use harness_core::lifecycle::ExecutionState;
+use harness_core::service::{AdapterService, ExecutionRequest, Outcome};
+use harness_core::store::{
+    Created, ExecutionRecord, ExecutionStore, Lease, MemoryStore, ReplicaId, Resolution,
+    StoreError, Tail,
+};
+use harness_store::SqliteStore;
+use harness_store::suite::Ticker;
+use tokio::sync::Semaphore;
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir()
+        .join("harness-store-tests")
+        .join(format!("{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch directory");
+    dir
+}
+
+async fn runs_durably(store: Arc<dyn ExecutionStore>) {
+    let service = AdapterService::builder(Ticker::new(Some(20), Duration::from_millis(1)))
+        .store(Arc::clone(&store), ReplicaId::new("a"))
+        .build();
+    let execution = service
+        .start(ExecutionRequest::new("tick"))
+        .await
+        .expect("starts");
+    let outcome = tokio::time::timeout(Duration::from_secs(10), execution.outcome())
+        .await
+        .expect("ends");
+    assert!(matches!(outcome, Outcome::Succeeded(_)), "{outcome:?}");
+    let id = execution.id().clone();
+    let seen: Vec<Event> = execution
+        .log()
+        .snapshot(Cursor::START)
+        .iter()
+        .map(|e| Event::clone(e))
+        .collect();
+    let stored = store.read(&id, Cursor::START, 1000).await.expect("read");
+    assert_eq!(stored, seen, "the store holds exactly what readers saw");
+    assert_eq!(
+        seen.iter()
+            .filter(|e| e.kind() == EventKind::MessageDelta)
+            .count(),
+        20
+    );
+    let record = store.record(&id).await.expect("record");
+    assert_eq!(record.state, ExecutionState::Succeeded);
+    assert_eq!(record.adapter, "ticker");
+    assert_eq!(record.request["message"], "tick");
+    // The lease was released at the end: another replica takes it at once.
+    store
+        .acquire(&id, &ReplicaId::new("b"), Duration::from_secs(5))
+        .await
+        .expect("released");
+    assert!(
+        !store
+            .unfinished()
+            .await
+            .expect("unfinished")
+            .iter()
+            .any(|r| r.id == id)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_durable_execution_is_in_the_store_event_for_event() {
+    runs_durably(Arc::new(MemoryStore::new())).await;
+    let dir = scratch("durable");
+    runs_durably(Arc::new(
+        SqliteStore::open(dir.join("harness.db")).expect("open"),
+    ))
+    .await;
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A store whose appends wait for permits the test hands out: fault injection for the gate.
+#[derive(Clone)]
+struct Held {
+    inner: MemoryStore,
+    permits: Arc<Semaphore>,
+}
+
+impl ExecutionStore for Held {
+    fn create(&self, record: ExecutionRecord) -> BoxFuture<'_, Result<Created, StoreError>> {
+        self.inner.create(record)
+    }
+    fn record<'a>(
+        &'a self,
+        id: &'a ExecutionId,
+    ) -> BoxFuture<'a, Result<ExecutionRecord, StoreError>> {
+        self.inner.record(id)
+    }
+    fn unfinished(&self) -> BoxFuture<'_, Result<Vec<ExecutionRecord>, StoreError>> {
+        self.inner.unfinished()
+    }
+    fn acquire<'a>(
+        &'a self,
+        id: &'a ExecutionId,
+        owner: &'a ReplicaId,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<Lease, StoreError>> {
+        self.inner.acquire(id, owner, ttl)
+    }
+    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.inner.release(lease)
+    }
+    fn append<'a>(
+        &'a self,
+        lease: &'a Lease,
+        events: &'a [Event],
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let permit = self.permits.acquire().await.expect("permits");
+            permit.forget();
+            self.inner.append(lease, events).await
+        })
+    }
+    fn read<'a>(
+        &'a self,
+        id: &'a ExecutionId,
+        after: Cursor,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Event>, StoreError>> {
+        self.inner.read(id, after, limit)
+    }
+    fn tail<'a>(&'a self, id: &'a ExecutionId) -> BoxFuture<'a, Result<Tail, StoreError>> {
+        self.inner.tail(id)
+    }
+    fn resolve<'a>(
+        &'a self,
+        id: &'a ExecutionId,
+        resolution: Resolution,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.inner.resolve(id, resolution)
+    }
+    fn resolution<'a>(
+        &'a self,
+        id: &'a ExecutionId,
+        action: &'a ActionId,
+    ) -> BoxFuture<'a, Result<Option<Resolution>, StoreError>> {
+        self.inner.resolution(id, action)
+    }
+    fn request_cancel<'a>(
+        &'a self,
+        id: &'a ExecutionId,
+        reason: &'a str,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        self.inner.request_cancel(id, reason)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_see_only_what_the_store_acknowledged() {
+    let store = Held {
+        inner: MemoryStore::new(),
+        permits: Arc::new(Semaphore::new(0)),
+    };
+    let service = AdapterService::builder(Ticker::new(Some(5), Duration::from_millis(1)))
+        .store(Arc::new(store.clone()), ReplicaId::new("a"))
+        .build();
+    let execution = service
+        .start(ExecutionRequest::new("tick"))
+        .await
+        .expect("starts");
+    // The run ends in memory; the store has acknowledged nothing yet.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !execution.log().state().is_some_and(|s| s.is_terminal())
+        && tokio::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(execution.log().state(), Some(ExecutionState::Succeeded));
+    assert!(
+        execution.log().snapshot(Cursor::START).is_empty(),
+        "nothing shown"
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_millis(100), execution.outcome())
+            .await
+            .is_err(),
+        "no outcome before the store has the terminal event"
+    );
+    // One append acknowledged: exactly its events are shown.
+    store.permits.add_permits(1);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let shown = loop {
+        let shown = execution.log().snapshot(Cursor::START);
+        if !shown.is_empty() || tokio::time::Instant::now() > deadline {
+            break shown;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    let stored = store
+        .read(execution.id(), Cursor::START, 100)
+        .await
+        .expect("read");
+    let shown: Vec<Event> = shown.iter().map(|e| Event::clone(e)).collect();
+    assert!(!shown.is_empty());
+    assert_eq!(shown, stored, "shown: what the store holds");
+    store.permits.add_permits(100);
+    let outcome = tokio::time::timeout(Duration::from_secs(5), execution.outcome())
+        .await
+        .expect("the outcome once stored");
+    assert!(matches!(outcome, Outcome::Succeeded(_)), "{outcome:?}");
+}
+
+fn replica(db: &std::path::Path, name: &str, mode: &str) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_store-replica"))
+        .arg(db)
+        .args([name, mode])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("the replica starts")
+}
+
+fn lines(child: &mut Child) -> impl Iterator<Item = String> + use<> {
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .lines()
+        .map_while(Result::ok)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_killed_mid_stream_is_ended_once_by_another_and_nothing_seen_is_taken_back() {
+    let dir = scratch("replica-kill");
+    let db = dir.join("harness.db");
+    let mut owner = replica(&db, "owner", "run");
+    let mut out = lines(&mut owner);
+    let id: ExecutionId = out
+        .next()
+        .and_then(|l| l.strip_prefix("execution ").map(str::to_owned))
+        .expect("the execution id")
+        .parse()
+        .expect("an id");
+    let mut seen = Vec::new();
+    for line in out.by_ref() {
+        let mut parts = line.split(' ');
+        assert_eq!(parts.next(), Some("seen"), "{line}");
+        let seq: u64 = parts.next().and_then(|s| s.parse().ok()).expect("a seq");
+        let kind = parts.next().expect("a kind").to_owned();
+        seen.push((seq, kind));
+        if seen.len() >= 150 {
+            break;
+        }
+    }
+    owner.kill().expect("SIGKILL");
+    owner.wait().expect("reaped");
+
+    // Two replicas recover at once: exactly one ends the execution.
+    let mut first = replica(&db, "first", "recover");
+    let mut second = replica(&db, "second", "recover");
+    let reports: Vec<Vec<String>> = [&mut first, &mut second]
+        .into_iter()
+        .map(|child| lines(child).collect())
+        .collect();
+    assert!(first.wait().expect("reaped").success());
+    assert!(second.wait().expect("reaped").success());
+    let recovered: Vec<&String> = reports
+        .iter()
+        .flatten()
+        .filter(|l| l.starts_with("recovered"))
+        .collect();
+    assert_eq!(
+        recovered,
+        [&format!("recovered {id} failed")],
+        "{reports:?}"
+    );
+
+    let store = SqliteStore::open(&db).expect("open");
+    let all = store
+        .read(&id, Cursor::START, usize::MAX)
+        .await
+        .expect("read");
+    assert!(
+        all.iter()
+            .enumerate()
+            .all(|(i, e)| e.seq().get() == i as u64 + 1),
+        "contiguous"
+    );
+    assert_eq!(all.iter().filter(|e| e.kind().is_terminal()).count(), 1);
+    let Some(EventPayload::RunFailed(failed)) = all.last().map(Event::payload) else {
+        panic!("ends run.failed: {:?}", all.last());
+    };
+    assert_eq!(failed.error.code.as_str(), "OWNER_LOST");
+    assert!(failed.error.retryable);
+    // Everything the killed replica's reader saw is in the store, unchanged.
+    for (seq, kind) in &seen {
+        let stored = &all[usize::try_from(*seq).unwrap() - 1];
+        assert_eq!(stored.kind().as_str(), kind, "event {seq}");
+    }
+    assert!(
+        all.len() > seen.len(),
+        "the terminal event came after all it saw"
+    );
+    drop(store);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
