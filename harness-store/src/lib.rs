@@ -1,10 +1,16 @@
 //! Durable stores for the harness runtime: [`SqliteStore`], the embedded default (one file,
-//! WAL, group commit), and [`suite`], the store conformance suite every backend passes,
+//! WAL, group commit), `PostgresStore` for several replicas (feature `postgres`, on by
+//! default: fencing by the database's clock, a live tail across processes with
+//! LISTEN/NOTIFY), and [`suite`], the store conformance suite every backend passes,
 //! [`MemoryStore`](harness_core::store::MemoryStore) included.
 //!
 //! The contract is [`ExecutionStore`](harness_core::store::ExecutionStore), in harness-core.
 
+#[cfg(feature = "postgres")]
+mod postgres;
 mod sqlite;
 pub mod suite;
 
+#[cfg(feature = "postgres")]
+pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;

@@ -1,5 +1,5 @@
 //! The store conformance suite: the rules of
-//! [`ExecutionStore`](harness_core::store::ExecutionStore), checked against any backend.
+//! [`ExecutionStore`], checked against any backend.
 //!
 //! [`check`] runs every check on one store (each on executions of its own, so a store may be
 //! shared with other work) and panics naming the first rule broken. Backends run it in their
@@ -15,9 +15,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use harness_core::event::{CancelReason, Event, EventPayload, TextDelta};
+use harness_core::event::{CancelReason, Event, EventKind, EventPayload, TextDelta};
 use harness_core::id::{ActionId, Cursor, ExecutionId, IdempotencyKey, Sequence};
 use harness_core::lifecycle::ExecutionState;
+use harness_core::service::{AdapterService, ExecutionRequest, Outcome};
 use harness_core::store::{
     Created, ExecutionRecord, ExecutionStore, Lease, ReplicaId, Resolution, StoreError,
 };
@@ -531,6 +532,58 @@ async fn races<S: ExecutionStore + Clone>(store: &S) {
         task.await
             .expect("concurrent appends keep each log contiguous");
     }
+}
+
+/// A durable [`AdapterService`](harness_core::service::AdapterService) over `store` runs a
+/// [`Ticker`] execution to its end: the store holds exactly the events its readers saw, the
+/// record's state, adapter and request, and the lease is free afterwards.
+///
+/// # Panics
+/// When any of that does not hold.
+pub async fn durable_service(store: Arc<dyn ExecutionStore>) {
+    let service = AdapterService::builder(Ticker::new(Some(20), Duration::from_millis(1)))
+        .store(Arc::clone(&store), ReplicaId::new("a"))
+        .build();
+    let execution = service
+        .start(ExecutionRequest::new("tick"))
+        .await
+        .expect("starts");
+    let outcome = tokio::time::timeout(Duration::from_secs(10), execution.outcome())
+        .await
+        .expect("ends");
+    assert!(matches!(outcome, Outcome::Succeeded(_)), "{outcome:?}");
+    let id = execution.id().clone();
+    let seen: Vec<Event> = execution
+        .log()
+        .snapshot(Cursor::START)
+        .iter()
+        .map(|e| Event::clone(e))
+        .collect();
+    let stored = store.read(&id, Cursor::START, 1000).await.expect("read");
+    assert_eq!(stored, seen, "the store holds exactly what readers saw");
+    assert_eq!(
+        seen.iter()
+            .filter(|e| e.kind() == EventKind::MessageDelta)
+            .count(),
+        20
+    );
+    let record = store.record(&id).await.expect("record");
+    assert_eq!(record.state, ExecutionState::Succeeded);
+    assert_eq!(record.adapter, "ticker");
+    assert_eq!(record.request["message"], "tick");
+    // The lease was released at the end: another replica takes it at once.
+    store
+        .acquire(&id, &ReplicaId::new("b"), Duration::from_secs(5))
+        .await
+        .expect("released");
+    assert!(
+        !store
+            .unfinished()
+            .await
+            .expect("unfinished")
+            .iter()
+            .any(|r| r.id == id)
+    );
 }
 
 /// An adapter for durability tests: each run streams `deltas` message deltas (`tick 1`,

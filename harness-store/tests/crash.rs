@@ -3,8 +3,10 @@
 //! contiguous, another replica takes the lease over once it lapses and goes on; a stale
 //! replica whose lease lapsed can append nothing, refused by the store.
 
+mod common;
+use common::scratch;
+
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -12,15 +14,6 @@ use harness_core::event::{CancelReason, EventPayload};
 use harness_core::id::{Cursor, ExecutionId};
 use harness_core::store::{ExecutionStore, ReplicaId, StoreError};
 use harness_store::{SqliteStore, suite};
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir()
-        .join("harness-store-tests")
-        .join(format!("{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch directory");
-    dir
-}
 
 fn writer(db: &std::path::Path, id: &ExecutionId, replica: &str, mode: &str) -> Child {
     Command::new(env!("CARGO_BIN_EXE_store-writer"))

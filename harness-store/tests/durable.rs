@@ -2,14 +2,16 @@
 //! replica killed with SIGKILL mid-stream leaves an execution that another replica process
 //! ends with exactly one terminal event, and nothing a reader saw is taken back.
 
+mod common;
+use common::scratch;
+
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
-use harness_core::event::{Event, EventKind, EventPayload};
+use harness_core::event::{Event, EventPayload};
 use harness_core::id::{ActionId, Cursor, ExecutionId};
 use harness_core::lifecycle::ExecutionState;
 use harness_core::service::{AdapterService, ExecutionRequest, Outcome};
@@ -18,69 +20,14 @@ use harness_core::store::{
     StoreError, Tail,
 };
 use harness_store::SqliteStore;
-use harness_store::suite::Ticker;
+use harness_store::suite::{self, Ticker};
 use tokio::sync::Semaphore;
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir()
-        .join("harness-store-tests")
-        .join(format!("{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch directory");
-    dir
-}
-
-async fn runs_durably(store: Arc<dyn ExecutionStore>) {
-    let service = AdapterService::builder(Ticker::new(Some(20), Duration::from_millis(1)))
-        .store(Arc::clone(&store), ReplicaId::new("a"))
-        .build();
-    let execution = service
-        .start(ExecutionRequest::new("tick"))
-        .await
-        .expect("starts");
-    let outcome = tokio::time::timeout(Duration::from_secs(10), execution.outcome())
-        .await
-        .expect("ends");
-    assert!(matches!(outcome, Outcome::Succeeded(_)), "{outcome:?}");
-    let id = execution.id().clone();
-    let seen: Vec<Event> = execution
-        .log()
-        .snapshot(Cursor::START)
-        .iter()
-        .map(|e| Event::clone(e))
-        .collect();
-    let stored = store.read(&id, Cursor::START, 1000).await.expect("read");
-    assert_eq!(stored, seen, "the store holds exactly what readers saw");
-    assert_eq!(
-        seen.iter()
-            .filter(|e| e.kind() == EventKind::MessageDelta)
-            .count(),
-        20
-    );
-    let record = store.record(&id).await.expect("record");
-    assert_eq!(record.state, ExecutionState::Succeeded);
-    assert_eq!(record.adapter, "ticker");
-    assert_eq!(record.request["message"], "tick");
-    // The lease was released at the end: another replica takes it at once.
-    store
-        .acquire(&id, &ReplicaId::new("b"), Duration::from_secs(5))
-        .await
-        .expect("released");
-    assert!(
-        !store
-            .unfinished()
-            .await
-            .expect("unfinished")
-            .iter()
-            .any(|r| r.id == id)
-    );
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_durable_execution_is_in_the_store_event_for_event() {
-    runs_durably(Arc::new(MemoryStore::new())).await;
+    suite::durable_service(Arc::new(MemoryStore::new())).await;
     let dir = scratch("durable");
-    runs_durably(Arc::new(
+    suite::durable_service(Arc::new(
         SqliteStore::open(dir.join("harness.db")).expect("open"),
     ))
     .await;

@@ -1,0 +1,723 @@
+//! [`PostgresStore`]: the store for several replicas, on PostgreSQL.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex as SyncMutex, MutexGuard};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use futures_util::future::BoxFuture;
+use harness_core::event::Event;
+use harness_core::id::{ActionId, Cursor, ExecutionId, IdempotencyKey};
+use harness_core::lifecycle::ExecutionState;
+use harness_core::store::{
+    Created, ExecutionRecord, ExecutionStore, FencingToken, Lease, ReplicaId, Resolution,
+    StoreError, Tail, check_batch,
+};
+use harness_core::time::Timestamp;
+use tokio::sync::{Mutex, watch};
+use tokio_postgres::{AsyncMessage, Client, GenericClient, NoTls, Row};
+
+/// The schema version this code writes.
+const SCHEMA_VERSION: i32 = 1;
+
+/// The channel of the store's notifications: `<execution>:<last seq>` after an append,
+/// `<execution>:` after an answer or a cancel request.
+const CHANNEL: &str = "harness_store";
+
+/// Connections for the store's operations (each runs in a transaction on one of them).
+const POOL: usize = 4;
+
+/// The database's clock, in milliseconds: leases lapse by one clock, whatever the replicas'.
+const NOW_MS: &str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT";
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS harness_schema (version INT NOT NULL);
+CREATE TABLE IF NOT EXISTS harness_executions (
+    id TEXT PRIMARY KEY,
+    created BIGSERIAL,
+    principal TEXT NOT NULL,
+    adapter TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    request TEXT NOT NULL,
+    idempotency_key TEXT,
+    created_at TEXT NOT NULL,
+    state TEXT NOT NULL,
+    ended BOOLEAN NOT NULL DEFAULT FALSE,
+    last_seq BIGINT NOT NULL DEFAULT 0,
+    cancel_requested TEXT,
+    lease_owner TEXT,
+    lease_token BIGINT NOT NULL DEFAULT 0,
+    lease_expires BIGINT
+);
+CREATE UNIQUE INDEX IF NOT EXISTS harness_executions_by_key
+    ON harness_executions (principal, idempotency_key) WHERE idempotency_key IS NOT NULL;
+CREATE INDEX IF NOT EXISTS harness_executions_unfinished
+    ON harness_executions (created) WHERE NOT ended;
+CREATE TABLE IF NOT EXISTS harness_events (
+    execution TEXT NOT NULL,
+    seq BIGINT NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (execution, seq)
+);
+CREATE TABLE IF NOT EXISTS harness_resolutions (
+    execution TEXT NOT NULL,
+    action TEXT NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (execution, action)
+);
+";
+
+/// The [`ExecutionStore`] on PostgreSQL: for several replicas over one database.
+///
+/// - **Fencing and leases** are decided in the database, in the transaction of each write
+///   (the execution's row locked `FOR UPDATE`), by the database's clock: a replica whose
+///   lease lapsed or was taken over can append nothing, however wrong its own clock is.
+/// - **Live tail across processes**: each append, answer and cancel request sends a
+///   `NOTIFY` in its transaction (delivered on commit); every store listens and wakes its
+///   [`Tail`]s, so a reader on one replica follows an execution another one runs.
+/// - **Migrations** are embedded and applied on connect, under an advisory lock (replicas
+///   starting together apply them once); a database of a newer schema is refused.
+/// - **Durability** is PostgreSQL's: an acknowledged write is committed (with the server's
+///   default `synchronous_commit = on`, flushed to its WAL).
+///
+/// `cargo test -p harness-store --test postgres` runs the store suite on a throwaway
+/// cluster (Debian's `postgresql` package).
+#[derive(Clone)]
+pub struct PostgresStore {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    clients: Vec<Mutex<Client>>,
+    next: AtomicUsize,
+    tails: Tails,
+    /// Keeps the listening connection open.
+    _listener: Client,
+}
+
+type Tails = Arc<SyncMutex<HashMap<ExecutionId, watch::Sender<u64>>>>;
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("connections", &self.shared.clients.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn unavailable(e: &tokio_postgres::Error) -> StoreError {
+    StoreError::Unavailable(e.to_string())
+}
+
+fn corrupt(what: &str, e: &dyn std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(format!("{what}: {e}"))
+}
+
+fn lock<T>(m: &SyncMutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+async fn open(
+    url: &str,
+) -> Result<
+    (
+        Client,
+        tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>,
+    ),
+    StoreError,
+> {
+    tokio_postgres::connect(url, NoTls)
+        .await
+        .map_err(|e| unavailable(&e))
+}
+
+impl PostgresStore {
+    /// Connects to the database at `url` (a `postgresql://` URL or a `key=value`
+    /// connection string), applying the schema.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the database cannot be reached or refuses,
+    /// [`StoreError::Corrupt`] when it holds a newer schema.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        let mut clients = Vec::with_capacity(POOL);
+        for _ in 0..POOL {
+            let (client, connection) = open(url).await?;
+            tokio::spawn(async move {
+                let _ = connection.await;
+            });
+            clients.push(client);
+        }
+        migrate(&mut clients[0]).await?;
+
+        let tails: Tails = Arc::default();
+        let (listener, mut connection) = open(url).await?;
+        let wake = Arc::clone(&tails);
+        tokio::spawn(async move {
+            let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+            while let Some(Ok(message)) = messages.next().await {
+                if let AsyncMessage::Notification(note) = message {
+                    dispatch(&wake, note.payload());
+                }
+            }
+        });
+        listener
+            .batch_execute(&format!("LISTEN {CHANNEL}"))
+            .await
+            .map_err(|e| unavailable(&e))?;
+        Ok(Self {
+            shared: Arc::new(Shared {
+                clients: clients.into_iter().map(Mutex::new).collect(),
+                next: AtomicUsize::new(0),
+                tails,
+                _listener: listener,
+            }),
+        })
+    }
+
+    /// One of the store's connections, for one operation.
+    async fn client(&self) -> tokio::sync::MutexGuard<'_, Client> {
+        let n = self.shared.next.fetch_add(1, Ordering::Relaxed) % self.shared.clients.len();
+        self.shared.clients[n].lock().await
+    }
+}
+
+async fn migrate(client: &mut Client) -> Result<(), StoreError> {
+    let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
+    // One replica migrates at a time; the others find it done.
+    tx.batch_execute("SELECT pg_advisory_xact_lock(7261830117)")
+        .await
+        .map_err(|e| unavailable(&e))?;
+    tx.batch_execute(SCHEMA)
+        .await
+        .map_err(|e| unavailable(&e))?;
+    let version: Option<i32> = tx
+        .query_opt("SELECT max(version) FROM harness_schema", &[])
+        .await
+        .map_err(|e| unavailable(&e))?
+        .and_then(|row| row.get(0));
+    match version {
+        None => {
+            tx.execute(
+                "INSERT INTO harness_schema (version) VALUES ($1)",
+                &[&SCHEMA_VERSION],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        }
+        Some(SCHEMA_VERSION) => {}
+        Some(newer) => {
+            return Err(StoreError::Corrupt(format!(
+                "the database's schema version is {newer}, this code knows up to \
+                 {SCHEMA_VERSION}: connect with a newer version"
+            )));
+        }
+    }
+    tx.commit().await.map_err(|e| unavailable(&e))
+}
+
+fn dispatch(tails: &Tails, payload: &str) {
+    let Some((id, last)) = payload.rsplit_once(':') else {
+        return;
+    };
+    let Ok(id) = id.parse::<ExecutionId>() else {
+        return;
+    };
+    let mut tails = lock(tails);
+    let Some(tail) = tails.get(&id) else {
+        return;
+    };
+    match last.parse::<u64>() {
+        Ok(last) => {
+            tail.send_if_modified(|seen| {
+                let newer = last > *seen;
+                if newer {
+                    *seen = last;
+                }
+                newer
+            });
+        }
+        Err(_) => tail.send_modify(|_| {}),
+    }
+    if tail.receiver_count() == 0 {
+        tails.remove(&id);
+    }
+}
+
+fn state_name(state: ExecutionState) -> String {
+    serde_json::to_value(state)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+const RECORD_COLUMNS: &str = "id, principal, adapter, fingerprint, request, idempotency_key, \
+                              created_at, state, cancel_requested";
+
+fn to_record(row: &Row) -> Result<ExecutionRecord, StoreError> {
+    let get = |i: usize| -> Result<String, StoreError> {
+        row.try_get(i).map_err(|e| corrupt("a record column", &e))
+    };
+    let key: Option<String> = row.try_get(5).map_err(|e| corrupt("a key", &e))?;
+    let cancel: Option<String> = row.try_get(8).map_err(|e| corrupt("a cancel", &e))?;
+    Ok(ExecutionRecord {
+        id: get(0)?
+            .parse()
+            .map_err(|e| corrupt("an execution id", &e))?,
+        principal: get(1)?,
+        adapter: get(2)?,
+        fingerprint: get(3)?,
+        request: serde_json::from_str(&get(4)?).map_err(|e| corrupt("a request", &e))?,
+        idempotency_key: key
+            .map(|k| k.parse::<IdempotencyKey>())
+            .transpose()
+            .map_err(|e| corrupt("an idempotency key", &e))?,
+        created_at: get(6)?
+            .parse()
+            .map_err(|e| corrupt("a creation time", &e))?,
+        state: serde_json::from_value(serde_json::Value::String(get(7)?))
+            .map_err(|e| corrupt("a state", &e))?,
+        cancel_requested: cancel,
+    })
+}
+
+async fn record_of(
+    client: &impl GenericClient,
+    id: &ExecutionId,
+) -> Result<ExecutionRecord, StoreError> {
+    let row = client
+        .query_opt(
+            &format!("SELECT {RECORD_COLUMNS} FROM harness_executions WHERE id = $1"),
+            &[&id.as_str()],
+        )
+        .await
+        .map_err(|e| unavailable(&e))?
+        .ok_or_else(|| StoreError::NotFound(id.clone()))?;
+    to_record(&row)
+}
+
+/// The execution's row, locked for the transaction: (owner, token, expires, now, last, ended).
+struct Locked {
+    owner: Option<String>,
+    token: u64,
+    expires: Option<i64>,
+    now: i64,
+    last: u64,
+    ended: bool,
+}
+
+async fn lock_row(
+    tx: &tokio_postgres::Transaction<'_>,
+    id: &ExecutionId,
+) -> Result<Locked, StoreError> {
+    let row = tx
+        .query_opt(
+            &format!(
+                "SELECT lease_owner, lease_token, lease_expires, {NOW_MS}, last_seq, ended \
+                 FROM harness_executions WHERE id = $1 FOR UPDATE"
+            ),
+            &[&id.as_str()],
+        )
+        .await
+        .map_err(|e| unavailable(&e))?
+        .ok_or_else(|| StoreError::NotFound(id.clone()))?;
+    Ok(Locked {
+        owner: row.get(0),
+        token: u64::try_from(row.get::<_, i64>(1)).unwrap_or(0),
+        expires: row.get(2),
+        now: row.get(3),
+        last: u64::try_from(row.get::<_, i64>(4)).unwrap_or(0),
+        ended: row.get(5),
+    })
+}
+
+fn check_lease(row: &Locked, lease: &Lease) -> Result<(), StoreError> {
+    let current = row.owner.as_deref() == Some(lease.owner.as_str())
+        && row.token == lease.token.get()
+        && row.expires.is_some_and(|e| e > row.now);
+    if current {
+        Ok(())
+    } else {
+        Err(StoreError::Fenced {
+            execution: lease.execution_id.clone(),
+            presented: lease.token,
+            current: FencingToken::new(row.token),
+        })
+    }
+}
+
+fn millis_to(ms: i64) -> Result<Timestamp, StoreError> {
+    Timestamp::from_millis(ms).ok_or_else(|| StoreError::Corrupt(format!("a timestamp {ms}")))
+}
+
+fn as_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+async fn notify(tx: &tokio_postgres::Transaction<'_>, payload: String) -> Result<(), StoreError> {
+    tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &payload])
+        .await
+        .map(drop)
+        .map_err(|e| unavailable(&e))
+}
+
+impl ExecutionStore for PostgresStore {
+    fn create(&self, record: ExecutionRecord) -> BoxFuture<'_, Result<Created, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await;
+            let inserted = client
+                .execute(
+                    "INSERT INTO harness_executions (id, principal, adapter, fingerprint, request, \
+                     idempotency_key, created_at, state, cancel_requested) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING",
+                    &[
+                        &record.id.as_str(),
+                        &record.principal,
+                        &record.adapter,
+                        &record.fingerprint,
+                        &record.request.to_string(),
+                        &record.idempotency_key.as_ref().map(IdempotencyKey::as_str),
+                        &record.created_at.to_string(),
+                        &state_name(record.state),
+                        &record.cancel_requested,
+                    ],
+                )
+                .await
+                .map_err(|e| unavailable(&e))?;
+            if inserted == 1 {
+                return Ok(Created::New);
+            }
+            // A conflict: on the id, or on the (principal, key) of an earlier record.
+            if let Some(key) = &record.idempotency_key {
+                let first = client
+                    .query_opt(
+                        &format!(
+                            "SELECT {RECORD_COLUMNS} FROM harness_executions \
+                             WHERE principal = $1 AND idempotency_key = $2"
+                        ),
+                        &[&record.principal, &key.as_str()],
+                    )
+                    .await
+                    .map_err(|e| unavailable(&e))?;
+                if let Some(first) = first {
+                    let first = to_record(&first)?;
+                    if first.id != record.id {
+                        return if first.fingerprint == record.fingerprint {
+                            Ok(Created::Existing(Box::new(first)))
+                        } else {
+                            Err(StoreError::IdempotencyConflict {
+                                key: key.clone(),
+                                existing: first.id,
+                            })
+                        };
+                    }
+                }
+            }
+            Err(StoreError::Exists(record.id))
+        })
+    }
+
+    fn record<'a>(
+        &'a self,
+        id: &'a ExecutionId,
+    ) -> BoxFuture<'a, Result<ExecutionRecord, StoreError>> {
+        Box::pin(async move { record_of(&*self.client().await, id).await })
+    }
+
+    fn unfinished(&self) -> BoxFuture<'_, Result<Vec<ExecutionRecord>, StoreError>> {
+        Box::pin(async move {
+            let rows = self
+                .client()
+                .await
+                .query(
+                    &format!(
+                        "SELECT {RECORD_COLUMNS} FROM harness_executions WHERE NOT ended \
+                         ORDER BY created"
+                    ),
+                    &[],
+                )
+                .await
+                .map_err(|e| unavailable(&e))?;
+            rows.iter().map(to_record).collect()
+        })
+    }
+
+    fn acquire<'a>(
+        &'a self,
+        id: &'a ExecutionId,
+        owner: &'a ReplicaId,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<Lease, StoreError>> {
+        Box::pin(async move {
+            let mut client = self.client().await;
+            let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
+            let row = lock_row(&tx, id).await?;
+            let live = row.expires.is_some_and(|e| e > row.now);
+            let token = match &row.owner {
+                Some(held) if live && held == owner.as_str() => row.token,
+                Some(held) if live => {
+                    return Err(StoreError::Leased {
+                        execution: id.clone(),
+                        owner: ReplicaId::new(held.as_str()),
+                        until: millis_to(row.expires.unwrap_or_default())?,
+                    });
+                }
+                _ => row.token + 1,
+            };
+            let until = row
+                .now
+                .saturating_add(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX));
+            tx.execute(
+                "UPDATE harness_executions SET lease_owner = $2, lease_token = $3, \
+                 lease_expires = $4 WHERE id = $1",
+                &[&id.as_str(), &owner.as_str(), &as_i64(token), &until],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+            tx.commit().await.map_err(|e| unavailable(&e))?;
+            Ok(Lease {
+                execution_id: id.clone(),
+                owner: owner.clone(),
+                token: FencingToken::new(token),
+                expires_at: millis_to(until)?,
+            })
+        })
+    }
+
+    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let mut client = self.client().await;
+            let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
+            let row = lock_row(&tx, &lease.execution_id).await?;
+            check_lease(&row, lease)?;
+            tx.execute(
+                "UPDATE harness_executions SET lease_owner = NULL, lease_expires = NULL \
+                 WHERE id = $1",
+                &[&lease.execution_id.as_str()],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+            tx.commit().await.map_err(|e| unavailable(&e))
+        })
+    }
+
+    fn append<'a>(
+        &'a self,
+        lease: &'a Lease,
+        events: &'a [Event],
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let bodies = events
+                .iter()
+                .map(|e| serde_json::to_string(e).map_err(|err| corrupt("an event", &err)))
+                .collect::<Result<Vec<String>, StoreError>>()?;
+            let seqs: Vec<i64> = events.iter().map(|e| as_i64(e.seq().get())).collect();
+            let id = &lease.execution_id;
+            let mut client = self.client().await;
+            let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
+            let row = lock_row(&tx, id).await?;
+            check_lease(&row, lease)?;
+            let (state, ends) = check_batch(id, row.last, row.ended, events)?;
+            if events.is_empty() {
+                return Ok(());
+            }
+            tx.execute(
+                "INSERT INTO harness_events (execution, seq, body) \
+                 SELECT $1, s, b FROM unnest($2::BIGINT[], $3::TEXT[]) AS t(s, b)",
+                &[&id.as_str(), &seqs, &bodies],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+            let last = row.last + events.len() as u64;
+            tx.execute(
+                "UPDATE harness_executions SET last_seq = $2, ended = ended OR $3, \
+                 state = COALESCE($4, state) WHERE id = $1",
+                &[&id.as_str(), &as_i64(last), &ends, &state.map(state_name)],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+            notify(&tx, format!("{id}:{last}")).await?;
+            tx.commit().await.map_err(|e| unavailable(&e))
+        })
+    }
+
+    fn read<'a>(
+        &'a self,
+        id: &'a ExecutionId,
+        after: Cursor,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Event>, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await;
+            let known = client
+                .query_opt(
+                    "SELECT 1 FROM harness_executions WHERE id = $1",
+                    &[&id.as_str()],
+                )
+                .await
+                .map_err(|e| unavailable(&e))?;
+            if known.is_none() {
+                return Err(StoreError::NotFound(id.clone()));
+            }
+            let rows = client
+                .query(
+                    "SELECT body FROM harness_events WHERE execution = $1 AND seq > $2 \
+                     ORDER BY seq LIMIT $3",
+                    &[
+                        &id.as_str(),
+                        &as_i64(after.after()),
+                        &i64::try_from(limit).unwrap_or(i64::MAX),
+                    ],
+                )
+                .await
+                .map_err(|e| unavailable(&e))?;
+            rows.iter()
+                .map(|row| {
+                    let body: String = row.get(0);
+                    serde_json::from_str(&body).map_err(|e| corrupt("an event", &e))
+                })
+                .collect()
+        })
+    }
+
+    fn tail<'a>(&'a self, id: &'a ExecutionId) -> BoxFuture<'a, Result<Tail, StoreError>> {
+        Box::pin(async move {
+            // Registered before the stored position is read: a notification in between is
+            // not lost (the higher of the two wins).
+            let receiver = {
+                let mut tails = lock(&self.shared.tails);
+                tails
+                    .entry(id.clone())
+                    .or_insert_with(|| watch::Sender::new(0))
+                    .subscribe()
+            };
+            let stored = self
+                .client()
+                .await
+                .query_opt(
+                    "SELECT last_seq FROM harness_executions WHERE id = $1",
+                    &[&id.as_str()],
+                )
+                .await
+                .map_err(|e| unavailable(&e))?
+                .ok_or_else(|| StoreError::NotFound(id.clone()))?;
+            let stored = u64::try_from(stored.get::<_, i64>(0)).unwrap_or(0);
+            if let Some(sender) = lock(&self.shared.tails).get(id) {
+                sender.send_if_modified(|last| {
+                    let newer = stored > *last;
+                    if newer {
+                        *last = stored;
+                    }
+                    newer
+                });
+            }
+            Ok(Tail::new(receiver))
+        })
+    }
+
+    fn resolve<'a>(
+        &'a self,
+        id: &'a ExecutionId,
+        resolution: Resolution,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let body = serde_json::to_string(&resolution).map_err(|e| corrupt("an answer", &e))?;
+            let mut client = self.client().await;
+            let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
+            let known = tx
+                .query_opt(
+                    "SELECT 1 FROM harness_executions WHERE id = $1",
+                    &[&id.as_str()],
+                )
+                .await
+                .map_err(|e| unavailable(&e))?;
+            if known.is_none() {
+                return Err(StoreError::NotFound(id.clone()));
+            }
+            let inserted = tx
+                .execute(
+                    "INSERT INTO harness_resolutions (execution, action, body) \
+                     VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+                    &[&id.as_str(), &resolution.action_id.as_str(), &body],
+                )
+                .await
+                .map_err(|e| unavailable(&e))?;
+            if inserted == 0 {
+                return Err(StoreError::AlreadyResolved {
+                    execution: id.clone(),
+                    action: resolution.action_id,
+                });
+            }
+            notify(&tx, format!("{id}:")).await?;
+            tx.commit().await.map_err(|e| unavailable(&e))
+        })
+    }
+
+    fn resolution<'a>(
+        &'a self,
+        id: &'a ExecutionId,
+        action: &'a ActionId,
+    ) -> BoxFuture<'a, Result<Option<Resolution>, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await;
+            let known = client
+                .query_opt(
+                    "SELECT 1 FROM harness_executions WHERE id = $1",
+                    &[&id.as_str()],
+                )
+                .await
+                .map_err(|e| unavailable(&e))?;
+            if known.is_none() {
+                return Err(StoreError::NotFound(id.clone()));
+            }
+            let row = client
+                .query_opt(
+                    "SELECT body FROM harness_resolutions WHERE execution = $1 AND action = $2",
+                    &[&id.as_str(), &action.as_str()],
+                )
+                .await
+                .map_err(|e| unavailable(&e))?;
+            row.map(|row| {
+                let body: String = row.get(0);
+                serde_json::from_str(&body).map_err(|e| corrupt("an answer", &e))
+            })
+            .transpose()
+        })
+    }
+
+    fn request_cancel<'a>(
+        &'a self,
+        id: &'a ExecutionId,
+        reason: &'a str,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move {
+            let mut client = self.client().await;
+            let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
+            let changed = tx
+                .execute(
+                    "UPDATE harness_executions SET cancel_requested = $2 \
+                     WHERE id = $1 AND cancel_requested IS NULL",
+                    &[&id.as_str(), &reason],
+                )
+                .await
+                .map_err(|e| unavailable(&e))?;
+            if changed == 0 {
+                let known = tx
+                    .query_opt(
+                        "SELECT 1 FROM harness_executions WHERE id = $1",
+                        &[&id.as_str()],
+                    )
+                    .await
+                    .map_err(|e| unavailable(&e))?;
+                return if known.is_some() {
+                    Ok(false)
+                } else {
+                    Err(StoreError::NotFound(id.clone()))
+                };
+            }
+            notify(&tx, format!("{id}:")).await?;
+            tx.commit().await.map_err(|e| unavailable(&e))?;
+            Ok(true)
+        })
+    }
+}
