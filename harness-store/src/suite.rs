@@ -534,7 +534,7 @@ async fn races<S: ExecutionStore + Clone>(store: &S) {
     }
 }
 
-/// A durable [`AdapterService`](harness_core::service::AdapterService) over `store` runs a
+/// A durable [`AdapterService`] over `store` runs a
 /// [`Ticker`] execution to its end: the store holds exactly the events its readers saw, the
 /// record's state, adapter and request, and the lease is free afterwards.
 ///
