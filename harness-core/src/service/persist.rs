@@ -148,7 +148,7 @@ pub(crate) fn owner_lost() -> HarnessError {
     .with_retryable(true)
 }
 
-/// What [`recover`] did with one execution.
+/// What [`AdapterService::recover`](super::AdapterService::recover) did with one execution.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Recovery {
     /// Ended with `run.failed` (`OWNER_LOST`): its owner was lost mid-run.
