@@ -37,7 +37,7 @@
 //! | `auth` | writes `diagnostic: TAG... <prompt text>` on stderr and fails the prompt with `-32000` (auth required) |
 //! | `slow-init` | spawns a child (as `ignore-cancel` does) and never answers `initialize` |
 //! | `approval-hang` | `tool_call` `t1` (kind `edit`, rawInput `{"call":"t1"}`), `session/request_permission` with options `yes` (`allow_once`) / `no` (`reject_once`); after the answer a `tool_call_update` completed (rawOutput `{"ok":true}`) / failed, message chunk `working`, then waits for `session/cancel` and answers `cancelled` (also on a cancelled outcome) |
-//! | `approval-exit` | as `approval-hang`'s request for `t1`, then exits (status 0) without waiting for the answer |
+//! | `approval-exit` | as `approval-hang`'s request for `t1`, then, 300 ms later, exits (status 0) without waiting for the answer |
 //! | `sequential` | as `approval-hang`'s request for `t1`, then, once answered, the same for `t2`; message chunk `both asked`, `end_turn` (`cancelled` on a cancelled outcome) |
 //! | `ask-after-cancel` | message chunk `waiting for a cancel`; after `session/cancel`, a permission request as `approval-hang`'s: a cancelled outcome → `cancelled`; a selected one → message chunk `not cancelled`, `end_turn` |
 //! | `binary` | message chunk `about to send bytes`, then a line that is not UTF-8; never ends the turn |
@@ -986,12 +986,15 @@ impl TestAgent {
                 StopReason::Cancelled
             }
             Mode::ApprovalExit => {
-                // Asks, then exits without waiting for the answer (once both lines are out).
+                // Asks, then exits without waiting for the answer, once both lines are out and
+                // the client had time to open the request (an exit racing the request's arrival
+                // is another scenario: the run then fails on the exit, not as PROVIDER_LOST).
                 let before = self.out.flushed();
                 let call = pending_edit("t1", "write", json!({ "call": "t1" }));
                 let request = announce(turn, call, ["yes", "no"])?;
                 let _unanswered = turn.cx.send_request(request);
                 self.out.flushed_past(before + 1).await;
+                tokio::time::sleep(Duration::from_millis(300)).await;
                 std::process::exit(0);
             }
             Mode::Sequential => {
