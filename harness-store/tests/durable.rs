@@ -19,8 +19,8 @@ use harness_core::store::{
     Created, ExecutionRecord, ExecutionStore, Lease, MemoryStore, ReplicaId, Resolution,
     StoreError, Tail,
 };
-use harness_store::SqliteStore;
 use harness_store::suite::{self, Ticker};
+use harness_store::{PostgresStore, SqliteStore};
 use tokio::sync::Semaphore;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -165,7 +165,7 @@ async fn readers_see_only_what_the_store_acknowledged() {
     assert!(matches!(outcome, Outcome::Succeeded(_)), "{outcome:?}");
 }
 
-fn replica(db: &std::path::Path, name: &str, mode: &str) -> Child {
+fn replica(db: &str, name: &str, mode: &str) -> Child {
     Command::new(env!("CARGO_BIN_EXE_store-replica"))
         .arg(db)
         .args([name, mode])
@@ -181,11 +181,34 @@ fn lines(child: &mut Child) -> impl Iterator<Item = String> + use<> {
         .map_while(Result::ok)
 }
 
+/// The store at `db` (as `store-replica` opens it).
+async fn open(db: &str) -> Arc<dyn ExecutionStore> {
+    if db.starts_with("host=") {
+        Arc::new(PostgresStore::connect(db).await.expect("connect"))
+    } else {
+        Arc::new(SqliteStore::open(db).expect("open"))
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replica_killed_mid_stream_is_ended_once_by_another_and_nothing_seen_is_taken_back() {
+async fn a_replica_killed_mid_stream_is_ended_once_by_another_on_sqlite() {
     let dir = scratch("replica-kill");
-    let db = dir.join("harness.db");
-    let mut owner = replica(&db, "owner", "run");
+    killed_mid_stream(dir.join("harness.db").to_str().expect("UTF-8")).await;
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_killed_mid_stream_is_ended_once_by_another_on_postgres() {
+    let cluster = common::Cluster::start();
+    drop(common::connect(&cluster).await);
+    killed_mid_stream(&cluster.url).await;
+}
+
+/// A replica process runs an execution and is killed with SIGKILL mid-stream; two replica
+/// processes recover at once: exactly one ends it, with one `run.failed` (`OWNER_LOST`), the
+/// log contiguous, and every event the killed replica's reader saw is in the store unchanged.
+async fn killed_mid_stream(db: &str) {
+    let mut owner = replica(db, "owner", "run");
     let mut out = lines(&mut owner);
     let id: ExecutionId = out
         .next()
@@ -208,8 +231,8 @@ async fn a_replica_killed_mid_stream_is_ended_once_by_another_and_nothing_seen_i
     owner.wait().expect("reaped");
 
     // Two replicas recover at once: exactly one ends the execution.
-    let mut first = replica(&db, "first", "recover");
-    let mut second = replica(&db, "second", "recover");
+    let mut first = replica(db, "first", "recover");
+    let mut second = replica(db, "second", "recover");
     let reports: Vec<Vec<String>> = [&mut first, &mut second]
         .into_iter()
         .map(|child| lines(child).collect())
@@ -227,7 +250,7 @@ async fn a_replica_killed_mid_stream_is_ended_once_by_another_and_nothing_seen_i
         "{reports:?}"
     );
 
-    let store = SqliteStore::open(&db).expect("open");
+    let store = open(db).await;
     let all = store
         .read(&id, Cursor::START, usize::MAX)
         .await
@@ -253,6 +276,4 @@ async fn a_replica_killed_mid_stream_is_ended_once_by_another_and_nothing_seen_i
         all.len() > seen.len(),
         "the terminal event came after all it saw"
     );
-    drop(store);
-    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -1,6 +1,7 @@
 //! `store-replica DB REPLICA MODE`: a replica process for the durable-service crash tests
 //! (not an application): an `AdapterService` over the `Ticker` adapter of
-//! `harness_store::suite`, durable in the SQLite store at DB as replica REPLICA (lease 1 s).
+//! `harness_store::suite`, durable as replica REPLICA (lease 1 s) in DB: a PostgreSQL
+//! connection string (`host=...`) or the path of an SQLite file.
 //!
 //! MODE `run` starts one execution that ticks every 5 ms for ever, prints `execution <id>`,
 //! then `seen <seq> <kind>` for every event its handle shows (only what the store
@@ -17,8 +18,8 @@ use futures_util::StreamExt;
 use harness_core::id::Cursor;
 use harness_core::service::{AdapterService, ExecutionRequest, Recovery};
 use harness_core::store::{ExecutionStore, ReplicaId};
-use harness_store::SqliteStore;
 use harness_store::suite::Ticker;
+use harness_store::{PostgresStore, SqliteStore};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -34,23 +35,27 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     };
     runtime.block_on(async {
-        let store = match SqliteStore::open(db) {
-            Ok(store) => Arc::new(store),
+        let opened: Result<Arc<dyn ExecutionStore>, _> = if db.starts_with("host=") {
+            PostgresStore::connect(db)
+                .await
+                .map(|s| Arc::new(s) as Arc<dyn ExecutionStore>)
+        } else {
+            SqliteStore::open(db).map(|s| Arc::new(s) as Arc<dyn ExecutionStore>)
+        };
+        let store = match opened {
+            Ok(store) => store,
             Err(e) => {
                 eprintln!("store-replica: {e}");
                 return ExitCode::FAILURE;
             }
         };
         let service = AdapterService::builder(Ticker::new(None, Duration::from_millis(5)))
-            .store(
-                Arc::clone(&store) as Arc<dyn ExecutionStore>,
-                ReplicaId::new(replica.as_str()),
-            )
+            .store(Arc::clone(&store), ReplicaId::new(replica.as_str()))
             .lease_ttl(Duration::from_secs(1))
             .build();
         match mode.as_str() {
             "run" => run(&service).await,
-            "recover" => recover(&service, &store).await,
+            "recover" => recover(&service, &*store).await,
             _ => ExitCode::from(2),
         }
     })
@@ -76,7 +81,7 @@ async fn run(service: &AdapterService<harness_core::adapter::Simple<Ticker>>) ->
 
 async fn recover(
     service: &AdapterService<harness_core::adapter::Simple<Ticker>>,
-    store: &SqliteStore,
+    store: &dyn ExecutionStore,
 ) -> ExitCode {
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut out = std::io::stdout().lock();

@@ -1,6 +1,6 @@
 //! The model-based test of the lease, fencing and append rules, shared by the backends'
 //! tests.
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, unreachable_pub, unused_imports)]
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -135,4 +135,158 @@ pub fn scratch(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("scratch directory");
     dir
+}
+
+#[cfg(feature = "postgres")]
+pub use postgres::*;
+
+/// A throwaway PostgreSQL cluster.
+#[cfg(feature = "postgres")]
+mod postgres {
+    use std::net::TcpListener;
+    use std::path::{Path, PathBuf};
+    use std::process::{Child, Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    use harness_store::PostgresStore;
+
+    use super::scratch;
+
+    /// The server's programs: on `PATH`, else Debian's versioned directory.
+    pub fn program(name: &str) -> PathBuf {
+        let on_path = std::env::var_os("PATH").and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|dir| dir.join(name))
+                .find(|p| p.is_file())
+        });
+        if let Some(found) = on_path {
+            return found;
+        }
+        let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path().join("bin").join(name))
+            .filter(|p| p.is_file())
+            .collect();
+        versions.sort();
+        versions.pop().unwrap_or_else(|| {
+            panic!("PostgreSQL's `{name}` is not installed: run .ci/install-postgres.sh (Debian's postgresql package)")
+        })
+    }
+
+    pub fn is_root() -> bool {
+        Command::new("id")
+            .arg("-u")
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+    }
+
+    /// `program args...`, as the `postgres` user when this process is root.
+    pub fn command(program: &Path, args: &[&str]) -> Command {
+        if is_root() {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(program).args(args);
+            c
+        } else {
+            let mut c = Command::new(program);
+            c.args(args);
+            c
+        }
+    }
+
+    pub struct Cluster {
+        server: Child,
+        /// The connection string.
+        pub url: String,
+        dir: PathBuf,
+    }
+
+    impl Cluster {
+        /// Starts a throwaway cluster.
+        pub fn start() -> Self {
+            let dir = scratch("postgres");
+            if is_root() {
+                let owned = Command::new("chown")
+                    .args(["-R", "postgres:postgres"])
+                    .arg(&dir)
+                    .status()
+                    .expect("chown");
+                assert!(owned.success(), "chown the cluster's directory to postgres");
+            }
+            let data = dir.join("data");
+            let data_arg = data.to_str().expect("a UTF-8 path");
+            let init = command(
+                &program("initdb"),
+                &["-D", data_arg, "-A", "trust", "-U", "postgres", "--no-sync"],
+            )
+            .stdout(Stdio::null())
+            .status()
+            .expect("initdb runs");
+            assert!(init.success(), "initdb");
+            let port = TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("a free port")
+                .port()
+                .to_string();
+            let sockets = dir.to_str().expect("a UTF-8 path");
+            let server = command(
+                &program("postgres"),
+                &[
+                    "-D",
+                    data_arg,
+                    "-p",
+                    &port,
+                    "-k",
+                    sockets,
+                    "-c",
+                    "listen_addresses=127.0.0.1",
+                ],
+            )
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("postgres starts");
+            let url = format!("host=127.0.0.1 port={port} user=postgres dbname=postgres");
+            Self { server, url, dir }
+        }
+    }
+
+    impl Drop for Cluster {
+        fn drop(&mut self) {
+            // A fast shutdown, so that no server process outlives the test binary.
+            let data = self.dir.join("data");
+            let _ = command(
+                &program("pg_ctl"),
+                &[
+                    "-D",
+                    data.to_str().unwrap_or_default(),
+                    "stop",
+                    "-m",
+                    "immediate",
+                ],
+            )
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+            let _ = self.server.kill();
+            let _ = self.server.wait();
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    /// A store on `cluster`'s database, once the server accepts connections.
+    pub async fn connect(cluster: &Cluster) -> PostgresStore {
+        let begun = Instant::now();
+        loop {
+            match PostgresStore::connect(&cluster.url).await {
+                Ok(store) => return store,
+                Err(e) if begun.elapsed() < Duration::from_secs(30) => {
+                    let _ = e;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("PostgreSQL did not come up: {e}"),
+            }
+        }
+    }
 }
