@@ -15,10 +15,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::StreamExt;
+use harness_core::error::ErrorCode;
 use harness_core::event::{CancelReason, Event, EventKind, EventPayload, TextDelta};
 use harness_core::id::{ActionId, Cursor, ExecutionId, IdempotencyKey, Sequence};
 use harness_core::lifecycle::ExecutionState;
-use harness_core::service::{AdapterService, ExecutionRequest, Outcome};
+use harness_core::service::{AdapterService, ExecutionHandle, ExecutionRequest, Outcome};
 use harness_core::store::{
     Created, ExecutionRecord, ExecutionStore, Lease, ReplicaId, Resolution, StoreError,
 };
@@ -586,6 +588,196 @@ pub async fn durable_service(store: Arc<dyn ExecutionStore>) {
     );
 }
 
+/// A service over the [`Ticker`].
+type Service = AdapterService<harness_core::adapter::Simple<Ticker>>;
+
+fn replicas(
+    stores: &(Arc<dyn ExecutionStore>, Arc<dyn ExecutionStore>),
+    adapter: impl Fn() -> harness_core::adapter::Simple<Ticker>,
+) -> (Service, Service) {
+    let make = |store: &Arc<dyn ExecutionStore>, name: &str| {
+        AdapterService::builder(adapter())
+            .store(Arc::clone(store), ReplicaId::new(name))
+            .lease_ttl(Duration::from_secs(3))
+            .build()
+    };
+    (make(&stores.0, "a"), make(&stores.1, "b"))
+}
+
+async fn until_action(execution: &ExecutionHandle) -> harness_core::action::ActionRequest {
+    let mut events = execution.events(Cursor::START);
+    let found = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(event) = events.next().await {
+            if let EventPayload::ActionRequested(request) = event.payload() {
+                return Some((**request).clone());
+            }
+        }
+        None
+    })
+    .await
+    .expect("the action within 10 s");
+    found.expect("an action before the end")
+}
+
+async fn outcome(execution: &ExecutionHandle) -> Outcome {
+    tokio::time::timeout(Duration::from_secs(10), execution.outcome())
+        .await
+        .expect("the outcome within 10 s")
+}
+
+async fn answers_race_on_two_replicas(stores: &(Arc<dyn ExecutionStore>, Arc<dyn ExecutionStore>)) {
+    let (a, b) = replicas(stores, || Ticker::asking(Some(3), Duration::from_millis(1)));
+    let execution = a.start(ExecutionRequest::new("ask")).await.expect("starts");
+    let request = until_action(&execution).await;
+    let id = execution.id().clone();
+    let (a, b) = (Arc::new(a), Arc::new(b));
+    // 250 answers through the owner's handle, 250 through the other replica, at once.
+    let tasks: Vec<_> = (0..500)
+        .map(|n| {
+            let (execution, b, id, answer) = (
+                execution.clone(),
+                Arc::clone(&b),
+                id.clone(),
+                request.approve_all(),
+            );
+            tokio::spawn(async move {
+                if n % 2 == 0 {
+                    execution.respond(answer).await
+                } else {
+                    b.respond_to(&id, answer).await
+                }
+            })
+        })
+        .collect();
+    let mut accepted = 0;
+    for task in tasks {
+        match task.await.expect("a racer") {
+            Ok(()) => accepted += 1,
+            Err(e) => assert!(
+                [
+                    ErrorCode::ACTION_ALREADY_RESOLVED,
+                    ErrorCode::ACTION_NOT_FOUND,
+                    ErrorCode::EXECUTION_TERMINAL
+                ]
+                .contains(e.code()),
+                "{e:?}"
+            ),
+        }
+    }
+    assert_eq!(
+        accepted, 1,
+        "two replicas, 500 concurrent answers: one accepted"
+    );
+    assert!(matches!(outcome(&execution).await, Outcome::Succeeded(_)));
+    let stored = stores.0.read(&id, Cursor::START, 1000).await.expect("read");
+    assert_eq!(
+        stored
+            .iter()
+            .filter(|e| e.kind() == EventKind::ActionResolved)
+            .count(),
+        1
+    );
+    drop(a);
+}
+
+async fn an_answer_sent_to_another_replica_reaches_the_owner(
+    stores: &(Arc<dyn ExecutionStore>, Arc<dyn ExecutionStore>),
+) {
+    let (a, b) = replicas(stores, || Ticker::asking(Some(3), Duration::from_millis(1)));
+    let execution = a.start(ExecutionRequest::new("ask")).await.expect("starts");
+    let request = until_action(&execution).await;
+    b.respond_to(execution.id(), request.approve_all())
+        .await
+        .expect("the other replica takes the answer");
+    assert!(matches!(outcome(&execution).await, Outcome::Succeeded(_)));
+    let ticks = execution
+        .log()
+        .snapshot(Cursor::START)
+        .iter()
+        .filter(|e| e.kind() == EventKind::MessageDelta)
+        .count();
+    assert_eq!(ticks, 3, "the run went on after the answer");
+    let again = b
+        .respond_to(execution.id(), request.approve_all())
+        .await
+        .expect_err("answered already");
+    assert_eq!(again.code(), &ErrorCode::EXECUTION_TERMINAL);
+}
+
+async fn cancels_race_on_two_replicas(stores: &(Arc<dyn ExecutionStore>, Arc<dyn ExecutionStore>)) {
+    let (a, b) = replicas(stores, || Ticker::new(None, Duration::from_millis(2)));
+    let execution = a
+        .start(ExecutionRequest::new("tick"))
+        .await
+        .expect("starts");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let b = Arc::new(b);
+    let tasks: Vec<_> = (0..100)
+        .map(|n| {
+            let (execution, b) = (execution.clone(), Arc::clone(&b));
+            tokio::spawn(async move {
+                if n % 2 == 0 {
+                    let _ = execution.cancel(CancelReason::new("local"));
+                } else {
+                    let _ = b.request_cancel(execution.id(), "remote").await;
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("a racer");
+    }
+    assert!(matches!(outcome(&execution).await, Outcome::Cancelled(_)));
+    let stored = stores
+        .0
+        .read(execution.id(), Cursor::START, 100_000)
+        .await
+        .expect("read");
+    assert_eq!(
+        stored
+            .iter()
+            .filter(|e| e.kind() == EventKind::RunCancelled)
+            .count(),
+        1,
+        "one run.cancelled"
+    );
+    assert_eq!(
+        stored
+            .iter()
+            .filter(|e| e.kind() == EventKind::RunCancelling)
+            .count(),
+        1,
+        "one cancel began"
+    );
+
+    // A cancel sent only to the other replica reaches the owner.
+    let execution = a
+        .start(ExecutionRequest::new("tick"))
+        .await
+        .expect("starts");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(b.request_cancel(execution.id(), "from b").await, Ok(true));
+    let Outcome::Cancelled(reason) = outcome(&execution).await else {
+        panic!("cancelled from the other replica");
+    };
+    assert_eq!(reason.reason.as_deref(), Some("from b"));
+}
+
+/// Two durable services (replicas `a` and `b`) over `stores` (the same store twice, or two
+/// connections to one database) running [`Ticker`]s: an answer sent to `b` reaches the
+/// execution `a` runs; 500 concurrent answers, half through `a`'s handle and half through
+/// `b`, one accepted; 100 concurrent cancels on both, one `run.cancelled`; a cancel sent to
+/// `b` alone reaches `a`.
+///
+/// # Panics
+/// When any of that does not hold.
+pub async fn two_replicas(a: Arc<dyn ExecutionStore>, b: Arc<dyn ExecutionStore>) {
+    let stores = (a, b);
+    an_answer_sent_to_another_replica_reaches_the_owner(&stores).await;
+    answers_race_on_two_replicas(&stores).await;
+    cancels_race_on_two_replicas(&stores).await;
+}
+
 /// An adapter for durability tests: each run streams `deltas` message deltas (`tick 1`,
 /// `tick 2`, ...) `interval` apart, then succeeds; `deltas: None` streams until cancelled.
 #[derive(Debug)]
@@ -593,6 +785,7 @@ pub struct Ticker {
     descriptor: harness_core::manifest::HarnessDescriptor,
     deltas: Option<u64>,
     interval: Duration,
+    asks: bool,
 }
 
 impl Ticker {
@@ -602,17 +795,31 @@ impl Ticker {
     /// Never: its descriptor is valid.
     #[must_use]
     pub fn new(deltas: Option<u64>, interval: Duration) -> harness_core::adapter::Simple<Self> {
+        harness_core::adapter::Simple::new(Self::plain(deltas, interval))
+    }
+
+    fn plain(deltas: Option<u64>, interval: Duration) -> Self {
         use harness_core::manifest::{ContractVersion, ExecutionMode, HarnessDescriptor};
         let descriptor = HarnessDescriptor::builder("ticker".parse().expect("an id"), "0.1.0")
             .contract_version(ContractVersion::V1)
             .execution_mode(ExecutionMode::in_process())
             .build()
             .expect("a valid descriptor");
-        harness_core::adapter::Simple::new(Self {
+        Self {
             descriptor,
             deltas,
             interval,
-        })
+            asks: false,
+        }
+    }
+
+    /// The same, but each execution first asks to approve one tool call (`t1`, tool `touch`)
+    /// and ticks only once it is answered.
+    #[must_use]
+    pub fn asking(deltas: Option<u64>, interval: Duration) -> harness_core::adapter::Simple<Self> {
+        let mut ticker = Self::plain(deltas, interval);
+        ticker.asks = true;
+        harness_core::adapter::Simple::new(ticker)
     }
 }
 
@@ -630,6 +837,21 @@ impl harness_core::adapter::SimpleAdapter for Ticker {
         use harness_core::adapter::AdapterEvent;
         use harness_core::event::{Content, RunSucceeded};
         let (deltas, interval) = (self.deltas, self.interval);
+        if self.asks && context.resume.is_none() {
+            use harness_core::action::{ActionRequest, ApprovalRequest, ToolCallApproval};
+            let call = ToolCallApproval::new(
+                "t1".parse().expect("a call id"),
+                "touch",
+                serde_json::json!({"path": "approved.txt"}),
+                serde_json::json!({"type": "object"}),
+            )
+            .expect("a valid call");
+            let request =
+                ActionRequest::approval(ApprovalRequest::new([call]).expect("a valid approval"));
+            return Box::pin(futures_util::stream::once(async move {
+                Ok(AdapterEvent::Action(request))
+            }));
+        }
         Box::pin(futures_util::stream::unfold(1u64, move |n| {
             let cancel = context.cancellation.clone();
             async move {

@@ -51,6 +51,14 @@ async fn the_postgres_store_passes_the_suite_tails_across_replicas_and_follows_t
         3
     );
 
+    // Two replicas on two connections: answers and cancels sent to one reach the other,
+    // woken by NOTIFY.
+    suite::two_replicas(
+        Arc::new(connect(&cluster).await),
+        Arc::new(connect(&cluster).await),
+    )
+    .await;
+
     // Migrations are applied once, whoever connects: a third connection finds them done.
     drop(connect(&cluster).await);
 

@@ -60,6 +60,40 @@ pub(super) struct Driver {
     pub(super) deadline: Option<tokio::time::Instant>,
     /// Content received in the current batch, appended together.
     pub(super) content: Vec<Content>,
+    /// The service's store, when it is durable.
+    pub(super) durable: Option<super::persist::Durable>,
+}
+
+/// Records `response` as the answer to the pending action in the store, when it is a valid
+/// answer to it (an invalid one is left to the validation that follows, which refuses it).
+///
+/// # Errors
+/// `ACTION_ALREADY_RESOLVED` when another answer (from any replica) was recorded first; the
+/// store's error when it fails.
+async fn claim(
+    durable: &super::persist::Durable,
+    shared: &Shared,
+    response: &ActionResponse,
+) -> Result<(), HarnessError> {
+    let Some(request) = shared.reader.pending_action() else {
+        return Ok(());
+    };
+    if request.validate(response.clone()).is_err() {
+        return Ok(());
+    }
+    let resolution = crate::store::Resolution {
+        action_id: response.action_id().clone(),
+        revision: u64::from(request.revision.get()),
+        response: serde_json::to_value(response).unwrap_or_default(),
+        at: crate::time::Timestamp::now(),
+    };
+    match durable.store.resolve(&shared.id, resolution).await {
+        Ok(()) => Ok(()),
+        Err(crate::store::StoreError::AlreadyResolved { action, .. }) => {
+            Err(already_resolved(&action))
+        }
+        Err(e) => Err(e.to_harness_error()),
+    }
 }
 
 impl Drop for Driver {
@@ -190,7 +224,7 @@ impl Driver {
     /// Answers a command that arrives while no action is pending.
     fn refuse(&self, command: Command) {
         let Command::Respond(respond) = command;
-        let (response, reply) = *respond;
+        let (response, reply, _) = *respond;
         let id = response.action_id();
         let resolved = self.shared.snapshot().resolved.contains(id);
         let err = if resolved {
@@ -592,7 +626,7 @@ impl Driver {
                 self.listening = false;
                 return Err(Unanswered::Cancel(self.abandon(awaiting)));
             };
-            let (response, reply) = *respond;
+            let (response, reply, stored) = *respond;
             let id = response.action_id().clone();
             if id != pending_id {
                 let resolved = self.shared.snapshot().resolved.contains(&id);
@@ -601,6 +635,15 @@ impl Driver {
                 } else {
                     not_pending(&id, Some(&pending_id))
                 };
+                let _ = reply.send(Err(err));
+                continue;
+            }
+            // A durable execution's answer is claimed in the store first, so that of answers
+            // sent to any replicas one wins; only a valid one claims it.
+            if !stored
+                && let Some(durable) = &self.durable
+                && let Err(err) = claim(durable, &shared, &response).await
+            {
                 let _ = reply.send(Err(err));
                 continue;
             }

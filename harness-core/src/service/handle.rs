@@ -131,7 +131,7 @@ impl Shared {
     }
 
     /// Queues `command` for the driver; gives it back if the driver has gone.
-    fn send(&self, command: Command) -> Result<(), Command> {
+    pub(super) fn send(&self, command: Command) -> Result<(), Command> {
         {
             let mut inbox = self.inbox();
             if inbox.closed {
@@ -168,7 +168,7 @@ impl Shared {
             std::mem::take(&mut inbox.queue)
         };
         for Command::Respond(respond) in queued {
-            let (response, reply) = *respond;
+            let (response, reply, _) = *respond;
             let _ = reply.send(Err(self.late_answer(response.action_id())));
         }
     }
@@ -278,9 +278,17 @@ impl Shared {
     }
 }
 
+/// An answer, where its result goes, and whether the store already holds it (another
+/// replica's, or claimed already): then the driver applies it without claiming it again.
+pub(super) type Respond = (
+    ActionResponse,
+    oneshot::Sender<Result<(), HarnessError>>,
+    bool,
+);
+
 /// A caller's request to the driver. Boxed so the queue's slots stay small.
 pub(super) enum Command {
-    Respond(Box<(ActionResponse, oneshot::Sender<Result<(), HarnessError>>)>),
+    Respond(Box<Respond>),
 }
 
 /// The caller's handle on one execution. Cheap to clone.
@@ -401,7 +409,7 @@ impl ExecutionHandle {
         let action_id = response.action_id().clone();
         if self
             .shared()
-            .send(Command::Respond(Box::new((response, tx))))
+            .send(Command::Respond(Box::new((response, tx, false))))
             .is_err()
         {
             return Err(self.shared().late_answer(&action_id));

@@ -551,7 +551,7 @@ impl<A: HarnessAdapter> AdapterService<A> {
             // Nothing has run: a refusal here starts nothing (the queued execution is
             // dropped, its in-memory log ended).
             let lease = stored.await.map_err(|e| e.to_harness_error())?;
-            persist::spawn(durable.clone(), lease, reader, shared.cancel.clone());
+            persist::spawn(durable.clone(), lease, &shared);
         }
         let handle = ExecutionHandle {
             holders: Arc::new(Holders(Arc::clone(&shared))),
@@ -596,6 +596,7 @@ impl<A: HarnessAdapter> AdapterService<A> {
             emitted: false,
             deadline,
             content: Vec::new(),
+            durable: inner.durable.clone(),
         };
         // The driver inherits the caller's span (a tracing layer enters the execution's span while
         // polling this call), so what the driver and the adapter log belongs to the execution.
@@ -616,12 +617,9 @@ impl<A: HarnessAdapter> AdapterService<A> {
     /// adapter's durable thread state, not wired yet: it is declared unsupported.
     ///
     /// # Errors
-    /// `persistence` when the store fails; nothing when the service has no store (an empty
-    /// list).
+    /// `persistence` when the store fails; `configuration` when the service has no store.
     pub async fn recover(&self) -> Result<Vec<Recovery>, HarnessError> {
-        let Some(durable) = &self.inner.durable else {
-            return Ok(Vec::new());
-        };
+        let durable = self.durable()?;
         persist::recover(
             &*durable.store,
             self.inner.adapter.descriptor().id().as_str(),
@@ -630,6 +628,82 @@ impl<A: HarnessAdapter> AdapterService<A> {
         )
         .await
         .map_err(|e| e.to_harness_error())
+    }
+
+    fn durable(&self) -> Result<&Durable, HarnessError> {
+        self.inner.durable.as_ref().ok_or_else(|| {
+            HarnessError::new(
+                ErrorCategory::Configuration,
+                "this service keeps its executions in no store: build it with \
+                 AdapterServiceBuilder::store to reach executions of other replicas",
+            )
+        })
+    }
+
+    /// Answers the pending action of a durable execution, whichever replica runs it: the
+    /// answer is checked against the stored action, recorded in the store once (of answers
+    /// sent to any replicas, the first recorded wins), and applied by the owner.
+    ///
+    /// # Errors
+    /// As [`ExecutionHandle::respond`]: `ACTION_ALREADY_RESOLVED`, `ACTION_NOT_FOUND`,
+    /// `ACTION_REVISION_STALE`, `ACTION_RESPONSE_INVALID`, `EXECUTION_TERMINAL`; `persistence`
+    /// when the store fails or holds no such execution; `configuration` without a store.
+    pub async fn respond_to(
+        &self,
+        id: &ExecutionId,
+        response: crate::action::ActionResponse,
+    ) -> Result<(), HarnessError> {
+        let durable = self.durable()?;
+        let store = &*durable.store;
+        let request = match persist::stands(store, id).await {
+            Ok(persist::Stands::Awaiting(request)) => request,
+            Ok(persist::Stands::Ended) => {
+                return Err(HarnessError::new(
+                    ErrorCategory::Configuration,
+                    "the execution has already ended",
+                )
+                .with_code(ErrorCode::EXECUTION_TERMINAL));
+            }
+            Ok(persist::Stands::Busy) => {
+                return Err(handle::not_pending(response.action_id(), None));
+            }
+            Err(e) => return Err(e.to_harness_error()),
+        };
+        let action = response.action_id().clone();
+        let json = serde_json::to_value(&response).unwrap_or_default();
+        request.validate(response)?;
+        let resolution = crate::store::Resolution {
+            action_id: action.clone(),
+            revision: u64::from(request.revision.get()),
+            response: json,
+            at: Timestamp::now(),
+        };
+        match store.resolve(id, resolution).await {
+            Ok(()) => Ok(()),
+            Err(crate::store::StoreError::AlreadyResolved { .. }) => {
+                Err(handle::already_resolved(&action))
+            }
+            Err(e) => Err(e.to_harness_error()),
+        }
+    }
+
+    /// Requests the cancellation of a durable execution, whichever replica runs it (the
+    /// owner applies it; `run.cancelled` in its log confirms it). Returns whether this was
+    /// the first request.
+    ///
+    /// # Errors
+    /// `persistence` when the store fails or holds no such execution; `configuration`
+    /// without a store.
+    pub async fn request_cancel(
+        &self,
+        id: &ExecutionId,
+        reason: &str,
+    ) -> Result<bool, HarnessError> {
+        self.durable()?
+            .store
+            .request_cancel(id, reason)
+            .await
+            .map_err(|e| e.to_harness_error())
     }
 }
 

@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::handle::{Command, Shared};
+use crate::action::ActionResponse;
 use crate::error::{ErrorCategory, ErrorCode, HarnessError};
 use crate::event::{CancelReason, Event, EventPayload, RunFailed};
 use crate::id::{Cursor, ExecutionId};
@@ -44,12 +46,10 @@ impl std::fmt::Debug for Durable {
 /// is cancelled and the gate lifted: local readers see the local end, the store keeps the
 /// new owner's. When the store is unavailable, the batch is retried with backoff; readers
 /// wait meanwhile (nothing unacknowledged is shown).
-pub(crate) fn spawn(
-    durable: Durable,
-    mut lease: Lease,
-    reader: LogReader,
-    cancel: CancellationToken,
-) {
+pub(crate) fn spawn(durable: Durable, mut lease: Lease, shared: &Arc<Shared>) {
+    let reader = shared.reader.clone();
+    let cancel = shared.cancel.clone();
+    watch_store(durable.clone(), Arc::clone(shared));
     let (tx, mut rx) = mpsc::unbounded_channel::<Event>();
     // Dropped after the terminal event (or with the log): the channel then closes.
     reader.observe(move |event: &Event| {
@@ -125,6 +125,55 @@ pub(crate) fn spawn(
                     return;
                 }
             }
+        }
+    });
+}
+
+/// Applies what other replicas recorded for this execution in the store: the first cancel
+/// request, and the answer to the pending action (claimed there once, whichever replica
+/// took it). Woken by the store's tail, and checks again every third of the lease term in
+/// case a wake-up was missed; ends with the execution.
+fn watch_store(durable: Durable, shared: Arc<Shared>) {
+    let Durable {
+        store, lease_ttl, ..
+    } = durable;
+    let id = shared.id.clone();
+    tokio::spawn(async move {
+        let Ok(mut tail) = store.tail(&id).await else {
+            return;
+        };
+        let mut ended = std::pin::pin!(shared.reader.terminal());
+        let mut cancelled = false;
+        let mut applied: Option<crate::id::ActionId> = None;
+        loop {
+            tokio::select! {
+                _ = &mut ended => return,
+                changed = tail.changed() => if !changed { return },
+                () = tokio::time::sleep(lease_ttl / 3) => {}
+            }
+            if !cancelled
+                && let Ok(record) = store.record(&id).await
+                && let Some(reason) = record.cancel_requested
+            {
+                cancelled = true;
+                let _ = shared.request_cancel(CancelReason::new(reason));
+            }
+            let Some(pending) = shared.reader.pending_action() else {
+                continue;
+            };
+            if applied.as_ref() == Some(&pending.id) {
+                continue;
+            }
+            let Ok(Some(resolution)) = store.resolution(&id, &pending.id).await else {
+                continue;
+            };
+            let Ok(response) = serde_json::from_value::<ActionResponse>(resolution.response) else {
+                tracing::error!(action = %pending.id, "an answer in the store cannot be read back");
+                continue;
+            };
+            applied = Some(pending.id.clone());
+            let (reply, _) = tokio::sync::oneshot::channel();
+            let _ = shared.send(Command::Respond(Box::new((response, reply, true))));
         }
     });
 }
@@ -223,4 +272,39 @@ async fn end(store: &dyn ExecutionStore, lease: &Lease) -> Result<Option<Recover
     let event = Event::new(id.clone(), next_sequence(last), Timestamp::now(), payload);
     store.append(lease, &[event]).await?;
     Ok(Some(done))
+}
+
+/// Where a stored execution stands, for an answer sent from any replica.
+pub(crate) enum Stands {
+    /// It has ended.
+    Ended,
+    /// It awaits this action.
+    Awaiting(Box<crate::action::ActionRequest>),
+    /// It awaits nothing (or is cancelling).
+    Busy,
+}
+
+/// Reads `id`'s stored log (in pages) to see whether it awaits an action.
+pub(crate) async fn stands(
+    store: &dyn ExecutionStore,
+    id: &ExecutionId,
+) -> Result<Stands, StoreError> {
+    let mut pending: Option<Box<crate::action::ActionRequest>> = None;
+    let mut after = 0u64;
+    loop {
+        let page = store.read(id, Cursor::after_seq(after), 1024).await?;
+        let Some(last) = page.last() else {
+            break;
+        };
+        after = last.seq().get();
+        for event in &page {
+            match event.payload() {
+                EventPayload::ActionRequested(request) => pending = Some(request.clone()),
+                EventPayload::ActionResolved(_) | EventPayload::RunCancelling(_) => pending = None,
+                _ if event.kind().is_terminal() => return Ok(Stands::Ended),
+                _ => {}
+            }
+        }
+    }
+    Ok(pending.map_or(Stands::Busy, Stands::Awaiting))
 }
