@@ -263,6 +263,23 @@ impl HarnessStack {
             .build();
         self.admission.layer(service)
     }
+
+    /// [`service`](Self::service), durable: its executions are kept in `store` as replica
+    /// `replica` (see
+    /// [`AdapterServiceBuilder::store`](harness_core::service::AdapterServiceBuilder::store)).
+    pub fn durable_service<A: HarnessAdapter>(
+        &self,
+        adapter: A,
+        store: std::sync::Arc<dyn harness_core::store::ExecutionStore>,
+        replica: harness_core::store::ReplicaId,
+    ) -> StackService {
+        let service = AdapterService::builder(adapter)
+            .config(self.config)
+            .layer(self.runtime.clone())
+            .store(store, replica)
+            .build();
+        self.admission.layer(service)
+    }
 }
 
 impl<S> Layer<S> for AdmissionStack

@@ -861,9 +861,15 @@ impl harness_core::adapter::SimpleAdapter for Ticker {
                     }
                     return None;
                 }
-                tokio::select! {
-                    () = tokio::time::sleep(interval) => {}
-                    () = cancel.cancelled() => return None,
+                if interval.is_zero() {
+                    if cancel.is_cancelled() {
+                        return None;
+                    }
+                } else {
+                    tokio::select! {
+                        () = tokio::time::sleep(interval) => {}
+                        () = cancel.cancelled() => return None,
+                    }
                 }
                 let delta = Content::MessageDelta(TextDelta::new(format!("tick {n}")));
                 Some((Ok(AdapterEvent::Content(delta)), n + 1))

@@ -18,7 +18,7 @@ use crate::store::{ExecutionStore, Lease, ReplicaId, StoreError, next_sequence};
 use crate::time::Timestamp;
 
 /// The most events one append carries.
-const BATCH: usize = 512;
+const BATCH: usize = 8192;
 
 /// Where a service keeps its executions: the store, this replica's name, the lease term.
 #[derive(Clone)]

@@ -1,0 +1,80 @@
+//! 100,000 deltas of one execution through the default layer stack, side by side in one run:
+//! in memory (no store), and durable on `MemoryStore`, SQLite and PostgreSQL (a throwaway
+//! cluster, as the tests start one). Events/s from start to outcome (every event stored
+//! before it is shown) and the ratios to the in-memory run.
+//!
+//! `cargo bench -p harness-store --bench durable` (`DURABLE_BENCH_EVENTS` for another size).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use harness_core::id::Cursor;
+use harness_core::service::{ExecutionHandle, ExecutionRequest};
+use harness_core::store::{ExecutionStore, MemoryStore, ReplicaId};
+use harness_layers::stack::{HarnessStack, StackService};
+use harness_store::suite::Ticker;
+use harness_store::{PostgresStore, SqliteStore};
+use tower::{Service, ServiceExt};
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+async fn run(mut service: StackService) -> Duration {
+    let begun = Instant::now();
+    let execution: ExecutionHandle = service
+        .ready()
+        .await
+        .expect("ready")
+        .call(ExecutionRequest::new("tick"))
+        .await
+        .expect("starts");
+    let mut events = execution.events(Cursor::START);
+    let mut n = 0usize;
+    while events.next().await.is_some() {
+        n += 1;
+    }
+    let took = begun.elapsed();
+    assert!(n > 0);
+    took
+}
+
+fn main() {
+    let n: u64 = std::env::var("DURABLE_BENCH_EVENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let cluster = common::Cluster::start();
+    rt.block_on(async {
+        let adapter = || Ticker::new(Some(n), Duration::ZERO);
+        let stack = HarnessStack::defaults_for(&adapter()).expect("the default stack");
+        let replica = ReplicaId::new("bench");
+        let dir = common::scratch("durable-bench");
+        let sqlite: Arc<dyn ExecutionStore> =
+            Arc::new(SqliteStore::open(dir.join("bench.db")).expect("open"));
+        let postgres: Arc<dyn ExecutionStore> =
+            Arc::new(common::connect(&cluster).await as PostgresStore);
+        let memory_store: Arc<dyn ExecutionStore> = Arc::new(MemoryStore::new());
+
+        let base = run(stack.service(adapter())).await;
+        let mem = run(stack.durable_service(adapter(), memory_store, replica.clone())).await;
+        let lite = run(stack.durable_service(adapter(), sqlite, replica.clone())).await;
+        let pg = run(stack.durable_service(adapter(), postgres, replica)).await;
+        let rate = |d: Duration| (n + 5) as f64 / d.as_secs_f64();
+        println!("{n} deltas of one execution through the default stack, start to outcome:");
+        println!("  in memory, no store  {:>10.0} events/s", rate(base));
+        for (name, took) in [("MemoryStore", mem), ("SQLite", lite), ("PostgreSQL", pg)] {
+            println!(
+                "  durable, {name:<11} {:>10.0} events/s   ratio to in memory {:.3}",
+                rate(took),
+                base.as_secs_f64() / took.as_secs_f64()
+            );
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    });
+}
