@@ -277,3 +277,30 @@ async fn killed_mid_stream(db: &str) {
         "the terminal event came after all it saw"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recovery_leaves_the_replicas_own_live_executions_alone() {
+    let store: Arc<dyn ExecutionStore> = Arc::new(MemoryStore::new());
+    let service = AdapterService::builder(Ticker::new(None, Duration::from_millis(2)))
+        .store(Arc::clone(&store), ReplicaId::new("a"))
+        .build();
+    let execution = service
+        .start(ExecutionRequest::new("tick"))
+        .await
+        .expect("starts");
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert_eq!(
+        service.recover().await,
+        Ok(Vec::new()),
+        "nothing to recover"
+    );
+    assert!(
+        !execution.log().state().is_some_and(|s| s.is_terminal()),
+        "the live execution runs on"
+    );
+    let _ = execution.cancel(harness_core::event::CancelReason::new("done"));
+    let outcome = tokio::time::timeout(Duration::from_secs(5), execution.outcome())
+        .await
+        .expect("ends");
+    assert!(matches!(outcome, Outcome::Cancelled(_)), "{outcome:?}");
+}

@@ -216,28 +216,53 @@ pub(crate) async fn recover(
     replica: &ReplicaId,
     ttl: Duration,
 ) -> Result<Vec<Recovery>, StoreError> {
-    let mut recovered = Vec::new();
-    for record in store.unfinished().await? {
-        if record.adapter != adapter {
-            continue;
-        }
-        let lease = match store.acquire(&record.id, replica, ttl).await {
-            Ok(lease) => lease,
-            Err(StoreError::Leased { .. }) => continue,
-            Err(e) => return Err(e),
-        };
-        match end(store, &lease).await {
-            Ok(Some(done)) => recovered.push(done),
-            Ok(None) => {}
-            // Another replica recovered it first, or a late append of the old owner raced.
-            Err(StoreError::Ended(_) | StoreError::Sequence { .. } | StoreError::Fenced { .. }) => {
+    use futures_util::StreamExt;
+    // Recovery takes leases under a name of its own: this replica's live executions hold
+    // theirs under its plain name, so they are `Leased` here and left alone.
+    let recoverer = ReplicaId::new(format!("{replica}/recovery"));
+    let unfinished: Vec<_> = store
+        .unfinished()
+        .await?
+        .into_iter()
+        .filter(|record| record.adapter == adapter)
+        .collect();
+    // Many at once: the store commits their writes together (group commit, pipelining).
+    let mut ended = futures_util::stream::iter(unfinished)
+        .map(|record| {
+            let recoverer = &recoverer;
+            async move {
+                let lease = match store.acquire(&record.id, recoverer, ttl).await {
+                    Ok(lease) => lease,
+                    Err(StoreError::Leased { .. }) => return Ok(None),
+                    Err(e) => return Err(e),
+                };
+                let done = match end(store, &lease).await {
+                    Ok(done) => Ok(done),
+                    // Another replica recovered it first, or a late append of the old owner
+                    // raced.
+                    Err(
+                        StoreError::Ended(_)
+                        | StoreError::Sequence { .. }
+                        | StoreError::Fenced { .. },
+                    ) => Ok(None),
+                    Err(e) => Err(e),
+                };
+                let _ = store.release(&lease).await;
+                done
             }
-            Err(e) => return Err(e),
+        })
+        .buffer_unordered(RECOVERY_PARALLELISM);
+    let mut recovered = Vec::new();
+    while let Some(done) = ended.next().await {
+        if let Some(done) = done? {
+            recovered.push(done);
         }
-        let _ = store.release(&lease).await;
     }
     Ok(recovered)
 }
+
+/// How many executions recovery ends at once.
+const RECOVERY_PARALLELISM: usize = 64;
 
 async fn end(store: &dyn ExecutionStore, lease: &Lease) -> Result<Option<Recovery>, StoreError> {
     let id = &lease.execution_id;
