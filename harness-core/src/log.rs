@@ -443,6 +443,30 @@ impl EventLog {
         Ok(count)
     }
 
+    /// Appends `event` as a store holds it (its sequence number and time kept): the mirror
+    /// of an execution another replica runs. Returns `false`, appending nothing, unless it
+    /// is this log's execution's next event (a page read twice is skipped, not duplicated).
+    pub(crate) fn append_stored(&self, event: Event) -> bool {
+        let shared = &*self.shared;
+        let waiters = {
+            let mut state = shared.lock();
+            let index = state.events.len();
+            if state.terminal
+                || event.execution_id() != &shared.execution_id
+                || event.seq().get() != index as u64 + 1
+            {
+                return false;
+            }
+            state.terminal = event.kind().is_terminal();
+            state.derive(event.payload(), index);
+            state.events.push(Arc::new(event));
+            std::mem::take(&mut state.waiters)
+        };
+        shared.notify();
+        wake(waiters);
+        true
+    }
+
     /// A reader of this log.
     #[must_use]
     pub fn reader(&self) -> LogReader {

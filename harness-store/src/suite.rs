@@ -604,6 +604,59 @@ fn replicas(
     (make(&stores.0, "a"), make(&stores.1, "b"))
 }
 
+async fn one_key_one_execution_on_two_replicas(
+    stores: &(Arc<dyn ExecutionStore>, Arc<dyn ExecutionStore>),
+) {
+    let (a, b) = replicas(stores, || Ticker::asking(Some(3), Duration::from_millis(1)));
+    let key: IdempotencyKey = format!("two-{}", ExecutionId::generate())
+        .parse()
+        .expect("a key");
+    let request = || ExecutionRequest::new("ask").with_idempotency_key(key.clone());
+    // Both replicas at once: one execution; the loser's handle mirrors it.
+    let (first, second) = tokio::join!(a.start(request()), b.start(request()));
+    let (first, second) = (first.expect("starts"), second.expect("starts"));
+    assert_eq!(first.id(), second.id(), "one key, one execution");
+    let action = until_action(&second).await;
+    assert_eq!(until_action(&first).await.id, action.id);
+    // Answered through either handle (whichever runs it): the run goes on, once.
+    second
+        .respond(action.approve_all())
+        .await
+        .expect("the answer through either handle");
+    assert!(matches!(outcome(&first).await, Outcome::Succeeded(_)));
+    assert!(matches!(outcome(&second).await, Outcome::Succeeded(_)));
+    let seen = |h: &ExecutionHandle| -> Vec<Event> {
+        h.log()
+            .snapshot(Cursor::START)
+            .iter()
+            .map(|e| Event::clone(e))
+            .collect()
+    };
+    assert_eq!(seen(&first), seen(&second), "the mirror shows the same log");
+    let other = b
+        .start(ExecutionRequest::new("something else").with_idempotency_key(key.clone()))
+        .await
+        .expect_err("another request under the key");
+    assert_eq!(other.code(), &ErrorCode::IDEMPOTENCY_CONFLICT);
+
+    // A cancel through a mirror reaches the owner.
+    let (a, b) = replicas(stores, || Ticker::new(None, Duration::from_millis(2)));
+    let key: IdempotencyKey = format!("cancel-{}", ExecutionId::generate())
+        .parse()
+        .expect("a key");
+    let owner = a
+        .start(ExecutionRequest::new("tick").with_idempotency_key(key.clone()))
+        .await
+        .expect("starts");
+    let mirror = b
+        .start(ExecutionRequest::new("tick").with_idempotency_key(key))
+        .await
+        .expect("the mirror");
+    let _ = mirror.cancel(CancelReason::new("through the mirror"));
+    assert!(matches!(outcome(&owner).await, Outcome::Cancelled(_)));
+    assert!(matches!(outcome(&mirror).await, Outcome::Cancelled(_)));
+}
+
 async fn until_action(execution: &ExecutionHandle) -> harness_core::action::ActionRequest {
     let mut events = execution.events(Cursor::START);
     let found = tokio::time::timeout(Duration::from_secs(10), async {
@@ -773,6 +826,7 @@ async fn cancels_race_on_two_replicas(stores: &(Arc<dyn ExecutionStore>, Arc<dyn
 /// When any of that does not hold.
 pub async fn two_replicas(a: Arc<dyn ExecutionStore>, b: Arc<dyn ExecutionStore>) {
     let stores = (a, b);
+    one_key_one_execution_on_two_replicas(&stores).await;
     an_answer_sent_to_another_replica_reaches_the_owner(&stores).await;
     answers_race_on_two_replicas(&stores).await;
     cancels_race_on_two_replicas(&stores).await;

@@ -535,22 +535,28 @@ impl<A: HarnessAdapter> AdapterService<A> {
             let reader = queued.events();
             reader.gate();
             let json = serde_json::to_value(&request).unwrap_or_default();
-            let record = crate::store::ExecutionRecord::new(
+            let mut record = crate::store::ExecutionRecord::new(
                 id.clone(),
                 shared.adapter.as_str(),
-                crate::store::fingerprint(&json),
+                crate::store::fingerprint(&identity(&json)),
                 json,
             );
-            let stored = async {
-                durable.store.create(record).await?;
-                durable
-                    .store
-                    .acquire(&id, &durable.replica, durable.lease_ttl)
-                    .await
-            };
+            if let Some(key) = &request.idempotency_key {
+                record = record.with_idempotency_key(key.clone());
+            }
             // Nothing has run: a refusal here starts nothing (the queued execution is
             // dropped, its in-memory log ended).
-            let lease = stored.await.map_err(|e| e.to_harness_error())?;
+            match durable.store.create(record).await {
+                Ok(crate::store::Created::New) => {}
+                // The key was used before, on any replica: that execution, mirrored here.
+                Ok(crate::store::Created::Existing(first)) => return self.attach(&first.id).await,
+                Err(e) => return Err(e.to_harness_error()),
+            }
+            let lease = durable
+                .store
+                .acquire(&id, &durable.replica, durable.lease_ttl)
+                .await
+                .map_err(|e| e.to_harness_error())?;
             persist::spawn(durable.clone(), lease, &shared);
         }
         let handle = ExecutionHandle {
@@ -653,38 +659,24 @@ impl<A: HarnessAdapter> AdapterService<A> {
         id: &ExecutionId,
         response: crate::action::ActionResponse,
     ) -> Result<(), HarnessError> {
-        let durable = self.durable()?;
-        let store = &*durable.store;
-        let request = match persist::stands(store, id).await {
-            Ok(persist::Stands::Awaiting(request)) => request,
-            Ok(persist::Stands::Ended) => {
-                return Err(HarnessError::new(
-                    ErrorCategory::Configuration,
-                    "the execution has already ended",
-                )
-                .with_code(ErrorCode::EXECUTION_TERMINAL));
-            }
-            Ok(persist::Stands::Busy) => {
-                return Err(handle::not_pending(response.action_id(), None));
-            }
-            Err(e) => return Err(e.to_harness_error()),
-        };
-        let action = response.action_id().clone();
-        let json = serde_json::to_value(&response).unwrap_or_default();
-        request.validate(response)?;
-        let resolution = crate::store::Resolution {
-            action_id: action.clone(),
-            revision: u64::from(request.revision.get()),
-            response: json,
-            at: Timestamp::now(),
-        };
-        match store.resolve(id, resolution).await {
-            Ok(()) => Ok(()),
-            Err(crate::store::StoreError::AlreadyResolved { .. }) => {
-                Err(handle::already_resolved(&action))
-            }
-            Err(e) => Err(e.to_harness_error()),
-        }
+        persist::answer(&*self.durable()?.store, id, response).await
+    }
+
+    /// A handle on the durable execution `id`, whichever replica runs it: its events read
+    /// from the store (a reader sees what the store holds, live), its answers and cancels
+    /// sent through the store to the owner. Dropping it stops only the mirror.
+    ///
+    /// # Errors
+    /// `persistence` when the store fails or holds no such execution; `configuration`
+    /// without a store.
+    pub async fn attach(&self, id: &ExecutionId) -> Result<ExecutionHandle, HarnessError> {
+        persist::attach(
+            self.durable()?,
+            id,
+            self.inner.adapter.descriptor().id().clone(),
+        )
+        .await
+        .map_err(|e| e.to_harness_error())
     }
 
     /// Requests the cancellation of a durable execution, whichever replica runs it (the
@@ -705,6 +697,19 @@ impl<A: HarnessAdapter> AdapterService<A> {
             .await
             .map_err(|e| e.to_harness_error())
     }
+}
+
+/// What identifies a request for its idempotency key: the request without the key itself,
+/// its trace context and its deadline (a retry carries new ones), as the idempotency
+/// layer's fingerprint leaves them out.
+fn identity(request: &Value) -> Value {
+    let mut identity = request.clone();
+    if let Some(members) = identity.as_object_mut() {
+        for volatile in ["idempotencyKey", "traceContext", "deadline"] {
+            members.remove(volatile);
+        }
+    }
+    identity
 }
 
 /// Whether the runtime of `handle` has its time driver. Tokio has no query for it: the only

@@ -333,3 +333,125 @@ pub(crate) async fn stands(
     }
     Ok(pending.map_or(Stands::Busy, Stands::Awaiting))
 }
+
+/// A handle on a durable execution that another replica may run: its log mirrored from the
+/// store (woken by the store's tail), its answers and cancels sent through the store (the
+/// owner applies them). Dropping every handle stops the mirror, not the execution.
+pub(crate) async fn attach(
+    durable: &Durable,
+    id: &ExecutionId,
+    adapter: crate::id::AdapterId,
+) -> Result<super::ExecutionHandle, StoreError> {
+    use super::handle::Holders;
+    let store = Arc::clone(&durable.store);
+    store.record(id).await?;
+    let mut tail = store.tail(id).await?;
+    let log = crate::log::EventLog::new(id.clone());
+    let shared = Arc::new(Shared::new(
+        id.clone(),
+        adapter,
+        log.reader(),
+        CancellationToken::new(),
+    ));
+    let handle = super::ExecutionHandle {
+        holders: Arc::new(Holders(Arc::clone(&shared))),
+        replay: false,
+    };
+    let weak = Arc::downgrade(&shared);
+    let mirror_id = id.clone();
+    let mirror_store = Arc::clone(&store);
+    // The log: pages from the store, then each change the tail reports.
+    tokio::spawn(async move {
+        let mut after = 0u64;
+        loop {
+            match mirror_store
+                .read(&mirror_id, Cursor::after_seq(after), 1024)
+                .await
+            {
+                Ok(page) if !page.is_empty() => {
+                    for event in page {
+                        after = event.seq().get();
+                        log.append_stored(event);
+                    }
+                    if log.is_closed() {
+                        return;
+                    }
+                    continue;
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "could not read a mirrored execution"),
+            }
+            if weak.strong_count() == 0 {
+                return;
+            }
+            tokio::select! {
+                woke = tail.after(Cursor::after_seq(after)) => if !woke { return },
+                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+        }
+    });
+    // Answers and cancels: through the store, to the owner.
+    let commands = Arc::clone(&shared);
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                command = commands.next_command() => {
+                    let Some(Command::Respond(respond)) = command else { return };
+                    let (response, reply, _) = *respond;
+                    let answered = answer(&*store, &commands.id, response).await;
+                    let _ = reply.send(answered);
+                }
+                () = commands.cancel.cancelled() => {
+                    let reason = commands
+                        .snapshot()
+                        .cancel_reason
+                        .as_ref()
+                        .and_then(|r| r.reason.clone())
+                        .unwrap_or_else(|| "cancelled from another replica".to_owned());
+                    let _ = store.request_cancel(&commands.id, &reason).await;
+                    // Further answers still go through.
+                    while let Some(Command::Respond(respond)) = commands.next_command().await {
+                        let (response, reply, _) = *respond;
+                        let _ = reply.send(answer(&*store, &commands.id, response).await);
+                    }
+                    return;
+                }
+            }
+        }
+    });
+    Ok(handle)
+}
+
+/// Checks `response` against the stored pending action of `id` and records it once.
+pub(crate) async fn answer(
+    store: &dyn ExecutionStore,
+    id: &ExecutionId,
+    response: ActionResponse,
+) -> Result<(), HarnessError> {
+    let request = match stands(store, id).await {
+        Ok(Stands::Awaiting(request)) => request,
+        Ok(Stands::Ended) => {
+            return Err(HarnessError::new(
+                ErrorCategory::Configuration,
+                "the execution has already ended",
+            )
+            .with_code(ErrorCode::EXECUTION_TERMINAL));
+        }
+        Ok(Stands::Busy) => return Err(super::handle::not_pending(response.action_id(), None)),
+        Err(e) => return Err(e.to_harness_error()),
+    };
+    let action = response.action_id().clone();
+    let json = serde_json::to_value(&response).unwrap_or_default();
+    request.validate(response)?;
+    let resolution = crate::store::Resolution {
+        action_id: action.clone(),
+        revision: u64::from(request.revision.get()),
+        response: json,
+        at: Timestamp::now(),
+    };
+    match store.resolve(id, resolution).await {
+        Ok(()) => Ok(()),
+        Err(StoreError::AlreadyResolved { .. }) => Err(super::handle::already_resolved(&action)),
+        Err(e) => Err(e.to_harness_error()),
+    }
+}

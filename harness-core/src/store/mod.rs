@@ -276,9 +276,18 @@ pub enum StoreError {
 
 impl StoreError {
     /// The error a client sees: category `persistence` (retryable when the backend was
-    /// unavailable), the store's words kept as the diagnostic.
+    /// unavailable), the store's words kept as the diagnostic; a reused idempotency key is
+    /// the caller's `IDEMPOTENCY_CONFLICT` (`configuration`).
     #[must_use]
     pub fn to_harness_error(&self) -> HarnessError {
+        if let Self::IdempotencyConflict { .. } = self {
+            return HarnessError::new(
+                ErrorCategory::Configuration,
+                "the idempotency key was used for a different request",
+            )
+            .with_code(ErrorCode::IDEMPOTENCY_CONFLICT)
+            .with_diagnostic(self.to_string());
+        }
         let (code, message, retryable) = match self {
             Self::Unavailable(_) => (ErrorCode::PERSISTENCE, "the store is unavailable", true),
             Self::Fenced { .. } => (
