@@ -17,8 +17,9 @@ use harness_core::time::Timestamp;
 use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::{oneshot, watch};
 
-/// The schema version this code writes (`PRAGMA user_version`).
-const SCHEMA_VERSION: i64 = 1;
+/// The schema version this code writes (`PRAGMA user_version`). 2: one `events` row per
+/// append (a batch), not per event.
+const SCHEMA_VERSION: i64 = 2;
 
 /// How many queued writes one transaction commits at most.
 const GROUP_LIMIT: usize = 512;
@@ -45,9 +46,10 @@ CREATE UNIQUE INDEX executions_by_key ON executions (principal, idempotency_key)
 CREATE INDEX executions_unfinished ON executions (ended);
 CREATE TABLE events (
     execution TEXT NOT NULL,
-    seq INTEGER NOT NULL,
+    first_seq INTEGER NOT NULL,
+    last_seq INTEGER NOT NULL,
     body TEXT NOT NULL,
-    PRIMARY KEY (execution, seq)
+    PRIMARY KEY (execution, first_seq)
 ) WITHOUT ROWID;
 CREATE TABLE resolutions (
     execution TEXT NOT NULL,
@@ -184,6 +186,24 @@ fn migrate(conn: &Connection) -> Result<(), StoreError> {
         0 => conn
             .execute_batch(&format!(
                 "BEGIN IMMEDIATE; {SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
+            ))
+            .map_err(|e| unavailable(&e)),
+        // Version 1 held one row per event: each becomes a batch of one.
+        1 => conn
+            .execute_batch(&format!(
+                "BEGIN IMMEDIATE;
+                 CREATE TABLE events_v2 (
+                     execution TEXT NOT NULL,
+                     first_seq INTEGER NOT NULL,
+                     last_seq INTEGER NOT NULL,
+                     body TEXT NOT NULL,
+                     PRIMARY KEY (execution, first_seq)
+                 ) WITHOUT ROWID;
+                 INSERT INTO events_v2 SELECT execution, seq, seq, '[' || body || ']' FROM events;
+                 DROP TABLE events;
+                 ALTER TABLE events_v2 RENAME TO events;
+                 PRAGMA user_version = {SCHEMA_VERSION};
+                 COMMIT;"
             ))
             .map_err(|e| unavailable(&e)),
         SCHEMA_VERSION => Ok(()),
@@ -644,18 +664,13 @@ impl ExecutionStore for SqliteStore {
         events: &'a [Event],
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         let lease = lease.clone();
-        // Serialized here, on the caller's thread: the writer only writes.
-        let bodies: Result<Vec<(u64, String)>, StoreError> = events
-            .iter()
-            .map(|e| {
-                serde_json::to_string(e)
-                    .map(|body| (e.seq().get(), body))
-                    .map_err(|err| corrupt("an event", &err))
-            })
-            .collect();
+        // Serialized here, on the caller's thread: the writer only writes. The batch is one
+        // row: a JSON array of the events.
+        let body: Result<String, StoreError> =
+            serde_json::to_string(events).map_err(|err| corrupt("an event", &err));
         let checked = events.to_vec();
         self.write(move |conn| {
-            let bodies = bodies?;
+            let body = body?;
             check_lease(conn, &lease)?;
             let id = &lease.execution_id;
             let (last, ended): (i64, bool) = cached_query_row(
@@ -667,19 +682,22 @@ impl ExecutionStore for SqliteStore {
             .map_err(|e| unavailable(&e))?;
             let last = u64::try_from(last).unwrap_or(0);
             let (state, ends) = check_batch(id, last, ended, &checked)?;
-            let mut insert = conn
-                .prepare_cached("INSERT INTO events (execution, seq, body) VALUES (?1, ?2, ?3)")
-                .map_err(|e| unavailable(&e))?;
-            for (seq, body) in &bodies {
-                insert
-                    .execute(params![
-                        id.as_str(),
-                        i64::try_from(*seq).unwrap_or(i64::MAX),
-                        body
-                    ])
-                    .map_err(|e| unavailable(&e))?;
+            if checked.is_empty() {
+                return Ok(((), None));
             }
-            let new_last = last + bodies.len() as u64;
+            let new_last = last + checked.len() as u64;
+            cached_execute(
+                conn,
+                "INSERT INTO events (execution, first_seq, last_seq, body) \
+                 VALUES (?1, ?2, ?3, ?4)",
+                params![
+                    id.as_str(),
+                    i64::try_from(last + 1).unwrap_or(i64::MAX),
+                    i64::try_from(new_last).unwrap_or(i64::MAX),
+                    body
+                ],
+            )
+            .map_err(|e| unavailable(&e))?;
             cached_execute(
                 conn,
                 "UPDATE executions SET last_seq = ?2, ended = ended OR ?3, \
@@ -712,26 +730,35 @@ impl ExecutionStore for SqliteStore {
         self.read_with(move |conn| {
             // An unknown execution is an error, not an empty log.
             lease_of(conn, &id)?;
+            // From the batch holding the event after the cursor, in order, until `limit`.
             let mut statement = conn
                 .prepare_cached(
-                    "SELECT body FROM events WHERE execution = ?1 AND seq > ?2 \
-                     ORDER BY seq LIMIT ?3",
+                    "SELECT body FROM events WHERE execution = ?1 AND first_seq >= \
+                     (SELECT COALESCE(MAX(first_seq), 0) FROM events \
+                      WHERE execution = ?1 AND first_seq <= ?2) \
+                     ORDER BY first_seq",
                 )
                 .map_err(|e| unavailable(&e))?;
-            let rows = statement
-                .query_map(
-                    params![
-                        id.as_str(),
-                        i64::try_from(after.after()).unwrap_or(i64::MAX),
-                        i64::try_from(limit).unwrap_or(i64::MAX)
-                    ],
-                    |r| r.get::<_, String>(0),
-                )
+            let mut rows = statement
+                .query(params![
+                    id.as_str(),
+                    i64::try_from(after.after().saturating_add(1)).unwrap_or(i64::MAX)
+                ])
                 .map_err(|e| unavailable(&e))?;
             let mut events = Vec::new();
-            for body in rows {
-                let body = body.map_err(|e| unavailable(&e))?;
-                events.push(serde_json::from_str(&body).map_err(|e| corrupt("an event", &e))?);
+            while events.len() < limit {
+                let Some(row) = rows.next().map_err(|e| unavailable(&e))? else {
+                    break;
+                };
+                let body: String = row.get(0).map_err(|e| unavailable(&e))?;
+                let batch: Vec<Event> =
+                    serde_json::from_str(&body).map_err(|e| corrupt("an event", &e))?;
+                events.extend(
+                    batch
+                        .into_iter()
+                        .filter(|e| e.seq().get() > after.after())
+                        .take(limit - events.len()),
+                );
             }
             Ok(events)
         })

@@ -114,3 +114,71 @@ proptest! {
         rt.block_on(run_model(store, &ops))?;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_1_database_is_migrated_with_its_events() {
+    let dir = scratch("v1");
+    let path = dir.join("harness.db");
+    let record = suite::record();
+    let id = record.id.clone();
+    let events = suite::events(&id, 1, 3);
+    {
+        // The version 1 schema: one row per event.
+        let conn = rusqlite::Connection::open(&path).expect("a file");
+        conn.execute_batch(
+            "CREATE TABLE executions (id TEXT PRIMARY KEY, principal TEXT NOT NULL,
+                 adapter TEXT NOT NULL, fingerprint TEXT NOT NULL, request TEXT NOT NULL,
+                 idempotency_key TEXT, created_at TEXT NOT NULL, state TEXT NOT NULL,
+                 ended INTEGER NOT NULL DEFAULT 0, last_seq INTEGER NOT NULL DEFAULT 0,
+                 cancel_requested TEXT, lease_owner TEXT, lease_token INTEGER NOT NULL DEFAULT 0,
+                 lease_expires INTEGER);
+             CREATE TABLE events (execution TEXT NOT NULL, seq INTEGER NOT NULL,
+                 body TEXT NOT NULL, PRIMARY KEY (execution, seq)) WITHOUT ROWID;
+             CREATE TABLE resolutions (execution TEXT NOT NULL, action TEXT NOT NULL,
+                 body TEXT NOT NULL, PRIMARY KEY (execution, action)) WITHOUT ROWID;
+             PRAGMA user_version = 1;",
+        )
+        .expect("the v1 schema");
+        conn.execute(
+            "INSERT INTO executions (id, principal, adapter, fingerprint, request, created_at,
+                 state, last_seq) VALUES (?1, '', 'scripted', 'fp', '{}', ?2, 'running', 3)",
+            rusqlite::params![id.as_str(), record.created_at.to_string()],
+        )
+        .expect("a record");
+        for event in &events {
+            conn.execute(
+                "INSERT INTO events (execution, seq, body) VALUES (?1, ?2, ?3)",
+                rusqlite::params![
+                    id.as_str(),
+                    event.seq().get() as i64,
+                    serde_json::to_string(event).unwrap()
+                ],
+            )
+            .expect("an event");
+        }
+    }
+    let store = SqliteStore::open(&path).expect("migrated");
+    assert_eq!(store.read(&id, Cursor::START, 10).await, Ok(events.clone()));
+    assert_eq!(
+        store.read(&id, Cursor::after_seq(1), 1).await,
+        Ok(events[1..2].to_vec())
+    );
+    // And it goes on in the new form.
+    let lease = store
+        .acquire(&id, &ReplicaId::new("a"), Duration::from_secs(30))
+        .await
+        .expect("lease");
+    store
+        .append(&lease, &suite::events(&id, 4, 6))
+        .await
+        .expect("append");
+    assert_eq!(
+        store
+            .read(&id, Cursor::after_seq(2), 10)
+            .await
+            .map(|e| e.len()),
+        Ok(4)
+    );
+    drop(store);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
