@@ -18,8 +18,8 @@ use harness_core::time::Timestamp;
 use tokio::sync::{Mutex, watch};
 use tokio_postgres::{AsyncMessage, Client, GenericClient, NoTls, Row};
 
-/// The schema version this code writes.
-const SCHEMA_VERSION: i32 = 1;
+/// The schema version this code writes. 2: one `harness_event_batches` row per append.
+const SCHEMA_VERSION: i32 = 2;
 
 /// The channel of the store's notifications: `<execution>:<last seq>` after an append,
 /// `<execution>:` after an answer or a cancel request.
@@ -54,12 +54,15 @@ CREATE UNIQUE INDEX IF NOT EXISTS harness_executions_by_key
     ON harness_executions (principal, idempotency_key) WHERE idempotency_key IS NOT NULL;
 CREATE INDEX IF NOT EXISTS harness_executions_unfinished
     ON harness_executions (created) WHERE NOT ended;
-CREATE TABLE IF NOT EXISTS harness_events (
+CREATE TABLE IF NOT EXISTS harness_event_batches (
     execution TEXT NOT NULL,
-    seq BIGINT NOT NULL,
+    first_seq BIGINT NOT NULL,
+    last_seq BIGINT NOT NULL,
     body TEXT NOT NULL,
-    PRIMARY KEY (execution, seq)
+    PRIMARY KEY (execution, first_seq)
 );
+-- Batches are written once and read whole: compressing them costs more than it saves.
+ALTER TABLE harness_event_batches ALTER COLUMN body SET STORAGE EXTERNAL;
 CREATE TABLE IF NOT EXISTS harness_resolutions (
     execution TEXT NOT NULL,
     action TEXT NOT NULL,
@@ -201,6 +204,17 @@ async fn migrate(client: &mut Client) -> Result<(), StoreError> {
             tx.execute(
                 "INSERT INTO harness_schema (version) VALUES ($1)",
                 &[&SCHEMA_VERSION],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        }
+        // Version 1 held one `harness_events` row per event: each becomes a batch of one.
+        Some(1) => {
+            tx.batch_execute(
+                "INSERT INTO harness_event_batches \
+                 SELECT execution, seq, seq, '[' || body || ']' FROM harness_events; \
+                 DROP TABLE harness_events; \
+                 UPDATE harness_schema SET version = 2;",
             )
             .await
             .map_err(|e| unavailable(&e))?;
@@ -507,11 +521,8 @@ impl ExecutionStore for PostgresStore {
         events: &'a [Event],
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
-            let bodies = events
-                .iter()
-                .map(|e| serde_json::to_string(e).map_err(|err| corrupt("an event", &err)))
-                .collect::<Result<Vec<String>, StoreError>>()?;
-            let seqs: Vec<i64> = events.iter().map(|e| as_i64(e.seq().get())).collect();
+            // The batch is one row: a JSON array of its events.
+            let body = serde_json::to_string(events).map_err(|err| corrupt("an event", &err))?;
             let id = &lease.execution_id;
             let mut client = self.client().await;
             let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
@@ -521,10 +532,11 @@ impl ExecutionStore for PostgresStore {
             if events.is_empty() {
                 return Ok(());
             }
+            let last = row.last + events.len() as u64;
             tx.execute(
-                "INSERT INTO harness_events (execution, seq, body) \
-                 SELECT $1, s, b FROM unnest($2::BIGINT[], $3::TEXT[]) AS t(s, b)",
-                &[&id.as_str(), &seqs, &bodies],
+                "INSERT INTO harness_event_batches (execution, first_seq, last_seq, body) \
+                 VALUES ($1, $2, $3, $4)",
+                &[&id.as_str(), &as_i64(row.last + 1), &as_i64(last), &body],
             )
             .await
             .map_err(|e| unavailable(&e))?;
@@ -559,24 +571,37 @@ impl ExecutionStore for PostgresStore {
             if known.is_none() {
                 return Err(StoreError::NotFound(id.clone()));
             }
+            // From the batch holding the event after the cursor, until `limit` events.
             let rows = client
                 .query(
-                    "SELECT body FROM harness_events WHERE execution = $1 AND seq > $2 \
-                     ORDER BY seq LIMIT $3",
+                    "SELECT body, last_seq FROM harness_event_batches WHERE execution = $1 \
+                     AND first_seq >= (SELECT COALESCE(MAX(first_seq), 0) \
+                     FROM harness_event_batches WHERE execution = $1 AND first_seq <= $2) \
+                     AND first_seq <= $3 ORDER BY first_seq",
                     &[
                         &id.as_str(),
-                        &as_i64(after.after()),
-                        &i64::try_from(limit).unwrap_or(i64::MAX),
+                        &as_i64(after.after().saturating_add(1)),
+                        &as_i64(after.after().saturating_add(limit as u64)),
                     ],
                 )
                 .await
                 .map_err(|e| unavailable(&e))?;
-            rows.iter()
-                .map(|row| {
-                    let body: String = row.get(0);
-                    serde_json::from_str(&body).map_err(|e| corrupt("an event", &e))
-                })
-                .collect()
+            let mut out = Vec::new();
+            for row in &rows {
+                let body: String = row.get(0);
+                let batch: Vec<Event> =
+                    serde_json::from_str(&body).map_err(|e| corrupt("an event", &e))?;
+                out.extend(
+                    batch
+                        .into_iter()
+                        .filter(|e| e.seq().get() > after.after())
+                        .take(limit - out.len()),
+                );
+                if out.len() >= limit {
+                    break;
+                }
+            }
+            Ok(out)
         })
     }
 
