@@ -82,3 +82,91 @@ fn model(runtime: &tokio::runtime::Handle, store: &PostgresStore) {
 }
 
 mod common;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_1_database_is_migrated_with_its_events() {
+    let cluster = Cluster::start();
+    // A plain connection (a store would apply the current schema), once the server is up.
+    let begun = std::time::Instant::now();
+    let (client, connection) = loop {
+        match tokio_postgres::connect(&cluster.url, tokio_postgres::NoTls).await {
+            Ok(connected) => break connected,
+            Err(e) if begun.elapsed() < Duration::from_secs(30) => {
+                let _ = e;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("PostgreSQL did not come up: {e}"),
+        }
+    };
+    tokio::spawn(connection);
+    let record = suite::record();
+    let id = record.id.clone();
+    let events = suite::events(&id, 1, 3);
+    // The version 1 schema (one row per event), as that version left it.
+    client
+        .batch_execute(
+            "CREATE TABLE harness_schema (version INT NOT NULL);
+             INSERT INTO harness_schema VALUES (1);
+             CREATE TABLE harness_executions (id TEXT PRIMARY KEY, created BIGSERIAL,
+                 principal TEXT NOT NULL, adapter TEXT NOT NULL, fingerprint TEXT NOT NULL,
+                 request TEXT NOT NULL, idempotency_key TEXT, created_at TEXT NOT NULL,
+                 state TEXT NOT NULL, ended BOOLEAN NOT NULL DEFAULT FALSE,
+                 last_seq BIGINT NOT NULL DEFAULT 0, cancel_requested TEXT, lease_owner TEXT,
+                 lease_token BIGINT NOT NULL DEFAULT 0, lease_expires BIGINT);
+             CREATE TABLE harness_events (execution TEXT NOT NULL, seq BIGINT NOT NULL,
+                 body TEXT NOT NULL, PRIMARY KEY (execution, seq));
+             CREATE TABLE harness_resolutions (execution TEXT NOT NULL, action TEXT NOT NULL,
+                 body TEXT NOT NULL, PRIMARY KEY (execution, action));",
+        )
+        .await
+        .expect("the v1 schema");
+    client
+        .execute(
+            "INSERT INTO harness_executions (id, principal, adapter, fingerprint, request, \
+             created_at, state, last_seq) VALUES ($1, '', 'scripted', 'fp', '{}', $2, \
+             'running', 3)",
+            &[&id.as_str(), &record.created_at.to_string()],
+        )
+        .await
+        .expect("a record");
+    for event in &events {
+        client
+            .execute(
+                "INSERT INTO harness_events (execution, seq, body) VALUES ($1, $2, $3)",
+                &[
+                    &id.as_str(),
+                    &(event.seq().get() as i64),
+                    &serde_json::to_string(event).unwrap(),
+                ],
+            )
+            .await
+            .expect("an event");
+    }
+    let store = connect(&cluster).await;
+    assert_eq!(store.read(&id, Cursor::START, 10).await, Ok(events.clone()));
+    assert_eq!(
+        store.read(&id, Cursor::after_seq(1), 1).await,
+        Ok(events[1..2].to_vec())
+    );
+    let lease = store
+        .acquire(&id, &ReplicaId::new("a"), Duration::from_secs(30))
+        .await
+        .expect("lease");
+    store
+        .append(&lease, &suite::events(&id, 4, 6))
+        .await
+        .expect("append");
+    assert_eq!(
+        store
+            .read(&id, Cursor::after_seq(2), 10)
+            .await
+            .map(|e| e.len()),
+        Ok(4)
+    );
+    let version: i32 = client
+        .query_one("SELECT max(version) FROM harness_schema", &[])
+        .await
+        .expect("the version")
+        .get(0);
+    assert_eq!(version, 2);
+}

@@ -205,7 +205,9 @@ mod postgres {
     impl Cluster {
         /// Starts a throwaway cluster.
         pub fn start() -> Self {
-            let dir = scratch("postgres");
+            static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+            let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let dir = scratch(&format!("postgres{n}"));
             if is_root() {
                 let owned = Command::new("chown")
                     .args(["-R", "postgres:postgres"])
