@@ -39,6 +39,14 @@ async fn a_durable_execution_is_in_the_store_event_for_event() {
 struct Held {
     inner: MemoryStore,
     permits: Arc<Semaphore>,
+    /// While set, replica `a` cannot reach the store (its writes and renewals fail).
+    partitioned: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Held {
+    fn cut_off(&self, owner: &ReplicaId) -> bool {
+        owner.as_str() == "a" && self.partitioned.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
 
 impl ExecutionStore for Held {
@@ -60,6 +68,9 @@ impl ExecutionStore for Held {
         owner: &'a ReplicaId,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<Lease, StoreError>> {
+        if self.cut_off(owner) {
+            return Box::pin(async { Err(StoreError::Unavailable("partitioned".into())) });
+        }
         self.inner.acquire(id, owner, ttl)
     }
     fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<(), StoreError>> {
@@ -71,6 +82,9 @@ impl ExecutionStore for Held {
         events: &'a [Event],
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
+            if self.cut_off(&lease.owner) {
+                return Err(StoreError::Unavailable("partitioned".into()));
+            }
             let permit = self.permits.acquire().await.expect("permits");
             permit.forget();
             self.inner.append(lease, events).await
@@ -115,6 +129,7 @@ async fn readers_see_only_what_the_store_acknowledged() {
     let store = Held {
         inner: MemoryStore::new(),
         permits: Arc::new(Semaphore::new(0)),
+        partitioned: Arc::default(),
     };
     let service = AdapterService::builder(Ticker::new(Some(5), Duration::from_millis(1)))
         .store(Arc::new(store.clone()), ReplicaId::new("a"))
@@ -303,4 +318,59 @@ async fn recovery_leaves_the_replicas_own_live_executions_alone() {
         .await
         .expect("ends");
     assert!(matches!(outcome, Outcome::Cancelled(_)), "{outcome:?}");
+}
+
+/// A replica cut off from the store past its lease: another takes the execution over, and
+/// when the first one reaches the store again its writes are fenced; it stops its run, and
+/// the store holds nothing it wrote after losing the lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_lost_its_lease_is_fenced_and_stops() {
+    let store = Held {
+        inner: MemoryStore::new(),
+        permits: Arc::new(Semaphore::new(1_000_000)),
+        partitioned: Arc::default(),
+    };
+    let service = AdapterService::builder(Ticker::new(None, Duration::from_millis(5)))
+        .store(Arc::new(store.clone()), ReplicaId::new("a"))
+        .lease_ttl(Duration::from_millis(300))
+        .build();
+    let execution = service
+        .start(ExecutionRequest::new("tick"))
+        .await
+        .expect("starts");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    store
+        .partitioned
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let id = execution.id().clone();
+    let taken = store
+        .inner
+        .acquire(&id, &ReplicaId::new("b"), Duration::from_secs(30))
+        .await
+        .expect("the lapsed lease is taken over");
+    let stored_before = store
+        .inner
+        .read(&id, Cursor::START, 100_000)
+        .await
+        .expect("read");
+    assert!(!stored_before.is_empty());
+    store
+        .partitioned
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    let outcome = tokio::time::timeout(Duration::from_secs(10), execution.outcome())
+        .await
+        .expect("the fenced replica's run ends");
+    assert!(!matches!(outcome, Outcome::Succeeded(_)), "{outcome:?}");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let stored_after = store
+        .inner
+        .read(&id, Cursor::START, 100_000)
+        .await
+        .expect("read");
+    assert_eq!(
+        stored_after, stored_before,
+        "nothing written by the replica after it lost the lease"
+    );
+    assert!(taken.token.get() > 1);
 }
