@@ -9,6 +9,9 @@ use futures_util::future::BoxFuture;
 use harness_core::event::Event;
 use harness_core::id::{ActionId, Cursor, ExecutionId, IdempotencyKey};
 use harness_core::lifecycle::ExecutionState;
+use harness_core::session::{
+    SessionBinding, StateEntry, StateError, StateKey, ThreadStateStore, Version,
+};
 use harness_core::store::{
     Created, ExecutionRecord, ExecutionStore, FencingToken, Lease, ReplicaId, Resolution,
     StoreError, Tail, check_batch,
@@ -18,8 +21,26 @@ use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::{oneshot, watch};
 
 /// The schema version this code writes (`PRAGMA user_version`). 2: one `events` row per
-/// append (a batch), not per event.
-const SCHEMA_VERSION: i64 = 2;
+/// append (a batch), not per event. 3: thread state.
+const SCHEMA_VERSION: i64 = 3;
+
+/// The thread-state tables (schema 3).
+const THREAD_STATE: &str = "
+CREATE TABLE IF NOT EXISTS thread_bindings (
+    binding TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    epoch INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS thread_state (
+    binding TEXT NOT NULL,
+    key TEXT NOT NULL,
+    value BLOB NOT NULL,
+    version INTEGER NOT NULL,
+    PRIMARY KEY (binding, key)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS thread_versions (last INTEGER NOT NULL);
+INSERT INTO thread_versions SELECT 0 WHERE NOT EXISTS (SELECT 1 FROM thread_versions);
+";
 
 /// How many queued writes one transaction commits at most.
 const GROUP_LIMIT: usize = 512;
@@ -185,7 +206,8 @@ fn migrate(conn: &Connection) -> Result<(), StoreError> {
     match version {
         0 => conn
             .execute_batch(&format!(
-                "BEGIN IMMEDIATE; {SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
+                "BEGIN IMMEDIATE; {SCHEMA} {THREAD_STATE} PRAGMA user_version = {SCHEMA_VERSION}; \
+                 COMMIT;"
             ))
             .map_err(|e| unavailable(&e)),
         // Version 1 held one row per event: each becomes a batch of one.
@@ -202,8 +224,14 @@ fn migrate(conn: &Connection) -> Result<(), StoreError> {
                  INSERT INTO events_v2 SELECT execution, seq, seq, '[' || body || ']' FROM events;
                  DROP TABLE events;
                  ALTER TABLE events_v2 RENAME TO events;
+                 {THREAD_STATE}
                  PRAGMA user_version = {SCHEMA_VERSION};
                  COMMIT;"
+            ))
+            .map_err(|e| unavailable(&e)),
+        2 => conn
+            .execute_batch(&format!(
+                "BEGIN IMMEDIATE; {THREAD_STATE} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
             ))
             .map_err(|e| unavailable(&e)),
         SCHEMA_VERSION => Ok(()),
@@ -863,6 +891,245 @@ impl ExecutionStore for SqliteStore {
             .map_err(|e| unavailable(&e))?;
             let first = changed == 1;
             Ok((first, first.then(|| signal(&id)).flatten()))
+        })
+    }
+}
+
+/// Whether `b` may use its binding: the binding's conversation and epoch, recorded on first
+/// use; a newer epoch moves the binding there and drops the older state.
+fn admit(conn: &Connection, b: &SessionBinding) -> Result<Result<(), StateError>, StoreError> {
+    let binding = b.binding_id().as_str();
+    let known: Option<(String, i64)> = cached_query_row(
+        conn,
+        "SELECT owner, epoch FROM thread_bindings WHERE binding = ?1",
+        [binding],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )
+    .optional()
+    .map_err(|e| unavailable(&e))?;
+    let epoch = i64::try_from(b.epoch()).unwrap_or(i64::MAX);
+    let Some((owner, current)) = known else {
+        cached_execute(
+            conn,
+            "INSERT INTO thread_bindings (binding, owner, epoch) VALUES (?1, ?2, ?3)",
+            params![binding, b.conversation_id().as_str(), epoch],
+        )
+        .map_err(|e| unavailable(&e))?;
+        return Ok(Ok(()));
+    };
+    if owner != b.conversation_id().as_str() {
+        return Ok(Err(StateError::BindingMismatch {
+            binding: b.binding_id().clone(),
+            owner: owner
+                .parse()
+                .map_err(|e| corrupt("a conversation id", &e))?,
+            claimed: b.conversation_id().clone(),
+        }));
+    }
+    if epoch < current {
+        return Ok(Err(StateError::StaleEpoch {
+            binding: b.binding_id().clone(),
+            epoch: b.epoch(),
+            current: u64::try_from(current).unwrap_or(0),
+        }));
+    }
+    if epoch > current {
+        cached_execute(
+            conn,
+            "UPDATE thread_bindings SET epoch = ?2 WHERE binding = ?1",
+            params![binding, epoch],
+        )
+        .map_err(|e| unavailable(&e))?;
+        cached_execute(
+            conn,
+            "DELETE FROM thread_state WHERE binding = ?1",
+            [binding],
+        )
+        .map_err(|e| unavailable(&e))?;
+    }
+    Ok(Ok(()))
+}
+
+fn state_version(
+    conn: &Connection,
+    binding: &str,
+    key: &str,
+) -> Result<Option<Version>, StoreError> {
+    Ok(cached_query_row(
+        conn,
+        "SELECT version FROM thread_state WHERE binding = ?1 AND key = ?2",
+        [binding, key],
+        |r| r.get::<_, i64>(0),
+    )
+    .optional()
+    .map_err(|e| unavailable(&e))?
+    .and_then(|v| u64::try_from(v).ok())
+    .and_then(Version::new))
+}
+
+impl SqliteStore {
+    /// Runs a thread-state operation on the writer (every operation may record the binding
+    /// or move its epoch): SQL failures are `Unavailable`.
+    fn state<T: Send + 'static>(
+        &self,
+        binding: &SessionBinding,
+        f: impl FnOnce(&Connection, &SessionBinding) -> Result<Result<T, StateError>, StoreError>
+        + Send
+        + 'static,
+    ) -> BoxFuture<'static, Result<T, StateError>> {
+        let binding = binding.clone();
+        let done = self.write(move |conn| {
+            let result = match admit(conn, &binding)? {
+                Ok(()) => f(conn, &binding)?,
+                Err(refused) => Err(refused),
+            };
+            Ok((result, None))
+        });
+        Box::pin(async move {
+            done.await.unwrap_or_else(|e| {
+                Err(StateError::Unavailable {
+                    reason: e.to_string(),
+                })
+            })
+        })
+    }
+}
+
+/// The thread state of each binding in the same file (schema 3): compare-and-set by version
+/// (versions never reused, file-wide), epochs fenced, a binding bound to its first
+/// conversation; every write through the writer thread, so it holds across the processes
+/// that share the file.
+impl ThreadStateStore for SqliteStore {
+    fn get<'a>(
+        &'a self,
+        binding: &'a SessionBinding,
+        key: &'a StateKey,
+    ) -> BoxFuture<'a, Result<Option<StateEntry>, StateError>> {
+        let key = key.clone();
+        self.state(binding, move |conn, b| {
+            let entry = cached_query_row(
+                conn,
+                "SELECT value, version FROM thread_state WHERE binding = ?1 AND key = ?2",
+                [b.binding_id().as_str(), key.as_str()],
+                |r| Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, i64>(1)?)),
+            )
+            .optional()
+            .map_err(|e| unavailable(&e))?;
+            Ok(Ok(entry.and_then(|(value, version)| {
+                let version = Version::new(u64::try_from(version).ok()?)?;
+                Some(StateEntry { value, version })
+            })))
+        })
+    }
+
+    fn put<'a>(
+        &'a self,
+        binding: &'a SessionBinding,
+        key: &'a StateKey,
+        value: Vec<u8>,
+        expected: Option<Version>,
+    ) -> BoxFuture<'a, Result<Version, StateError>> {
+        let key = key.clone();
+        self.state(binding, move |conn, b| {
+            let binding = b.binding_id().as_str();
+            let actual = state_version(conn, binding, key.as_str())?;
+            if actual != expected {
+                return Ok(Err(StateError::VersionConflict {
+                    key,
+                    expected,
+                    actual,
+                }));
+            }
+            let next: i64 = cached_query_row(
+                conn,
+                "UPDATE thread_versions SET last = last + 1 RETURNING last",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(|e| unavailable(&e))?;
+            let Some(version) = u64::try_from(next).ok().and_then(Version::new) else {
+                return Ok(Err(StateError::Unavailable {
+                    reason: "the store has no versions left".to_owned(),
+                }));
+            };
+            cached_execute(
+                conn,
+                "INSERT INTO thread_state (binding, key, value, version) VALUES (?1, ?2, ?3, ?4) \
+                 ON CONFLICT (binding, key) DO UPDATE SET value = ?3, version = ?4",
+                params![binding, key.as_str(), value, next],
+            )
+            .map_err(|e| unavailable(&e))?;
+            Ok(Ok(version))
+        })
+    }
+
+    fn delete<'a>(
+        &'a self,
+        binding: &'a SessionBinding,
+        key: &'a StateKey,
+        expected: Version,
+    ) -> BoxFuture<'a, Result<(), StateError>> {
+        let key = key.clone();
+        self.state(binding, move |conn, b| {
+            let binding = b.binding_id().as_str();
+            let actual = state_version(conn, binding, key.as_str())?;
+            if actual != Some(expected) {
+                return Ok(Err(StateError::VersionConflict {
+                    key,
+                    expected: Some(expected),
+                    actual,
+                }));
+            }
+            cached_execute(
+                conn,
+                "DELETE FROM thread_state WHERE binding = ?1 AND key = ?2",
+                [binding, key.as_str()],
+            )
+            .map_err(|e| unavailable(&e))?;
+            Ok(Ok(()))
+        })
+    }
+
+    fn list_keys<'a>(
+        &'a self,
+        binding: &'a SessionBinding,
+    ) -> BoxFuture<'a, Result<Vec<StateKey>, StateError>> {
+        self.state(binding, |conn, b| {
+            let mut statement = conn
+                .prepare_cached("SELECT key FROM thread_state WHERE binding = ?1 ORDER BY key")
+                .map_err(|e| unavailable(&e))?;
+            let rows = statement
+                .query_map([b.binding_id().as_str()], |r| r.get::<_, String>(0))
+                .map_err(|e| unavailable(&e))?;
+            let mut keys = Vec::new();
+            for key in rows {
+                let key = key.map_err(|e| unavailable(&e))?;
+                keys.push(key.parse().map_err(|e| corrupt("a state key", &e))?);
+            }
+            Ok(Ok(keys))
+        })
+    }
+
+    fn clear<'a>(
+        &'a self,
+        binding: &'a SessionBinding,
+    ) -> BoxFuture<'a, Result<SessionBinding, StateError>> {
+        self.state(binding, |conn, b| {
+            let Some(next) = b.epoch().checked_add(1) else {
+                return Ok(Err(StateError::Unavailable {
+                    reason: format!("binding `{}` has no epoch left", b.binding_id()),
+                }));
+            };
+            let id = b.binding_id().as_str();
+            cached_execute(conn, "DELETE FROM thread_state WHERE binding = ?1", [id])
+                .map_err(|e| unavailable(&e))?;
+            cached_execute(
+                conn,
+                "UPDATE thread_bindings SET epoch = ?2 WHERE binding = ?1",
+                params![id, i64::try_from(next).unwrap_or(i64::MAX)],
+            )
+            .map_err(|e| unavailable(&e))?;
+            Ok(Ok(b.clone().with_epoch(next)))
         })
     }
 }

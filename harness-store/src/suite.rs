@@ -931,3 +931,125 @@ impl harness_core::adapter::SimpleAdapter for Ticker {
         }))
     }
 }
+
+/// The rules of [`ThreadStateStore`](harness_core::session::ThreadStateStore), checked on
+/// `store`: bindings isolated, a binding bound to its first conversation, compare-and-set by
+/// version with versions never reused, epochs fenced (a newer one drops the older state),
+/// `clear` moving to the next epoch with one winner among racing clears.
+///
+/// # Panics
+/// At the first rule the store breaks, naming it.
+pub async fn thread_state<S: harness_core::session::ThreadStateStore + Clone + 'static>(store: S) {
+    use harness_core::id::ConversationId;
+    use harness_core::session::{BindingId, SessionBinding, StateError};
+    let conv = ConversationId::generate();
+    let mine = SessionBinding::new(BindingId::generate(), conv.clone());
+    let theirs = SessionBinding::new(BindingId::generate(), conv.clone());
+    let key: harness_core::session::StateKey = "head".parse().expect("a key");
+
+    let v1 = store
+        .put(&mine, &key, b"one".to_vec(), None)
+        .await
+        .expect("a first write");
+    assert_eq!(
+        store.get(&theirs, &key).await,
+        Ok(None),
+        "another binding sees nothing"
+    );
+    assert!(store.list_keys(&theirs).await.expect("keys").is_empty());
+    let entry = store
+        .get(&mine, &key)
+        .await
+        .expect("read")
+        .expect("written");
+    assert_eq!((entry.value.as_slice(), entry.version), (&b"one"[..], v1));
+
+    // Compare-and-set.
+    assert!(
+        matches!(
+            store.put(&mine, &key, b"x".to_vec(), None).await,
+            Err(StateError::VersionConflict { actual: Some(a), .. }) if a == v1
+        ),
+        "a write expecting no value conflicts"
+    );
+    let v2 = store
+        .put(&mine, &key, b"two".to_vec(), Some(v1))
+        .await
+        .expect("the expected version");
+    assert!(v2 > v1, "versions grow");
+    let v3 = store
+        .put(&theirs, &key, b"t".to_vec(), None)
+        .await
+        .expect("the other binding");
+    assert!(
+        v3 != v1 && v3 != v2,
+        "versions are never reused, store-wide"
+    );
+    assert!(matches!(
+        store.delete(&mine, &key, v1).await,
+        Err(StateError::VersionConflict { .. })
+    ));
+    store.delete(&mine, &key, v2).await.expect("delete");
+    assert_eq!(store.get(&mine, &key).await, Ok(None));
+
+    // One conversation per binding.
+    let stranger = SessionBinding::new(mine.binding_id().clone(), ConversationId::generate());
+    assert!(
+        matches!(
+            store.get(&stranger, &key).await,
+            Err(StateError::BindingMismatch { .. })
+        ),
+        "a binding serves one conversation"
+    );
+
+    // Epochs: clear moves on; the old epoch is fenced; racing clears, one wins.
+    store
+        .put(
+            &theirs,
+            &"other".parse().expect("a key"),
+            b"o".to_vec(),
+            None,
+        )
+        .await
+        .expect("write");
+    let next = store.clear(&theirs).await.expect("clear");
+    assert_eq!(next.epoch(), theirs.epoch() + 1);
+    assert!(
+        store.list_keys(&next).await.expect("keys").is_empty(),
+        "cleared"
+    );
+    assert!(
+        matches!(
+            store.get(&theirs, &key).await,
+            Err(StateError::StaleEpoch { .. })
+        ),
+        "the old epoch is fenced"
+    );
+    let racers: Vec<_> = (0..20)
+        .map(|_| {
+            let (store, next) = (store.clone(), next.clone());
+            tokio::spawn(async move { store.clear(&next).await })
+        })
+        .collect();
+    let mut won = 0;
+    for racer in racers {
+        match racer.await.expect("a racer") {
+            Ok(_) => won += 1,
+            Err(StateError::StaleEpoch { .. }) => {}
+            Err(other) => panic!("a racing clear failed otherwise: {other}"),
+        }
+    }
+    assert_eq!(won, 1, "of racing clears of one epoch, one wins");
+    // A handle at a newer epoch moves the binding there, dropping what the older held.
+    let fresh = SessionBinding::new(BindingId::generate(), conv);
+    store
+        .put(&fresh, &key, b"old".to_vec(), None)
+        .await
+        .expect("write");
+    let later = fresh.clone().with_epoch(fresh.epoch() + 5);
+    assert_eq!(store.get(&later, &key).await, Ok(None));
+    assert!(matches!(
+        store.get(&fresh, &key).await,
+        Err(StateError::StaleEpoch { .. })
+    ));
+}

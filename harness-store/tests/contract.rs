@@ -182,3 +182,37 @@ async fn a_version_1_database_is_migrated_with_its_events() {
     drop(store);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thread_state_follows_the_rules_in_memory_and_in_sqlite() {
+    suite::thread_state(harness_core::session::InMemoryThreadStateStore::new()).await;
+    let dir = scratch("thread-state");
+    let path = dir.join("harness.db");
+    let store = SqliteStore::open(&path).expect("open");
+    suite::thread_state(store.clone()).await;
+
+    // It survives a restart.
+    use harness_core::session::{BindingId, SessionBinding, ThreadStateStore};
+    let binding = SessionBinding::new(
+        BindingId::generate(),
+        harness_core::id::ConversationId::generate(),
+    );
+    let key = "session".parse().expect("a key");
+    let version = store
+        .put(&binding, &key, b"acp-session-1".to_vec(), None)
+        .await
+        .expect("write");
+    drop(store);
+    let again = SqliteStore::open(&path).expect("reopen");
+    let entry = again
+        .get(&binding, &key)
+        .await
+        .expect("read")
+        .expect("kept");
+    assert_eq!(
+        (entry.value.as_slice(), entry.version),
+        (&b"acp-session-1"[..], version)
+    );
+    drop(again);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
