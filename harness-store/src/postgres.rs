@@ -10,6 +10,9 @@ use futures_util::future::BoxFuture;
 use harness_core::event::Event;
 use harness_core::id::{ActionId, Cursor, ExecutionId, IdempotencyKey};
 use harness_core::lifecycle::ExecutionState;
+use harness_core::session::{
+    SessionBinding, StateEntry, StateError, StateKey, ThreadStateStore, Version,
+};
 use harness_core::store::{
     Created, ExecutionRecord, ExecutionStore, FencingToken, Lease, ReplicaId, Resolution,
     StoreError, Tail, check_batch,
@@ -19,7 +22,8 @@ use tokio::sync::{Mutex, watch};
 use tokio_postgres::{AsyncMessage, Client, GenericClient, NoTls, Row};
 
 /// The schema version this code writes. 2: one `harness_event_batches` row per append.
-const SCHEMA_VERSION: i32 = 2;
+/// 3: thread state.
+const SCHEMA_VERSION: i32 = 3;
 
 /// The channel of the store's notifications: `<execution>:<last seq>` after an append,
 /// `<execution>:` after an answer or a cancel request.
@@ -63,6 +67,20 @@ CREATE TABLE IF NOT EXISTS harness_event_batches (
 );
 -- Batches are written once and read whole: compressing them costs more than it saves.
 ALTER TABLE harness_event_batches ALTER COLUMN body SET STORAGE EXTERNAL;
+CREATE TABLE IF NOT EXISTS harness_thread_bindings (
+    binding TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    epoch BIGINT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS harness_thread_state (
+    binding TEXT NOT NULL,
+    key TEXT NOT NULL,
+    value BYTEA NOT NULL,
+    version BIGINT NOT NULL,
+    PRIMARY KEY (binding, key)
+);
+-- Thread-state versions: never reused, database-wide.
+CREATE SEQUENCE IF NOT EXISTS harness_thread_versions;
 CREATE TABLE IF NOT EXISTS harness_resolutions (
     execution TEXT NOT NULL,
     action TEXT NOT NULL,
@@ -214,10 +232,16 @@ async fn migrate(client: &mut Client) -> Result<(), StoreError> {
                 "INSERT INTO harness_event_batches \
                  SELECT execution, seq, seq, '[' || body || ']' FROM harness_events; \
                  DROP TABLE harness_events; \
-                 UPDATE harness_schema SET version = 2;",
+                 UPDATE harness_schema SET version = 3;",
             )
             .await
             .map_err(|e| unavailable(&e))?;
+        }
+        // Version 3 adds tables only, created above.
+        Some(2) => {
+            tx.execute("UPDATE harness_schema SET version = $1", &[&SCHEMA_VERSION])
+                .await
+                .map_err(|e| unavailable(&e))?;
         }
         Some(SCHEMA_VERSION) => {}
         Some(newer) => {
@@ -743,6 +767,265 @@ impl ExecutionStore for PostgresStore {
             notify(&tx, format!("{id}:")).await?;
             tx.commit().await.map_err(|e| unavailable(&e))?;
             Ok(true)
+        })
+    }
+}
+
+fn state_unavailable(e: &tokio_postgres::Error) -> StateError {
+    StateError::Unavailable {
+        reason: e.to_string(),
+    }
+}
+
+/// Records `b`'s binding on first use and locks its row for the transaction; refuses another
+/// conversation or an older epoch; a newer epoch moves the binding there and drops the older
+/// state.
+async fn admit(tx: &tokio_postgres::Transaction<'_>, b: &SessionBinding) -> Result<(), StateError> {
+    let binding = b.binding_id().as_str();
+    let epoch = i64::try_from(b.epoch()).unwrap_or(i64::MAX);
+    tx.execute(
+        "INSERT INTO harness_thread_bindings (binding, owner, epoch) VALUES ($1, $2, $3) \
+         ON CONFLICT DO NOTHING",
+        &[&binding, &b.conversation_id().as_str(), &epoch],
+    )
+    .await
+    .map_err(|e| state_unavailable(&e))?;
+    let row = tx
+        .query_one(
+            "SELECT owner, epoch FROM harness_thread_bindings WHERE binding = $1 FOR UPDATE",
+            &[&binding],
+        )
+        .await
+        .map_err(|e| state_unavailable(&e))?;
+    let (owner, current): (String, i64) = (row.get(0), row.get(1));
+    if owner != b.conversation_id().as_str() {
+        return Err(StateError::BindingMismatch {
+            binding: b.binding_id().clone(),
+            owner: owner.parse().map_err(|e| StateError::Unavailable {
+                reason: format!("a stored conversation id: {e}"),
+            })?,
+            claimed: b.conversation_id().clone(),
+        });
+    }
+    if epoch < current {
+        return Err(StateError::StaleEpoch {
+            binding: b.binding_id().clone(),
+            epoch: b.epoch(),
+            current: u64::try_from(current).unwrap_or(0),
+        });
+    }
+    if epoch > current {
+        tx.execute(
+            "UPDATE harness_thread_bindings SET epoch = $2 WHERE binding = $1",
+            &[&binding, &epoch],
+        )
+        .await
+        .map_err(|e| state_unavailable(&e))?;
+        tx.execute(
+            "DELETE FROM harness_thread_state WHERE binding = $1",
+            &[&binding],
+        )
+        .await
+        .map_err(|e| state_unavailable(&e))?;
+    }
+    Ok(())
+}
+
+async fn stored_version(
+    tx: &tokio_postgres::Transaction<'_>,
+    binding: &str,
+    key: &str,
+) -> Result<Option<Version>, StateError> {
+    Ok(tx
+        .query_opt(
+            "SELECT version FROM harness_thread_state WHERE binding = $1 AND key = $2",
+            &[&binding, &key],
+        )
+        .await
+        .map_err(|e| state_unavailable(&e))?
+        .and_then(|row| u64::try_from(row.get::<_, i64>(0)).ok())
+        .and_then(Version::new))
+}
+
+/// Thread state in the same database (schema 3): each operation one transaction with the
+/// binding's row locked, versions from a sequence (never reused), so the rules hold across
+/// replicas.
+impl ThreadStateStore for PostgresStore {
+    fn get<'a>(
+        &'a self,
+        binding: &'a SessionBinding,
+        key: &'a StateKey,
+    ) -> BoxFuture<'a, Result<Option<StateEntry>, StateError>> {
+        Box::pin(async move {
+            let mut client = self.client().await;
+            let tx = client
+                .transaction()
+                .await
+                .map_err(|e| state_unavailable(&e))?;
+            admit(&tx, binding).await?;
+            let row = tx
+                .query_opt(
+                    "SELECT value, version FROM harness_thread_state WHERE binding = $1 AND key = $2",
+                    &[&binding.binding_id().as_str(), &key.as_str()],
+                )
+                .await
+                .map_err(|e| state_unavailable(&e))?;
+            tx.commit().await.map_err(|e| state_unavailable(&e))?;
+            Ok(row.and_then(|row| {
+                let version = Version::new(u64::try_from(row.get::<_, i64>(1)).ok()?)?;
+                Some(StateEntry {
+                    value: row.get(0),
+                    version,
+                })
+            }))
+        })
+    }
+
+    fn put<'a>(
+        &'a self,
+        binding: &'a SessionBinding,
+        key: &'a StateKey,
+        value: Vec<u8>,
+        expected: Option<Version>,
+    ) -> BoxFuture<'a, Result<Version, StateError>> {
+        Box::pin(async move {
+            let mut client = self.client().await;
+            let tx = client
+                .transaction()
+                .await
+                .map_err(|e| state_unavailable(&e))?;
+            admit(&tx, binding).await?;
+            let id = binding.binding_id().as_str();
+            let actual = stored_version(&tx, id, key.as_str()).await?;
+            if actual != expected {
+                // Keeps the binding recorded, as a refused write leaves it.
+                tx.commit().await.map_err(|e| state_unavailable(&e))?;
+                return Err(StateError::VersionConflict {
+                    key: key.clone(),
+                    expected,
+                    actual,
+                });
+            }
+            let next: i64 = tx
+                .query_one("SELECT nextval('harness_thread_versions')", &[])
+                .await
+                .map_err(|e| state_unavailable(&e))?
+                .get(0);
+            let version = u64::try_from(next)
+                .ok()
+                .and_then(Version::new)
+                .ok_or_else(|| StateError::Unavailable {
+                    reason: "the store has no versions left".to_owned(),
+                })?;
+            tx.execute(
+                "INSERT INTO harness_thread_state (binding, key, value, version) \
+                 VALUES ($1, $2, $3, $4) \
+                 ON CONFLICT (binding, key) DO UPDATE SET value = $3, version = $4",
+                &[&id, &key.as_str(), &value, &next],
+            )
+            .await
+            .map_err(|e| state_unavailable(&e))?;
+            tx.commit().await.map_err(|e| state_unavailable(&e))?;
+            Ok(version)
+        })
+    }
+
+    fn delete<'a>(
+        &'a self,
+        binding: &'a SessionBinding,
+        key: &'a StateKey,
+        expected: Version,
+    ) -> BoxFuture<'a, Result<(), StateError>> {
+        Box::pin(async move {
+            let mut client = self.client().await;
+            let tx = client
+                .transaction()
+                .await
+                .map_err(|e| state_unavailable(&e))?;
+            admit(&tx, binding).await?;
+            let id = binding.binding_id().as_str();
+            let actual = stored_version(&tx, id, key.as_str()).await?;
+            if actual != Some(expected) {
+                tx.commit().await.map_err(|e| state_unavailable(&e))?;
+                return Err(StateError::VersionConflict {
+                    key: key.clone(),
+                    expected: Some(expected),
+                    actual,
+                });
+            }
+            tx.execute(
+                "DELETE FROM harness_thread_state WHERE binding = $1 AND key = $2",
+                &[&id, &key.as_str()],
+            )
+            .await
+            .map_err(|e| state_unavailable(&e))?;
+            tx.commit().await.map_err(|e| state_unavailable(&e))
+        })
+    }
+
+    fn list_keys<'a>(
+        &'a self,
+        binding: &'a SessionBinding,
+    ) -> BoxFuture<'a, Result<Vec<StateKey>, StateError>> {
+        Box::pin(async move {
+            let mut client = self.client().await;
+            let tx = client
+                .transaction()
+                .await
+                .map_err(|e| state_unavailable(&e))?;
+            admit(&tx, binding).await?;
+            let rows = tx
+                .query(
+                    "SELECT key FROM harness_thread_state WHERE binding = $1 ORDER BY key",
+                    &[&binding.binding_id().as_str()],
+                )
+                .await
+                .map_err(|e| state_unavailable(&e))?;
+            tx.commit().await.map_err(|e| state_unavailable(&e))?;
+            rows.iter()
+                .map(|row| {
+                    row.get::<_, String>(0)
+                        .parse()
+                        .map_err(|e| StateError::Unavailable {
+                            reason: format!("a stored state key: {e}"),
+                        })
+                })
+                .collect()
+        })
+    }
+
+    fn clear<'a>(
+        &'a self,
+        binding: &'a SessionBinding,
+    ) -> BoxFuture<'a, Result<SessionBinding, StateError>> {
+        Box::pin(async move {
+            let mut client = self.client().await;
+            let tx = client
+                .transaction()
+                .await
+                .map_err(|e| state_unavailable(&e))?;
+            admit(&tx, binding).await?;
+            let next = binding
+                .epoch()
+                .checked_add(1)
+                .ok_or_else(|| StateError::Unavailable {
+                    reason: format!("binding `{}` has no epoch left", binding.binding_id()),
+                })?;
+            let id = binding.binding_id().as_str();
+            tx.execute(
+                "DELETE FROM harness_thread_state WHERE binding = $1",
+                &[&id],
+            )
+            .await
+            .map_err(|e| state_unavailable(&e))?;
+            tx.execute(
+                "UPDATE harness_thread_bindings SET epoch = $2 WHERE binding = $1",
+                &[&id, &i64::try_from(next).unwrap_or(i64::MAX)],
+            )
+            .await
+            .map_err(|e| state_unavailable(&e))?;
+            tx.commit().await.map_err(|e| state_unavailable(&e))?;
+            Ok(binding.clone().with_epoch(next))
         })
     }
 }

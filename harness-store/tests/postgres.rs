@@ -59,6 +59,9 @@ async fn the_postgres_store_passes_the_suite_tails_across_replicas_and_follows_t
     )
     .await;
 
+    // Thread state, on two connections at once.
+    suite::thread_state(connect(&cluster).await).await;
+
     // Migrations are applied once, whoever connects: a third connection finds them done.
     drop(connect(&cluster).await);
 
@@ -168,5 +171,5 @@ async fn a_version_1_database_is_migrated_with_its_events() {
         .await
         .expect("the version")
         .get(0);
-    assert_eq!(version, 2);
+    assert_eq!(version, 3);
 }
