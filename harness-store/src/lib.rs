@@ -6,6 +6,7 @@
 //!
 //! The contract is [`ExecutionStore`](harness_core::store::ExecutionStore), in harness-core.
 
+mod common;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod sqlite;

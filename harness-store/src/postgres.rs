@@ -2,14 +2,13 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex as SyncMutex, MutexGuard};
+use std::sync::{Arc, Mutex as SyncMutex};
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
 use harness_core::event::Event;
 use harness_core::id::{ActionId, Cursor, ExecutionId, IdempotencyKey};
-use harness_core::lifecycle::ExecutionState;
 use harness_core::session::{
     SessionBinding, StateEntry, StateError, StateKey, ThreadStateStore, Version,
 };
@@ -17,9 +16,10 @@ use harness_core::store::{
     Created, ExecutionRecord, ExecutionStore, FencingToken, Lease, ReplicaId, Resolution,
     StoreError, Tail, check_batch,
 };
-use harness_core::time::Timestamp;
 use tokio::sync::{Mutex, watch};
 use tokio_postgres::{AsyncMessage, Client, GenericClient, NoTls, Row};
+
+use crate::common::{RECORD_COLUMNS, corrupt, from_millis, lock, parse_state, state_name};
 
 /// The schema version this code writes. 2: one `harness_event_batches` row per append.
 /// 3: thread state.
@@ -129,14 +129,6 @@ impl std::fmt::Debug for PostgresStore {
 
 fn unavailable(e: &tokio_postgres::Error) -> StoreError {
     StoreError::Unavailable(e.to_string())
-}
-
-fn corrupt(what: &str, e: &dyn std::fmt::Display) -> StoreError {
-    StoreError::Corrupt(format!("{what}: {e}"))
-}
-
-fn lock<T>(m: &SyncMutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 async fn open(
@@ -282,16 +274,6 @@ fn dispatch(tails: &Tails, payload: &str) {
     }
 }
 
-fn state_name(state: ExecutionState) -> String {
-    serde_json::to_value(state)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default()
-}
-
-const RECORD_COLUMNS: &str = "id, principal, adapter, fingerprint, request, idempotency_key, \
-                              created_at, state, cancel_requested";
-
 fn to_record(row: &Row) -> Result<ExecutionRecord, StoreError> {
     let get = |i: usize| -> Result<String, StoreError> {
         row.try_get(i).map_err(|e| corrupt("a record column", &e))
@@ -313,10 +295,22 @@ fn to_record(row: &Row) -> Result<ExecutionRecord, StoreError> {
         created_at: get(6)?
             .parse()
             .map_err(|e| corrupt("a creation time", &e))?,
-        state: serde_json::from_value(serde_json::Value::String(get(7)?))
-            .map_err(|e| corrupt("a state", &e))?,
+        state: parse_state(&get(7)?)?,
         cancel_requested: cancel,
     })
+}
+
+/// `NotFound` unless the store holds a record of `id`.
+async fn known(client: &impl GenericClient, id: &ExecutionId) -> Result<(), StoreError> {
+    client
+        .query_opt(
+            "SELECT 1 FROM harness_executions WHERE id = $1",
+            &[&id.as_str()],
+        )
+        .await
+        .map_err(|e| unavailable(&e))?
+        .map(drop)
+        .ok_or_else(|| StoreError::NotFound(id.clone()))
 }
 
 async fn record_of(
@@ -382,10 +376,6 @@ fn check_lease(row: &Locked, lease: &Lease) -> Result<(), StoreError> {
             current: FencingToken::new(row.token),
         })
     }
-}
-
-fn millis_to(ms: i64) -> Result<Timestamp, StoreError> {
-    Timestamp::from_millis(ms).ok_or_else(|| StoreError::Corrupt(format!("a timestamp {ms}")))
 }
 
 fn as_i64(n: u64) -> i64 {
@@ -497,7 +487,7 @@ impl ExecutionStore for PostgresStore {
                     return Err(StoreError::Leased {
                         execution: id.clone(),
                         owner: ReplicaId::new(held.as_str()),
-                        until: millis_to(row.expires.unwrap_or_default())?,
+                        until: from_millis(row.expires.unwrap_or_default())?,
                     });
                 }
                 _ => row.token + 1,
@@ -517,7 +507,7 @@ impl ExecutionStore for PostgresStore {
                 execution_id: id.clone(),
                 owner: owner.clone(),
                 token: FencingToken::new(token),
-                expires_at: millis_to(until)?,
+                expires_at: from_millis(until)?,
             })
         })
     }
@@ -585,16 +575,7 @@ impl ExecutionStore for PostgresStore {
     ) -> BoxFuture<'a, Result<Vec<Event>, StoreError>> {
         Box::pin(async move {
             let client = self.client().await;
-            let known = client
-                .query_opt(
-                    "SELECT 1 FROM harness_executions WHERE id = $1",
-                    &[&id.as_str()],
-                )
-                .await
-                .map_err(|e| unavailable(&e))?;
-            if known.is_none() {
-                return Err(StoreError::NotFound(id.clone()));
-            }
+            known(&*client, id).await?;
             // From the batch holding the event after the cursor, until `limit` events.
             let rows = client
                 .query(
@@ -673,16 +654,7 @@ impl ExecutionStore for PostgresStore {
             let body = serde_json::to_string(&resolution).map_err(|e| corrupt("an answer", &e))?;
             let mut client = self.client().await;
             let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
-            let known = tx
-                .query_opt(
-                    "SELECT 1 FROM harness_executions WHERE id = $1",
-                    &[&id.as_str()],
-                )
-                .await
-                .map_err(|e| unavailable(&e))?;
-            if known.is_none() {
-                return Err(StoreError::NotFound(id.clone()));
-            }
+            known(&tx, id).await?;
             let inserted = tx
                 .execute(
                     "INSERT INTO harness_resolutions (execution, action, body) \
@@ -709,16 +681,7 @@ impl ExecutionStore for PostgresStore {
     ) -> BoxFuture<'a, Result<Option<Resolution>, StoreError>> {
         Box::pin(async move {
             let client = self.client().await;
-            let known = client
-                .query_opt(
-                    "SELECT 1 FROM harness_executions WHERE id = $1",
-                    &[&id.as_str()],
-                )
-                .await
-                .map_err(|e| unavailable(&e))?;
-            if known.is_none() {
-                return Err(StoreError::NotFound(id.clone()));
-            }
+            known(&*client, id).await?;
             let row = client
                 .query_opt(
                     "SELECT body FROM harness_resolutions WHERE execution = $1 AND action = $2",
@@ -751,18 +714,7 @@ impl ExecutionStore for PostgresStore {
                 .await
                 .map_err(|e| unavailable(&e))?;
             if changed == 0 {
-                let known = tx
-                    .query_opt(
-                        "SELECT 1 FROM harness_executions WHERE id = $1",
-                        &[&id.as_str()],
-                    )
-                    .await
-                    .map_err(|e| unavailable(&e))?;
-                return if known.is_some() {
-                    Ok(false)
-                } else {
-                    Err(StoreError::NotFound(id.clone()))
-                };
+                return known(&tx, id).await.map(|()| false);
             }
             notify(&tx, format!("{id}:")).await?;
             tx.commit().await.map_err(|e| unavailable(&e))?;

@@ -2,13 +2,12 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, mpsc};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use harness_core::event::Event;
 use harness_core::id::{ActionId, Cursor, ExecutionId, IdempotencyKey};
-use harness_core::lifecycle::ExecutionState;
 use harness_core::session::{
     SessionBinding, StateEntry, StateError, StateKey, ThreadStateStore, Version,
 };
@@ -18,6 +17,8 @@ use harness_core::store::{
 };
 use harness_core::time::Timestamp;
 use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::common::{RECORD_COLUMNS, corrupt, from_millis, lock, parse_state, state_name};
 use tokio::sync::{oneshot, watch};
 
 /// The schema version this code writes (`PRAGMA user_version`). 2: one `events` row per
@@ -160,14 +161,6 @@ impl std::fmt::Debug for SqliteStore {
 
 fn unavailable(e: &rusqlite::Error) -> StoreError {
     StoreError::Unavailable(e.to_string())
-}
-
-fn corrupt(what: &str, e: &dyn std::fmt::Display) -> StoreError {
-    StoreError::Corrupt(format!("{what}: {e}"))
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn connect(path: &Path) -> Result<Connection, StoreError> {
@@ -415,28 +408,9 @@ fn write_loop(conn: &Connection, queue: &mpsc::Receiver<Job>, tails: &Tails) {
     }
 }
 
-fn state_name(state: ExecutionState) -> String {
-    serde_json::to_value(state)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default()
-}
-
-fn parse_state(name: &str) -> Result<ExecutionState, StoreError> {
-    serde_json::from_value(serde_json::Value::String(name.to_owned()))
-        .map_err(|e| corrupt("an execution's state", &e))
-}
-
 fn millis(ts: Timestamp) -> i64 {
     ts.as_millis()
 }
-
-fn from_millis(ms: i64) -> Result<Timestamp, StoreError> {
-    Timestamp::from_millis(ms).ok_or_else(|| StoreError::Corrupt(format!("a timestamp {ms}")))
-}
-
-const RECORD_COLUMNS: &str = "id, principal, adapter, fingerprint, request, idempotency_key, \
-                              created_at, state, cancel_requested";
 
 type RawRecord = (
     String,

@@ -41,6 +41,9 @@ struct Held {
     permits: Arc<Semaphore>,
     /// While set, replica `a` cannot reach the store (its writes and renewals fail).
     partitioned: Arc<std::sync::atomic::AtomicBool>,
+    /// When set, the next append is stored but answered `Unavailable` (an answer lost after
+    /// the commit).
+    lose_answer: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Held {
@@ -87,7 +90,15 @@ impl ExecutionStore for Held {
             }
             let permit = self.permits.acquire().await.expect("permits");
             permit.forget();
-            self.inner.append(lease, events).await
+            let stored = self.inner.append(lease, events).await;
+            if stored.is_ok()
+                && self
+                    .lose_answer
+                    .swap(false, std::sync::atomic::Ordering::SeqCst)
+            {
+                return Err(StoreError::Unavailable("the answer was lost".into()));
+            }
+            stored
         })
     }
     fn read<'a>(
@@ -130,6 +141,7 @@ async fn readers_see_only_what_the_store_acknowledged() {
         inner: MemoryStore::new(),
         permits: Arc::new(Semaphore::new(0)),
         partitioned: Arc::default(),
+        lose_answer: Arc::default(),
     };
     let service = AdapterService::builder(Ticker::new(Some(5), Duration::from_millis(1)))
         .store(Arc::new(store.clone()), ReplicaId::new("a"))
@@ -329,6 +341,7 @@ async fn a_replica_that_lost_its_lease_is_fenced_and_stops() {
         inner: MemoryStore::new(),
         permits: Arc::new(Semaphore::new(1_000_000)),
         partitioned: Arc::default(),
+        lose_answer: Arc::default(),
     };
     let service = AdapterService::builder(Ticker::new(None, Duration::from_millis(5)))
         .store(Arc::new(store.clone()), ReplicaId::new("a"))
@@ -373,4 +386,43 @@ async fn a_replica_that_lost_its_lease_is_fenced_and_stops() {
         "nothing written by the replica after it lost the lease"
     );
     assert!(taken.token.get() > 1);
+}
+
+/// The store commits a batch but its answer is lost: the retry finds the batch stored and the
+/// execution goes on, whole, instead of being taken for fenced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_stored_but_answered_unavailable_is_not_written_twice_nor_lost() {
+    let store = Held {
+        inner: MemoryStore::new(),
+        permits: Arc::new(Semaphore::new(1_000_000)),
+        partitioned: Arc::default(),
+        lose_answer: Arc::new(std::sync::atomic::AtomicBool::new(true)),
+    };
+    let service = AdapterService::builder(Ticker::new(Some(50), Duration::from_millis(1)))
+        .store(Arc::new(store.clone()), ReplicaId::new("a"))
+        .build();
+    let execution = service
+        .start(ExecutionRequest::new("tick"))
+        .await
+        .expect("starts");
+    let outcome = tokio::time::timeout(Duration::from_secs(10), execution.outcome())
+        .await
+        .expect("ends");
+    assert!(matches!(outcome, Outcome::Succeeded(_)), "{outcome:?}");
+    assert!(
+        !store.lose_answer.load(std::sync::atomic::Ordering::SeqCst),
+        "the fault fired"
+    );
+    let stored = store
+        .inner
+        .read(execution.id(), Cursor::START, 1000)
+        .await
+        .expect("read");
+    let shown: Vec<Event> = execution
+        .log()
+        .snapshot(Cursor::START)
+        .iter()
+        .map(|e| Event::clone(e))
+        .collect();
+    assert_eq!(stored, shown);
 }

@@ -66,6 +66,8 @@ pub(crate) fn spawn(durable: Durable, mut lease: Lease, shared: &Arc<Shared>) {
         let mut renewed = Instant::now();
         let mut batch: Vec<Event> = Vec::new();
         let mut backoff = Duration::from_millis(20);
+        // Whether the batch is being retried after an ambiguous failure.
+        let mut retried = false;
         loop {
             if batch.is_empty() {
                 match tokio::time::timeout(renew_every, rx.recv()).await {
@@ -101,8 +103,24 @@ pub(crate) fn spawn(durable: Durable, mut lease: Lease, shared: &Arc<Shared>) {
             if batch.is_empty() {
                 continue;
             }
-            match store.append(&lease, &batch).await {
+            let appended = match store.append(&lease, &batch).await {
+                // After an ambiguous failure (the store may have committed before its answer
+                // was lost), a retry finds the batch already there: under our lease nobody
+                // else appends, so the log continuing right after the batch means it is
+                // stored.
+                Err(StoreError::Sequence { expected, .. })
+                    if retried
+                        && batch
+                            .last()
+                            .is_some_and(|last| last.seq().get() + 1 == expected) =>
+                {
+                    Ok(())
+                }
+                other => other,
+            };
+            match appended {
                 Ok(()) => {
+                    retried = false;
                     backoff = Duration::from_millis(20);
                     published += batch.len();
                     let ended = batch.last().is_some_and(|e| e.kind().is_terminal());
@@ -116,6 +134,7 @@ pub(crate) fn spawn(durable: Durable, mut lease: Lease, shared: &Arc<Shared>) {
                     reader.publish(Some(published));
                 }
                 Err(StoreError::Unavailable(e)) => {
+                    retried = true;
                     tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "the store refused a batch of events; retrying");
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(1));

@@ -195,8 +195,8 @@ pub fn turn(runtime: &dyn HarnessRuntime) -> TurnInput {
     }
 }
 
-/// Pids of live (non-zombie) processes whose command line contains `marker`.
-pub fn processes_with(marker: &str) -> Vec<u32> {
+/// Pids of live (non-zombie) processes whose `/proc/<pid>` directory `matches`.
+pub fn processes(matches: impl Fn(&std::path::Path) -> bool) -> Vec<u32> {
     let mut found = Vec::new();
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return found;
@@ -209,18 +209,23 @@ pub fn processes_with(marker: &str) -> Vec<u32> {
         else {
             continue;
         };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
         let zombie = std::fs::read_to_string(entry.path().join("stat"))
             .ok()
             .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| rest.starts_with('Z')))
             .unwrap_or(true);
-        if !zombie && String::from_utf8_lossy(&cmdline).contains(marker) {
+        if !zombie && matches(&entry.path()) {
             found.push(pid);
         }
     }
     found
+}
+
+/// Pids of live (non-zombie) processes whose command line contains `marker`.
+pub fn processes_with(marker: &str) -> Vec<u32> {
+    processes(|dir| {
+        std::fs::read(dir.join("cmdline"))
+            .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains(marker))
+    })
 }
 
 /// Waits (bounded) until no process carries `marker`, then asserts it.

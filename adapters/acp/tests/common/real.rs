@@ -309,30 +309,10 @@ pub fn fixtures(harness: Harness) -> Value {
 /// Live (non-zombie) processes whose environment carries `mark`.
 pub fn processes_marked(mark: &str) -> Vec<u32> {
     let needle = format!("{MARK_VAR}={mark}");
-    let mut found = Vec::new();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return found;
-    };
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
-            continue;
-        };
-        let zombie = std::fs::read_to_string(entry.path().join("stat"))
-            .ok()
-            .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| rest.starts_with('Z')))
-            .unwrap_or(true);
-        if !zombie && environ.split(|b| *b == 0).any(|v| v == needle.as_bytes()) {
-            found.push(pid);
-        }
-    }
-    found
+    super::processes(|dir| {
+        std::fs::read(dir.join("environ"))
+            .is_ok_and(|environ| environ.split(|b| *b == 0).any(|v| v == needle.as_bytes()))
+    })
 }
 
 pub async fn assert_tree_gone(mark: &str) {
