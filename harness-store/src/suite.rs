@@ -83,6 +83,17 @@ pub fn events(id: &ExecutionId, from: u64, to: u64) -> Vec<Event> {
     (from..=to).map(|n| event(id, n)).collect()
 }
 
+/// The events `execution`'s handle shows (its log's snapshot), owned.
+#[must_use]
+pub fn shown(execution: &ExecutionHandle) -> Vec<Event> {
+    execution
+        .log()
+        .snapshot(Cursor::START)
+        .iter()
+        .map(|e| Event::clone(e))
+        .collect()
+}
+
 async fn created<S: ExecutionStore>(store: &S) -> ExecutionId {
     let record = record();
     let id = record.id.clone();
@@ -555,12 +566,7 @@ pub async fn durable_service(store: Arc<dyn ExecutionStore>) {
         .expect("ends");
     assert!(matches!(outcome, Outcome::Succeeded(_)), "{outcome:?}");
     let id = execution.id().clone();
-    let seen: Vec<Event> = execution
-        .log()
-        .snapshot(Cursor::START)
-        .iter()
-        .map(|e| Event::clone(e))
-        .collect();
+    let seen = shown(&execution);
     let stored = store.read(&id, Cursor::START, 1000).await.expect("read");
     assert_eq!(stored, seen, "the store holds exactly what readers saw");
     assert_eq!(
@@ -625,14 +631,11 @@ async fn one_key_one_execution_on_two_replicas(
         .expect("the answer through either handle");
     assert!(matches!(outcome(&first).await, Outcome::Succeeded(_)));
     assert!(matches!(outcome(&second).await, Outcome::Succeeded(_)));
-    let seen = |h: &ExecutionHandle| -> Vec<Event> {
-        h.log()
-            .snapshot(Cursor::START)
-            .iter()
-            .map(|e| Event::clone(e))
-            .collect()
-    };
-    assert_eq!(seen(&first), seen(&second), "the mirror shows the same log");
+    assert_eq!(
+        shown(&first),
+        shown(&second),
+        "the mirror shows the same log"
+    );
     let other = b
         .start(ExecutionRequest::new("something else").with_idempotency_key(key.clone()))
         .await

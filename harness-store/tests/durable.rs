@@ -47,6 +47,16 @@ struct Held {
 }
 
 impl Held {
+    /// A store granting `permits` appends, reachable, answering every write.
+    fn new(permits: usize) -> Self {
+        Self {
+            inner: MemoryStore::new(),
+            permits: Arc::new(Semaphore::new(permits)),
+            partitioned: Arc::default(),
+            lose_answer: Arc::default(),
+        }
+    }
+
     fn cut_off(&self, owner: &ReplicaId) -> bool {
         owner.as_str() == "a" && self.partitioned.load(std::sync::atomic::Ordering::SeqCst)
     }
@@ -137,12 +147,7 @@ impl ExecutionStore for Held {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readers_see_only_what_the_store_acknowledged() {
-    let store = Held {
-        inner: MemoryStore::new(),
-        permits: Arc::new(Semaphore::new(0)),
-        partitioned: Arc::default(),
-        lose_answer: Arc::default(),
-    };
+    let store = Held::new(0);
     let service = AdapterService::builder(Ticker::new(Some(5), Duration::from_millis(1)))
         .store(Arc::new(store.clone()), ReplicaId::new("a"))
         .build();
@@ -337,12 +342,7 @@ async fn recovery_leaves_the_replicas_own_live_executions_alone() {
 /// the store holds nothing it wrote after losing the lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_that_lost_its_lease_is_fenced_and_stops() {
-    let store = Held {
-        inner: MemoryStore::new(),
-        permits: Arc::new(Semaphore::new(1_000_000)),
-        partitioned: Arc::default(),
-        lose_answer: Arc::default(),
-    };
+    let store = Held::new(1_000_000);
     let service = AdapterService::builder(Ticker::new(None, Duration::from_millis(5)))
         .store(Arc::new(store.clone()), ReplicaId::new("a"))
         .lease_ttl(Duration::from_millis(300))
@@ -392,12 +392,10 @@ async fn a_replica_that_lost_its_lease_is_fenced_and_stops() {
 /// execution goes on, whole, instead of being taken for fenced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_stored_but_answered_unavailable_is_not_written_twice_nor_lost() {
-    let store = Held {
-        inner: MemoryStore::new(),
-        permits: Arc::new(Semaphore::new(1_000_000)),
-        partitioned: Arc::default(),
-        lose_answer: Arc::new(std::sync::atomic::AtomicBool::new(true)),
-    };
+    let store = Held::new(1_000_000);
+    store
+        .lose_answer
+        .store(true, std::sync::atomic::Ordering::SeqCst);
     let service = AdapterService::builder(Ticker::new(Some(50), Duration::from_millis(1)))
         .store(Arc::new(store.clone()), ReplicaId::new("a"))
         .build();
@@ -418,11 +416,5 @@ async fn a_batch_stored_but_answered_unavailable_is_not_written_twice_nor_lost()
         .read(execution.id(), Cursor::START, 1000)
         .await
         .expect("read");
-    let shown: Vec<Event> = execution
-        .log()
-        .snapshot(Cursor::START)
-        .iter()
-        .map(|e| Event::clone(e))
-        .collect();
-    assert_eq!(stored, shown);
+    assert_eq!(stored, suite::shown(&execution));
 }
