@@ -181,6 +181,48 @@ crate::id::opaque_id!(
     BindingId, "binding id", "A binding id.", "bind"
 );
 
+impl BindingId {
+    /// The binding the service gives `conversation` on adapter `adapter`: the same for every
+    /// replica and every restart (so a conversation's state is found wherever its next turn
+    /// runs), and distinct for distinct pairs. Short pairs read as `adapter:conversation`;
+    /// a pair too long for an id keeps a prefix and a 128-bit digest of the whole.
+    ///
+    /// ```
+    /// use harness_core::id::{AdapterId, ConversationId};
+    /// use harness_core::session::BindingId;
+    /// let adapter: AdapterId = "acp".parse().unwrap();
+    /// let conversation: ConversationId = "conv-1".parse().unwrap();
+    /// let b = BindingId::for_conversation(&adapter, &conversation);
+    /// assert_eq!(b.as_str(), "acp:conv-1");
+    /// assert_eq!(b, BindingId::for_conversation(&adapter, &conversation));
+    /// let long: ConversationId = "c".repeat(128).parse().unwrap();
+    /// let b = BindingId::for_conversation(&adapter, &long);
+    /// assert!(b.as_str().len() <= 128 && b.as_str().starts_with("acp:"));
+    /// ```
+    #[must_use]
+    pub fn for_conversation(adapter: &crate::id::AdapterId, conversation: &ConversationId) -> Self {
+        let plain = format!("{adapter}:{conversation}");
+        if plain.len() <= 128 {
+            return Self(Arc::from(plain));
+        }
+        // Two FNV-1a passes with different offsets: stable across Rust versions (unlike
+        // `DefaultHasher`). A collision is not a leak: the store refuses a binding that names
+        // another conversation than its first.
+        let digest = |offset: u64| {
+            plain.bytes().fold(offset, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+            })
+        };
+        let tail = format!(
+            ":{:016x}{:016x}",
+            digest(0xcbf2_9ce4_8422_2325),
+            digest(0x6c62_272e_07bb_0142)
+        );
+        let keep = 128 - tail.len();
+        Self(Arc::from(format!("{}{tail}", &plain[..keep])))
+    }
+}
+
 /// A thread state key chosen by the adapter: 1 to 256 characters from `[A-Za-z0-9._:/-]`.
 ///
 /// Keys are scoped: the same key under two bindings names two different values.
@@ -526,7 +568,38 @@ pub trait ThreadStateStore: Send + Sync {
         &'a self,
         binding: &'a SessionBinding,
     ) -> BoxFuture<'a, Result<SessionBinding, StateError>>;
+
+    /// The binding `id` of `conversation` at its current epoch: epoch 0 for a binding never
+    /// used (it is recorded as `conversation`'s), the epoch its last clear moved it to
+    /// otherwise. For the service, which hands runtimes a handle at the current epoch; an
+    /// adapter never calls it (it sees only its [`ScopedThreadState`]).
+    ///
+    /// The default asks for a value at epoch 0 and reads the current epoch from the
+    /// [`StateError::StaleEpoch`] every conforming store answers with; a store may answer in
+    /// one step instead.
+    ///
+    /// # Errors
+    /// [`StateError::BindingMismatch`] when the binding serves another conversation;
+    /// [`StateError::Unavailable`] when the store fails.
+    fn current<'a>(
+        &'a self,
+        id: &'a BindingId,
+        conversation: &'a ConversationId,
+    ) -> BoxFuture<'a, Result<SessionBinding, StateError>> {
+        Box::pin(async move {
+            let first = SessionBinding::new(id.clone(), conversation.clone());
+            let key = StateKey(Box::from(CURRENT_PROBE));
+            match self.get(&first, &key).await {
+                Ok(_) => Ok(first),
+                Err(StateError::StaleEpoch { current, .. }) => Ok(first.with_epoch(current)),
+                Err(e) => Err(e),
+            }
+        })
+    }
 }
+
+/// The key [`ThreadStateStore::current`]'s default reads (its value, if any, is not used).
+const CURRENT_PROBE: &str = "harness.current";
 
 /// The thread state an adapter receives: bound to one [`SessionBinding`].
 ///

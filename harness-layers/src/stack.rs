@@ -264,19 +264,23 @@ impl HarnessStack {
         self.admission.layer(service)
     }
 
-    /// [`service`](Self::service), durable: its executions are kept in `store` as replica
-    /// `replica` (see
-    /// [`AdapterServiceBuilder::store`](harness_core::service::AdapterServiceBuilder::store)).
-    pub fn durable_service<A: HarnessAdapter>(
+    /// [`service`](Self::service), durable: its executions and its conversations' thread
+    /// state are kept in `store` as replica `replica` (see
+    /// [`AdapterServiceBuilder::durable`](harness_core::service::AdapterServiceBuilder::durable)).
+    pub fn durable_service<A, S>(
         &self,
         adapter: A,
-        store: std::sync::Arc<dyn harness_core::store::ExecutionStore>,
+        store: std::sync::Arc<S>,
         replica: harness_core::store::ReplicaId,
-    ) -> StackService {
+    ) -> StackService
+    where
+        A: HarnessAdapter,
+        S: harness_core::store::ExecutionStore + harness_core::session::ThreadStateStore + 'static,
+    {
         let service = AdapterService::builder(adapter)
             .config(self.config)
             .layer(self.runtime.clone())
-            .store(store, replica)
+            .durable(store, replica)
             .build();
         self.admission.layer(service)
     }

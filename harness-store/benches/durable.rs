@@ -55,11 +55,9 @@ fn main() {
         let stack = HarnessStack::defaults_for(&adapter()).expect("the default stack");
         let replica = ReplicaId::new("bench");
         let dir = common::scratch("durable-bench");
-        let sqlite: Arc<dyn ExecutionStore> =
-            Arc::new(SqliteStore::open(dir.join("bench.db")).expect("open"));
-        let postgres: Arc<dyn ExecutionStore> =
-            Arc::new(common::connect(&cluster).await as PostgresStore);
-        let memory_store: Arc<dyn ExecutionStore> = Arc::new(MemoryStore::new());
+        let sqlite = Arc::new(SqliteStore::open(dir.join("bench.db")).expect("open"));
+        let postgres = Arc::new(common::connect(&cluster).await as PostgresStore);
+        let memory_store = Arc::new(MemoryStore::new());
 
         let base = run(stack.service(adapter())).await;
         let mem = run(stack.durable_service(adapter(), memory_store, replica.clone())).await;

@@ -141,6 +141,9 @@ use crate::extensions::Extensions;
 use crate::id::{ConversationId, ExecutionId, IdempotencyKey};
 use crate::lifecycle::Execution;
 use crate::manifest::ContractVersion;
+use crate::session::{
+    BindingId, InMemoryThreadStateStore, ScopedThreadState, SessionBinding, ThreadStateStore,
+};
 use crate::time::Timestamp;
 use crate::trace::TraceContext;
 
@@ -287,6 +290,7 @@ struct ServiceInner<A> {
     deployment: DeploymentContext,
     stack: RuntimeStack,
     durable: Option<Durable>,
+    thread_state: Arc<dyn ThreadStateStore>,
 }
 
 /// The default lease term of a durable service ([`AdapterServiceBuilder::store`]): a replica
@@ -340,6 +344,7 @@ pub struct AdapterServiceBuilder<A, L> {
     config: ServiceConfig,
     layers: ServiceBuilder<L>,
     durable: Option<Durable>,
+    thread_state: Option<Arc<dyn ThreadStateStore>>,
 }
 
 impl<A: HarnessAdapter, L> fmt::Debug for AdapterServiceBuilder<A, L> {
@@ -359,6 +364,7 @@ impl<A: HarnessAdapter, L> AdapterServiceBuilder<A, L> {
             config: self.config,
             layers: self.layers.layer(layer),
             durable: self.durable,
+            thread_state: self.thread_state,
         }
     }
 
@@ -401,6 +407,73 @@ impl<A: HarnessAdapter, L> AdapterServiceBuilder<A, L> {
         self
     }
 
+    /// Keeps the thread state of conversations (what adapters keep between turns, scoped
+    /// to each conversation's binding) in `store`. Every execution of a conversation gets a
+    /// [`ScopedThreadState`](crate::session::ScopedThreadState) for its binding
+    /// ([`BindingId::for_conversation`]) at the binding's current epoch, in
+    /// [`RuntimeContext::thread_state`]; an execution without a conversation gets none.
+    /// Replicas that share `store` continue each other's conversations. Without it the
+    /// service keeps thread state in memory, for its own lifetime.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use harness_core::session::InMemoryThreadStateStore;
+    /// # use harness_core::service::AdapterService;
+    /// # use harness_core::adapter::{BoxStream, EventResult, RunContext, Simple, SimpleAdapter};
+    /// # use harness_core::manifest::{ContractVersion, ExecutionMode, HarnessDescriptor};
+    /// # struct Nop(HarnessDescriptor);
+    /// # impl harness_core::manifest::Describe for Nop {
+    /// #     fn descriptor(&self) -> &HarnessDescriptor { &self.0 }
+    /// # }
+    /// # impl SimpleAdapter for Nop {
+    /// #     fn stream(&self, _: RunContext) -> BoxStream<'static, EventResult> { Box::pin(futures_util::stream::empty()) }
+    /// # }
+    /// # let adapter = Simple::new(Nop(HarnessDescriptor::builder("nop".parse().unwrap(), "0.1.0")
+    /// #     .contract_version(ContractVersion::V1).execution_mode(ExecutionMode::in_process()).build().unwrap()));
+    /// let shared = Arc::new(InMemoryThreadStateStore::new());
+    /// let service = AdapterService::builder(adapter).thread_state(shared).build();
+    /// # drop(service);
+    /// ```
+    pub fn thread_state(mut self, store: Arc<dyn ThreadStateStore>) -> Self {
+        self.thread_state = Some(store);
+        self
+    }
+
+    /// [`store`](Self::store) and [`thread_state`](Self::thread_state) on one backend that
+    /// keeps both (every store of this project does): executions and conversations survive
+    /// this process together, and replicas over `store` share both.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use harness_core::store::{MemoryStore, ReplicaId};
+    /// # use harness_core::service::AdapterService;
+    /// # use harness_core::adapter::{BoxStream, EventResult, RunContext, Simple, SimpleAdapter};
+    /// # use harness_core::manifest::{ContractVersion, ExecutionMode, HarnessDescriptor};
+    /// # struct Nop(HarnessDescriptor);
+    /// # impl harness_core::manifest::Describe for Nop {
+    /// #     fn descriptor(&self) -> &HarnessDescriptor { &self.0 }
+    /// # }
+    /// # impl SimpleAdapter for Nop {
+    /// #     fn stream(&self, _: RunContext) -> BoxStream<'static, EventResult> { Box::pin(futures_util::stream::empty()) }
+    /// # }
+    /// # let adapter = Simple::new(Nop(HarnessDescriptor::builder("nop".parse().unwrap(), "0.1.0")
+    /// #     .contract_version(ContractVersion::V1).execution_mode(ExecutionMode::in_process()).build().unwrap()));
+    /// let service = AdapterService::builder(adapter)
+    ///     .durable(Arc::new(MemoryStore::new()), ReplicaId::new("replica-1"))
+    ///     .build();
+    /// # drop(service);
+    /// ```
+    pub fn durable<S>(self, store: Arc<S>, replica: crate::store::ReplicaId) -> Self
+    where
+        S: crate::store::ExecutionStore + ThreadStateStore + 'static,
+    {
+        self.store(
+            Arc::clone(&store) as Arc<dyn crate::store::ExecutionStore>,
+            replica,
+        )
+        .thread_state(store)
+    }
+
     /// Sets the lease term of a durable service (after [`store`](Self::store)).
     pub fn lease_ttl(mut self, ttl: Duration) -> Self {
         if let Some(durable) = &mut self.durable {
@@ -435,6 +508,9 @@ impl<A: HarnessAdapter, L> AdapterServiceBuilder<A, L> {
                 deployment: DeploymentContext::default(),
                 stack: RuntimeStack::new(stack),
                 durable: self.durable,
+                thread_state: self
+                    .thread_state
+                    .unwrap_or_else(|| Arc::new(InMemoryThreadStateStore::new())),
             }),
         }
     }
@@ -460,6 +536,7 @@ impl<A: HarnessAdapter> AdapterService<A> {
             config: ServiceConfig::default(),
             layers: ServiceBuilder::new(),
             durable: None,
+            thread_state: None,
         }
     }
 
@@ -521,6 +598,15 @@ impl<A: HarnessAdapter> AdapterService<A> {
             }
         }
 
+        // The conversation's thread state, at its binding's current epoch; a store that
+        // cannot say refuses the start before anything is recorded or runs.
+        let (binding, thread_state) = match &request.conversation_id {
+            Some(conversation) => {
+                let scoped = self.scoped_state(conversation).await?;
+                (Some(scoped.binding().clone()), Some(scoped))
+            }
+            None => (None, None),
+        };
         let id = ExecutionId::generate();
         // If the driver is lost (a runtime shutting down), the execution still ends its log
         // with exactly one terminal event.
@@ -569,11 +655,11 @@ impl<A: HarnessAdapter> AdapterService<A> {
             adapter: shared.adapter.clone(),
             execution_id: id.clone(),
             config,
-            binding: None,
+            binding,
             prompt: None,
             tools: Vec::new(),
             limits: RunLimits::default(),
-            thread_state: None,
+            thread_state,
             cancellation: shared.cancel.child_token(),
         };
         let turn = TurnInput {
@@ -634,6 +720,56 @@ impl<A: HarnessAdapter> AdapterService<A> {
         )
         .await
         .map_err(|e| e.to_harness_error())
+    }
+
+    /// The thread state of `conversation` on this adapter, at its binding's current epoch.
+    async fn scoped_state(
+        &self,
+        conversation: &ConversationId,
+    ) -> Result<ScopedThreadState, HarnessError> {
+        let store = &self.inner.thread_state;
+        let id = BindingId::for_conversation(self.inner.adapter.descriptor().id(), conversation);
+        let binding = store.current(&id, conversation).await?;
+        Ok(ScopedThreadState::new(Arc::clone(store), binding))
+    }
+
+    /// `session.clear`: forgets what this adapter kept for `conversation` (every replica
+    /// sharing the thread-state store forgets it) and moves its binding to the next epoch,
+    /// which is returned. The conversation's next execution starts afresh; a runtime still
+    /// holding the old epoch's state is fenced (its reads and writes fail
+    /// `STATE_EPOCH_STALE`). Of two clears at once, each moves the epoch on once or reports
+    /// the race.
+    ///
+    /// ```
+    /// # use harness_core::adapter::{BoxStream, EventResult, RunContext, Simple, SimpleAdapter};
+    /// # use harness_core::manifest::{ContractVersion, ExecutionMode, HarnessDescriptor};
+    /// # use harness_core::service::AdapterService;
+    /// # struct Nop(HarnessDescriptor);
+    /// # impl harness_core::manifest::Describe for Nop {
+    /// #     fn descriptor(&self) -> &HarnessDescriptor { &self.0 }
+    /// # }
+    /// # impl SimpleAdapter for Nop {
+    /// #     fn stream(&self, _: RunContext) -> BoxStream<'static, EventResult> { Box::pin(futures_util::stream::empty()) }
+    /// # }
+    /// # let adapter = Simple::new(Nop(HarnessDescriptor::builder("nop".parse().unwrap(), "0.1.0")
+    /// #     .contract_version(ContractVersion::V1).execution_mode(ExecutionMode::in_process()).build().unwrap()));
+    /// let service = AdapterService::new(adapter);
+    /// let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    /// rt.block_on(async {
+    ///     let conversation = "conv-1".parse().unwrap();
+    ///     assert_eq!(service.clear_session(&conversation).await.unwrap().epoch(), 1);
+    ///     assert_eq!(service.clear_session(&conversation).await.unwrap().epoch(), 2);
+    /// });
+    /// ```
+    ///
+    /// # Errors
+    /// `persistence` (`STATE_*` codes) when the thread-state store fails or the race is lost.
+    pub async fn clear_session(
+        &self,
+        conversation: &ConversationId,
+    ) -> Result<SessionBinding, HarnessError> {
+        let scoped = self.scoped_state(conversation).await?;
+        Ok(self.inner.thread_state.clear(scoped.binding()).await?)
     }
 
     fn durable(&self) -> Result<&Durable, HarnessError> {

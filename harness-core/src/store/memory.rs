@@ -42,6 +42,8 @@ use crate::time::Timestamp;
 #[derive(Clone, Default)]
 pub struct MemoryStore {
     inner: Arc<Mutex<Inner>>,
+    /// Conversations' thread state, next to the executions (as the durable stores keep it).
+    state: crate::session::InMemoryThreadStateStore,
 }
 
 #[derive(Default)]
@@ -317,5 +319,59 @@ impl ExecutionStore for MemoryStore {
             Ok(true)
         });
         Box::pin(async move { result })
+    }
+}
+
+/// The thread state of conversations, in memory next to the executions: the same contract
+/// as [`InMemoryThreadStateStore`](crate::session::InMemoryThreadStateStore), shared by
+/// every replica over this store.
+impl crate::session::ThreadStateStore for MemoryStore {
+    fn get<'a>(
+        &'a self,
+        binding: &'a crate::session::SessionBinding,
+        key: &'a crate::session::StateKey,
+    ) -> crate::tool::BoxFuture<
+        'a,
+        Result<Option<crate::session::StateEntry>, crate::session::StateError>,
+    > {
+        self.state.get(binding, key)
+    }
+
+    fn put<'a>(
+        &'a self,
+        binding: &'a crate::session::SessionBinding,
+        key: &'a crate::session::StateKey,
+        value: Vec<u8>,
+        expected: Option<crate::session::Version>,
+    ) -> crate::tool::BoxFuture<'a, Result<crate::session::Version, crate::session::StateError>>
+    {
+        self.state.put(binding, key, value, expected)
+    }
+
+    fn delete<'a>(
+        &'a self,
+        binding: &'a crate::session::SessionBinding,
+        key: &'a crate::session::StateKey,
+        expected: crate::session::Version,
+    ) -> crate::tool::BoxFuture<'a, Result<(), crate::session::StateError>> {
+        self.state.delete(binding, key, expected)
+    }
+
+    fn list_keys<'a>(
+        &'a self,
+        binding: &'a crate::session::SessionBinding,
+    ) -> crate::tool::BoxFuture<'a, Result<Vec<crate::session::StateKey>, crate::session::StateError>>
+    {
+        self.state.list_keys(binding)
+    }
+
+    fn clear<'a>(
+        &'a self,
+        binding: &'a crate::session::SessionBinding,
+    ) -> crate::tool::BoxFuture<
+        'a,
+        Result<crate::session::SessionBinding, crate::session::StateError>,
+    > {
+        self.state.clear(binding)
     }
 }
