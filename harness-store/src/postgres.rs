@@ -128,7 +128,16 @@ impl std::fmt::Debug for PostgresStore {
 }
 
 fn unavailable(e: &tokio_postgres::Error) -> StoreError {
-    StoreError::Unavailable(e.to_string())
+    // The server's own words ("db error" alone says nothing to an operator).
+    match e.as_db_error() {
+        Some(db) => StoreError::Unavailable(format!(
+            "{}: {} (SQLSTATE {})",
+            db.severity(),
+            db.message(),
+            db.code().code()
+        )),
+        None => StoreError::Unavailable(e.to_string()),
+    }
 }
 
 async fn open(
@@ -201,6 +210,24 @@ async fn migrate(client: &mut Client) -> Result<(), StoreError> {
     tx.batch_execute("SELECT pg_advisory_xact_lock(7261830117)")
         .await
         .map_err(|e| unavailable(&e))?;
+    // A current schema is left untouched: its DDL (even `IF NOT EXISTS`) takes table locks
+    // that stall, or deadlock with, the replicas writing meanwhile.
+    let exists: bool = tx
+        .query_one("SELECT to_regclass('harness_schema') IS NOT NULL", &[])
+        .await
+        .map_err(|e| unavailable(&e))?
+        .get(0);
+    let current: Option<i32> = if exists {
+        tx.query_one("SELECT max(version) FROM harness_schema", &[])
+            .await
+            .map_err(|e| unavailable(&e))?
+            .get(0)
+    } else {
+        None
+    };
+    if current == Some(SCHEMA_VERSION) {
+        return tx.commit().await.map_err(|e| unavailable(&e));
+    }
     tx.batch_execute(SCHEMA)
         .await
         .map_err(|e| unavailable(&e))?;

@@ -173,3 +173,54 @@ async fn a_version_1_database_is_migrated_with_its_events() {
         .get(0);
     assert_eq!(version, 3);
 }
+
+/// Replicas connect while another writes: a connect to a database whose schema is current
+/// changes nothing (its DDL would take table locks that stall or deadlock the writer), so
+/// every connect succeeds and the writer never fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_connect_while_another_writes() {
+    let cluster = Cluster::start();
+    let writer = connect(&cluster).await;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writing: Vec<_> = (0..4)
+        .map(|_| {
+            let (writer, stop) = (writer.clone(), Arc::clone(&stop));
+            tokio::spawn(async move {
+                let mut written = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    let record = suite::record();
+                    let id = record.id.clone();
+                    writer.create(record).await.expect("create");
+                    let lease = writer
+                        .acquire(&id, &ReplicaId::new("writer"), Duration::from_secs(30))
+                        .await
+                        .expect("lease");
+                    for n in 0..10 {
+                        writer
+                            .append(&lease, &suite::events(&id, n * 3 + 1, 3))
+                            .await
+                            .expect("the writer is never refused");
+                    }
+                    written += 1;
+                }
+                written
+            })
+        })
+        .collect();
+    let connects: Vec<_> = (0..12)
+        .map(|_| {
+            let url = cluster.url.clone();
+            tokio::spawn(async move { PostgresStore::connect(&url).await.map(drop) })
+        })
+        .collect();
+    for connect in connects {
+        connect
+            .await
+            .expect("a connect task")
+            .expect("a replica connects while another writes");
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    for writer in writing {
+        assert!(writer.await.expect("a writer") > 0);
+    }
+}
