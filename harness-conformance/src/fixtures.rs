@@ -15,7 +15,7 @@ use harness_core::service::{CancelStatus, ExecutionRequest, Outcome};
 use serde_json::Value;
 
 use crate::{Behaviour, Fixture, FixtureOutcome, Group, Knobs, SUITE_VERSION};
-use crate::{observe, probe, sequences, sessions};
+use crate::{observe, probe, replicas, sequences, sessions};
 
 macro_rules! fixture {
     ($id:literal, $group:ident, [$($cap:ident),*], $rule:literal) => {
@@ -156,6 +156,12 @@ pub static FIXTURES: &[Fixture] = &[
         Sessions,
         [ThreadEvictionRestore],
         "expired state is restored or refused"
+    ),
+    fixture!(
+        "runtime.lease_fencing",
+        Sessions,
+        [RuntimeLeaseFencing],
+        "a replica cut off past its lease is fenced: another ends the execution, the stale one stops"
     ),
     fixture!(
         "action.form_input",
@@ -325,9 +331,6 @@ const ONE_APPROVAL: Behaviour = Behaviour::ToolApproval {
 const UNCERTIFIABLE: &[&str] = &[
     "mcp.partial_failure",
     "mcp.caller_credential_isolation",
-    "session.cross_replica_resume",
-    "session.clear",
-    "session.expired_state",
     "files.modalities",
     "skills.missing_blocked",
     "subagents.nested",
@@ -545,6 +548,27 @@ async fn body<Kn: Knobs>(knobs: &Kn, id: &str) -> Result<Verdict, Skip> {
                 recall_other: req(knobs, Behaviour::Recall)?,
             };
             sessions::multi_turn(knobs, &marker, turns).await
+        }
+        "session.clear" | "session.expired_state" => {
+            let marker = sessions::marker();
+            let remember = req(
+                knobs,
+                Behaviour::Remember {
+                    marker: marker.clone(),
+                },
+            )?;
+            let recall = req(knobs, Behaviour::Recall)?;
+            if id == "session.clear" {
+                replicas::clear(knobs, &marker, remember, recall).await
+            } else {
+                replicas::expired_state(knobs, &marker, remember, recall).await
+            }
+        }
+        "session.cross_replica_resume" => {
+            replicas::cross_replica_resume(knobs, req(knobs, ONE_APPROVAL)?).await
+        }
+        "runtime.lease_fencing" => {
+            replicas::lease_fencing(knobs, req(knobs, Behaviour::Hang)?).await
         }
         "action.form_input" => form_input(knobs, req(knobs, Behaviour::FormInput)?).await,
         "action.duplicate_resume" => {

@@ -68,8 +68,28 @@
 //!   not hold it anywhere. The knobs' two recall requests must be alike and must not carry the
 //!   marker: only the adapter's memory may tell the conversations apart. An adapter that
 //!   declares `session.multi_turn` unusable (an ephemeral one) gets the preflight check;
-//! - `session.cross_replica_resume`, `session.clear` and `session.expired_state` are not yet
-//!   certifiable: declaring their capability usable fails them.
+//! - `session.clear`: a conversation remembers, its next turn recalls the marker, the
+//!   service clears it ([`AdapterService::clear_session`](harness_core::service::AdapterService::clear_session)),
+//!   and its next turn recalls nothing of it;
+//! - `session.expired_state` (`thread.eviction_restore`): a conversation remembers on one
+//!   replica, which then goes away with its adapter (runtimes, processes, in-memory maps);
+//!   the next turn, on a second replica over the same store, must restore the marker or
+//!   refuse with a `persistence` error: succeeding without it (silently starting afresh)
+//!   fails;
+//! - `session.cross_replica_resume`: a run pauses on a tool approval on replica `a`, which
+//!   dies (its Tokio runtime shut down mid-flight: no lease released, nothing written
+//!   after); replica `b` recovers the execution with its pending action
+//!   ([`Recovery::Restored`](harness_core::service::Recovery::Restored)); the answer sent
+//!   to `b` resumes the run there to `run.succeeded` with the calls completed, a second
+//!   answer is refused, and the stored log is contiguous with one terminal event;
+//! - `runtime.lease_fencing`: replica `a` runs an execution that hangs and is cut off from
+//!   the store past its lease; `b` takes the execution over and ends it (`run.failed`,
+//!   `OWNER_LOST`); when `a` reaches the store again it is fenced: its local run stops and
+//!   the store keeps exactly one terminal event, `b`'s.
+//!
+//! The replicas of these fixtures are services of their own over a fresh adapter each
+//! ([`Knobs::adapter`]), sharing one [`MemoryStore`](harness_core::store::MemoryStore)
+//! (executions and thread state) with a 300 ms lease.
 //!
 //! # Group 12: observability
 //!
@@ -121,6 +141,7 @@ use serde::Serialize;
 mod fixtures;
 mod observe;
 mod probe;
+mod replicas;
 mod report;
 mod sequences;
 mod sessions;

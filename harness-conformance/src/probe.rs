@@ -364,6 +364,15 @@ impl Drop for Started {
     }
 }
 
+/// The name of an outcome's state (`Succeeded`, `Cancelled`, ...), with the code of a
+/// failure.
+pub(crate) fn outcome_name(outcome: &Outcome) -> String {
+    match outcome {
+        Outcome::Failed(e) => format!("Failed {}", e.code().as_str()),
+        other => format!("{:?}", other.state()),
+    }
+}
+
 /// Starts `request` through the service.
 pub(crate) async fn start<A: HarnessAdapter>(
     service: &AdapterService<A>,

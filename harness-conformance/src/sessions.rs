@@ -29,7 +29,7 @@ pub(crate) struct Turns {
 }
 
 /// The text an execution streamed as `message.delta`.
-fn message_text(obs: &Observed) -> String {
+pub(crate) fn message_text(obs: &Observed) -> String {
     obs.events
         .iter()
         .filter_map(|e| match e.payload() {

@@ -304,6 +304,41 @@ pub trait HarnessAdapter: Describe + Send + Sync + 'static {
     ) -> BoxFuture<'_, Result<Box<dyn HarnessRuntime>, HarnessError>>;
 }
 
+/// What the store kept of a paused execution whose runtime was lost, for
+/// [`HarnessRuntime::restore`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Restored {
+    /// The execution's turn, rebuilt from its stored request.
+    pub turn: TurnInput,
+    /// The action the execution awaits (the next `resume` answers it).
+    pub pending: ActionRequest,
+    /// The execution's stored log, up to the pause (`action.requested` last among the
+    /// actions).
+    pub log: Vec<Arc<crate::event::Event>>,
+    /// The answers to the actions resolved before this one, in log order, as the store
+    /// recorded them (form values included, which the log does not carry).
+    pub answers: Vec<crate::action::ActionResponse>,
+}
+
+impl Restored {
+    /// What the store kept; for the service, and for adapters' tests.
+    #[must_use]
+    pub fn new(
+        turn: TurnInput,
+        pending: ActionRequest,
+        log: Vec<Arc<crate::event::Event>>,
+        answers: Vec<crate::action::ActionResponse>,
+    ) -> Self {
+        Self {
+            turn,
+            pending,
+            log,
+            answers,
+        }
+    }
+}
+
 /// One execution's provider runtime.
 pub trait HarnessRuntime: Send + Sync + 'static {
     /// Who this runtime is.
@@ -330,6 +365,25 @@ pub trait HarnessRuntime: Send + Sync + 'static {
 
     /// Releases everything. Idempotent; the caller bounds it with a deadline.
     fn cleanup(&self) -> BoxFuture<'_, ()>;
+
+    /// Takes over a pause another runtime made (`session.cross_replica_resume`, "restore
+    /// pending interrupts"): the runtime that paused is gone with its replica, and this one,
+    /// fresh (created and initialized, no segment streamed), gets what the store kept of the
+    /// execution. [`resume`](Self::resume) with the answer to [`Restored::pending`] follows.
+    ///
+    /// The service calls it only for an adapter whose descriptor declares
+    /// `session.cross_replica_resume` usable; the default refuses, and the execution then
+    /// fails `OWNER_LOST` as one that cannot be continued.
+    fn restore(&self, restored: Restored) -> BoxFuture<'_, Result<(), HarnessError>> {
+        let _ = restored;
+        Box::pin(async {
+            Err(HarnessError::new(
+                crate::error::ErrorCategory::Configuration,
+                "this runtime cannot take over a pause another runtime made",
+            )
+            .with_code(crate::error::ErrorCode::CAPABILITY_UNSUPPORTED))
+        })
+    }
 
     /// Completes when the provider is gone for good (its process exited, its connection
     /// closed), so that an execution awaiting an action does not wait for an answer that
@@ -545,6 +599,16 @@ impl<A: SimpleAdapter> HarnessRuntime for SimpleRuntime<A> {
     fn cleanup(&self) -> BoxFuture<'_, ()> {
         self.cancellation.cancel();
         Box::pin(async {})
+    }
+
+    /// Remembers the turn and the pending action, as if this runtime had paused on it: the
+    /// next `resume` streams the adapter with the decision. A [`SimpleAdapter`] keeps no
+    /// state between segments, so this is all a takeover needs.
+    fn restore(&self, restored: Restored) -> BoxFuture<'_, Result<(), HarnessError>> {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.turn = Some(restored.turn);
+        state.action = Some(restored.pending);
+        Box::pin(async { Ok(()) })
     }
 }
 

@@ -676,6 +676,128 @@ impl AnyExecution {
     }
 }
 
+/// A stored log an execution cannot be restored from; see [`AnyExecution::restore`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("execution {execution} cannot be restored from its stored log: {problem}")]
+pub struct RestoreError {
+    execution: ExecutionId,
+    problem: String,
+}
+
+impl AnyExecution {
+    /// The execution whose log so far is `events` (as a store kept it), in the state that
+    /// log leaves it in, with its pending action: for a replica taking over an execution
+    /// whose owner was lost. Its log holds `events` (readers see them) and continues after
+    /// them. Like one queued with [`Execution::fail_on_drop`], it appends `run.failed`
+    /// (`EXECUTION_LOST`) if it is dropped before it ends.
+    ///
+    /// ```
+    /// use harness_core::id::ExecutionId;
+    /// use harness_core::lifecycle::{AnyExecution, Execution, ExecutionState};
+    ///
+    /// let id = ExecutionId::generate();
+    /// let running = Execution::queue(id.clone()).start().run();
+    /// let stored: Vec<_> = running.events().snapshot(Default::default()).iter().map(|e| (**e).clone()).collect();
+    /// let restored = AnyExecution::restore(&id, stored).unwrap();
+    /// assert_eq!(restored.state(), ExecutionState::Running);
+    /// assert_eq!(restored.events().len(), 3);
+    /// # drop(running);
+    /// ```
+    ///
+    /// # Errors
+    /// When `events` is empty, names another execution, is not numbered from 1 without a
+    /// gap, has ended, or leaves an awaiting state without its action.
+    pub fn restore(
+        id: &ExecutionId,
+        events: impl IntoIterator<Item = Event>,
+    ) -> Result<Self, RestoreError> {
+        let refuse = |problem: String| RestoreError {
+            execution: id.clone(),
+            problem,
+        };
+        let log = EventLog::new(id.clone());
+        let mut state = None;
+        let mut pending: Option<ActionRequest> = None;
+        let mut cancel_reason = None;
+        for event in events {
+            let (seq, kind) = (event.seq(), event.kind());
+            match event.payload() {
+                EventPayload::ActionRequested(request) => pending = Some((**request).clone()),
+                EventPayload::ActionResolved(_) => pending = None,
+                EventPayload::RunCancelling(reason) => {
+                    pending = None;
+                    cancel_reason = Some(reason.clone());
+                }
+                payload => {
+                    if payload.is_terminal() {
+                        return Err(refuse(format!("it ended ({})", kind.as_str())));
+                    }
+                }
+            }
+            if let Some(next) = event.payload().implied_state() {
+                state = Some(next);
+            }
+            if !log.append_stored(event) {
+                return Err(refuse(format!(
+                    "event {seq} ({}) does not continue the log of {} event(s) (another \
+                     execution's, or out of order)",
+                    kind.as_str(),
+                    log.len()
+                )));
+            }
+        }
+        let Some(state) = state else {
+            return Err(refuse("it holds no lifecycle event".to_owned()));
+        };
+        let awaiting = matches!(
+            state,
+            ExecutionState::AwaitingInput | ExecutionState::AwaitingApproval
+        );
+        if awaiting != pending.is_some() {
+            return Err(refuse(format!(
+                "it is {state} with {} pending action",
+                if pending.is_some() { "a" } else { "no" }
+            )));
+        }
+        let fits = match (state, &pending) {
+            (ExecutionState::AwaitingInput, Some(p)) => matches!(p.kind, ActionKind::FormInput(_)),
+            (ExecutionState::AwaitingApproval, Some(p)) => {
+                matches!(p.kind, ActionKind::ToolApproval(_))
+            }
+            _ => true,
+        };
+        if !fits {
+            return Err(refuse(format!(
+                "it is {state} but its pending action is of another kind"
+            )));
+        }
+        let core = Box::new(Core {
+            log,
+            pending,
+            cancel_reason,
+            error: None,
+            fail_on_drop: true,
+        });
+        fn at<S: State>(core: Box<Core>) -> AnyExecution {
+            S::wrap(Execution {
+                core,
+                _state: PhantomData,
+            })
+        }
+        Ok(match state {
+            ExecutionState::Queued => at::<Queued>(core),
+            ExecutionState::Starting => at::<Starting>(core),
+            ExecutionState::Running => at::<Running>(core),
+            ExecutionState::AwaitingInput => at::<AwaitingInput>(core),
+            ExecutionState::AwaitingApproval => at::<AwaitingApproval>(core),
+            ExecutionState::Cancelling => at::<Cancelling>(core),
+            ExecutionState::Succeeded | ExecutionState::Failed | ExecutionState::Cancelled => {
+                unreachable!("a terminal event was refused above")
+            }
+        })
+    }
+}
+
 impl<S: State> From<Execution<S>> for AnyExecution {
     fn from(e: Execution<S>) -> Self {
         S::wrap(e)

@@ -878,6 +878,31 @@ impl Ticker {
         ticker.asks = true;
         harness_core::adapter::Simple::new(ticker)
     }
+
+    /// [`asking`](Self::asking), declaring `session.cross_replica_resume`: an execution
+    /// paused on its approval is taken over by the replica that recovers it (a
+    /// [`SimpleAdapter`](harness_core::adapter::SimpleAdapter) keeps nothing between
+    /// segments, so the bridge's restore is all it needs).
+    #[must_use]
+    pub fn resumable(
+        deltas: Option<u64>,
+        interval: Duration,
+    ) -> harness_core::adapter::Simple<Self> {
+        use harness_core::capability::{Capability, CapabilityKey, CapabilityReport};
+        use harness_core::manifest::{ContractVersion, ExecutionMode, HarnessDescriptor};
+        let mut ticker = Self::plain(deltas, interval);
+        ticker.asks = true;
+        ticker.descriptor = HarnessDescriptor::builder("ticker".parse().expect("an id"), "0.1.0")
+            .contract_version(ContractVersion::V1)
+            .execution_mode(ExecutionMode::in_process())
+            .capabilities(CapabilityReport::new().with(
+                CapabilityKey::SessionCrossReplicaResume,
+                Capability::native(),
+            ))
+            .build()
+            .expect("a valid descriptor");
+        harness_core::adapter::Simple::new(ticker)
+    }
 }
 
 impl harness_core::manifest::Describe for Ticker {

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
-use harness_core::event::{Event, EventPayload};
+use harness_core::event::{Event, EventKind, EventPayload};
 use harness_core::id::{ActionId, Cursor, ExecutionId};
 use harness_core::lifecycle::ExecutionState;
 use harness_core::service::{AdapterService, ExecutionRequest, Outcome};
@@ -308,6 +308,159 @@ async fn killed_mid_stream(db: &str) {
         all.len() > seen.len(),
         "the terminal event came after all it saw"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_killed_awaiting_approval_is_resumed_once_by_another_on_sqlite() {
+    let dir = scratch("replica-kill-awaiting");
+    killed_awaiting(dir.join("harness.db").to_str().expect("UTF-8")).await;
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_killed_awaiting_approval_is_resumed_once_by_another_on_postgres() {
+    let cluster = common::Cluster::start();
+    drop(common::connect(&cluster).await);
+    killed_awaiting(&cluster.url).await;
+}
+
+/// The owner's `execution <id>` line, then its `seen` lines up to one of kind `until`.
+fn until_seen(out: &mut impl Iterator<Item = String>, until: &str) -> (ExecutionId, Vec<String>) {
+    let id: ExecutionId = out
+        .next()
+        .and_then(|l| l.strip_prefix("execution ").map(str::to_owned))
+        .expect("the execution id")
+        .parse()
+        .expect("an id");
+    let mut seen = Vec::new();
+    for line in out.by_ref() {
+        let kind = line.rsplit(' ').next().expect("a kind").to_owned();
+        seen.push(kind.clone());
+        if kind == until {
+            break;
+        }
+    }
+    (id, seen)
+}
+
+/// Two recovering replica processes at once, each to its end; their lines.
+fn two_recoverers(db: &str) -> Vec<String> {
+    let mut first = replica(db, "first", "recover");
+    let mut second = replica(db, "second", "recover");
+    let reports: Vec<Vec<String>> = [&mut first, &mut second]
+        .into_iter()
+        .map(|child| lines(child).collect())
+        .collect();
+    assert!(first.wait().expect("reaped").success(), "{reports:?}");
+    assert!(second.wait().expect("reaped").success(), "{reports:?}");
+    reports.into_iter().flatten().collect()
+}
+
+/// A replica process pauses on a tool approval and is killed with SIGKILL; two replica
+/// processes recover at once: exactly one restores the execution with its pending action,
+/// answers it and runs it to `run.succeeded`; the stored log is contiguous, holds the one
+/// answer and one terminal event, and keeps everything the killed replica's reader saw.
+async fn killed_awaiting(db: &str) {
+    let mut owner = replica(db, "owner", "ask");
+    let mut out = lines(&mut owner);
+    let (id, seen) = until_seen(&mut out, "run.awaiting_approval");
+    owner.kill().expect("SIGKILL");
+    owner.wait().expect("reaped");
+
+    let report = two_recoverers(db);
+    let handled: Vec<&String> = report
+        .iter()
+        .filter(|l| l.starts_with("recovered") || l.starts_with("resumed"))
+        .collect();
+    assert_eq!(
+        handled,
+        [
+            &format!("recovered {id} restored"),
+            &format!("resumed {id} run.succeeded")
+        ],
+        "{report:?}"
+    );
+    let store = open(db).await;
+    let all = store
+        .read(&id, Cursor::START, usize::MAX)
+        .await
+        .expect("read");
+    assert!(
+        all.iter()
+            .enumerate()
+            .all(|(i, e)| e.seq().get() == i as u64 + 1),
+        "contiguous"
+    );
+    let count = |kind: EventKind| all.iter().filter(|e| e.kind() == kind).count();
+    assert_eq!(all.iter().filter(|e| e.kind().is_terminal()).count(), 1);
+    assert_eq!(all.last().map(Event::kind), Some(EventKind::RunSucceeded));
+    assert_eq!(count(EventKind::ActionRequested), 1);
+    assert_eq!(count(EventKind::ActionResolved), 1);
+    assert_eq!(count(EventKind::MessageDelta), 3, "the resumed run ticked");
+    for (n, kind) in seen.iter().enumerate() {
+        assert_eq!(all[n].kind().as_str(), kind, "event {}", n + 1);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_killed_mid_cancel_ends_cancelled_once_on_sqlite() {
+    let dir = scratch("replica-kill-cancel");
+    killed_mid_cancel(dir.join("harness.db").to_str().expect("UTF-8")).await;
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_killed_mid_cancel_ends_cancelled_once_on_postgres() {
+    let cluster = common::Cluster::start();
+    drop(common::connect(&cluster).await);
+    killed_mid_cancel(&cluster.url).await;
+}
+
+/// A replica process streams; a cancel is requested through the store (as another replica
+/// does) and the owner is killed with SIGKILL right after, whether or not it had applied
+/// the cancel; two replica processes recover at once: the store ends with exactly one
+/// terminal event, `run.cancelled` with the requested reason, written by one replica.
+async fn killed_mid_cancel(db: &str) {
+    let mut owner = replica(db, "owner", "run");
+    let mut out = lines(&mut owner);
+    let (id, _) = until_seen(&mut out, "message.delta");
+    let store = open(db).await;
+    assert!(
+        store
+            .request_cancel(&id, "cancelled from elsewhere")
+            .await
+            .expect("the request is recorded")
+    );
+    owner.kill().expect("SIGKILL");
+    owner.wait().expect("reaped");
+
+    let report = two_recoverers(db);
+    let handled: Vec<&String> = report
+        .iter()
+        .filter(|l| l.starts_with("recovered"))
+        .collect();
+    assert!(
+        handled.len() <= 1
+            && handled
+                .iter()
+                .all(|l| **l == format!("recovered {id} cancelled")),
+        "at most one replica ends it, as cancelled: {report:?}"
+    );
+    let all = store
+        .read(&id, Cursor::START, usize::MAX)
+        .await
+        .expect("read");
+    assert!(
+        all.iter()
+            .enumerate()
+            .all(|(i, e)| e.seq().get() == i as u64 + 1),
+        "contiguous"
+    );
+    assert_eq!(all.iter().filter(|e| e.kind().is_terminal()).count(), 1);
+    let Some(EventPayload::RunCancelled(reason)) = all.last().map(Event::payload) else {
+        panic!("ends run.cancelled: {:?}", all.last());
+    };
+    assert_eq!(reason.reason.as_deref(), Some("cancelled from elsewhere"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,16 +4,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use futures_core::Stream;
-use harness_core::action::{ActionKind, ActionRequest};
+use harness_core::action::{ActionKind, ActionRequest, ActionResponse};
 use harness_core::action::{ApprovalAnswer, Decision, FormAnswer, ValidatedResponse};
 use harness_core::adapter::{
     AdapterEvent, AgentConfig, BoxFuture, BoxStream, CancelResult, DeploymentContext, EventResult,
-    HarnessAdapter, HarnessRuntime, ResumeDecision, RuntimeContext, RuntimeIdentity, RuntimeInit,
-    TurnInput,
+    HarnessAdapter, HarnessRuntime, Restored, ResumeDecision, RuntimeContext, RuntimeIdentity,
+    RuntimeInit, TurnInput,
 };
 use harness_core::capability::CapabilityReport;
 use harness_core::error::{ErrorCategory, ErrorCode, HarnessError};
-use harness_core::event::{CancelReason, Content, ToolCallCompleted, ToolCallOutcome};
+use harness_core::event::{
+    CancelReason, Content, EventPayload, ToolCallCompleted, ToolCallOutcome,
+};
 use harness_core::id::{AdapterId, ExecutionId};
 use harness_core::manifest::{Adapter, AdapterOptions as _, OptionsValidator};
 use harness_macros::{Adapter, AdapterOptions};
@@ -222,6 +224,38 @@ impl Stats {
         explanation = "`usage` steps report token usage increments",
     ),
     capability(
+        "session.multi_turn",
+        native,
+        explanation = "`remember` steps keep text in the conversation's thread state \
+            (adapter_store); `recall` steps of its later turns stream it",
+        constraints(requires = "a conversation id"),
+    ),
+    capability(
+        "session.cross_replica_resume",
+        native,
+        explanation = "a run paused on a `form` or `approval` step resumes on another replica: \
+            the new runtime finds the step from the stored log (scripts are linear) and \
+            the earlier form values from the store's answers",
+    ),
+    capability(
+        "session.clear",
+        native,
+        explanation = "clearing the session moves its binding to a new epoch: later turns \
+            recall nothing of the old one",
+    ),
+    capability(
+        "thread.durable_commit",
+        native,
+        explanation = "each `remember` is one compare-and-set write of the thread state, \
+            durable when the service's store is",
+    ),
+    capability(
+        "thread.eviction_restore",
+        native,
+        explanation = "the runtime holds no conversation state of its own: a new runtime, \
+            process or replica reads it back from the thread state",
+    ),
+    capability(
         "interrupt.form_input",
         native,
         explanation = "`form` steps pause for typed form input; submitted values fill \
@@ -273,6 +307,12 @@ impl Stats {
         native,
         explanation = "restart releases the run's token and keeps the script position and any \
             open interrupt",
+    ),
+    capability(
+        "runtime.lease_fencing",
+        native,
+        explanation = "a replica fenced off by the store (its lease taken over) cancels the run: \
+            delays and hangs end at once",
     ),
     capability(
         "runtime.bounded_cleanup",
@@ -406,6 +446,8 @@ struct ScriptedRuntime {
     parent: CancellationToken,
     control: Mutex<Control>,
     progress: Arc<Mutex<Progress>>,
+    /// The conversation's thread state, for `remember` and `recall`.
+    state: Option<harness_core::session::ScopedThreadState>,
 }
 
 fn protocol(message: String) -> HarnessError {
@@ -439,6 +481,7 @@ impl ScriptedRuntime {
             }),
             parent,
             progress: Arc::new(Mutex::new(Progress::default())),
+            state: context.thread_state.clone(),
         }
     }
 
@@ -470,6 +513,7 @@ impl ScriptedRuntime {
             execution_id,
             Some(Arc::clone(&self.progress)),
         )
+        .with_state(self.state.clone())
     }
 
     /// The completions of a resumed approval, one per call in request order.
@@ -692,6 +736,82 @@ impl HarnessRuntime for ScriptedRuntime {
             bump(&self.stats.cleanups);
         }
         Box::pin(async {})
+    }
+
+    /// Takes over a pause: scripts are linear, so the pause is the interrupt step (`form`
+    /// or `approval`) whose turn it is after as many actions as the log asked for; form
+    /// values submitted before it fill placeholders again, from the store's answers.
+    fn restore(&self, restored: Restored) -> BoxFuture<'_, Result<(), HarnessError>> {
+        let result = self.take_over(restored);
+        Box::pin(async move { result })
+    }
+}
+
+impl ScriptedRuntime {
+    fn take_over(&self, restored: Restored) -> Result<(), HarnessError> {
+        let refuse = |why: String| {
+            protocol(format!(
+                "the paused execution cannot be taken over by this script: {why}"
+            ))
+        };
+        let asked = restored
+            .log
+            .iter()
+            .filter(|e| matches!(e.payload(), EventPayload::ActionRequested(_)))
+            .count();
+        let (step, op) = self
+            .script
+            .ops()
+            .iter()
+            .enumerate()
+            .filter(|(_, op)| matches!(op, Op::Approval { .. } | Op::Form { .. }))
+            .nth(asked.saturating_sub(1))
+            .ok_or_else(|| {
+                refuse(format!(
+                    "the log asked for {asked} action(s), the script has fewer interrupt steps"
+                ))
+            })?;
+        let (fixed, fits) = match (op, &restored.pending.kind) {
+            (Op::Approval { id, request, .. }, ActionKind::ToolApproval(pending)) => {
+                (id, request.calls() == pending.calls())
+            }
+            (Op::Form { id, request }, ActionKind::FormInput(pending)) => (id, request == pending),
+            _ => (&None, false),
+        };
+        if !fits || fixed.as_ref().is_some_and(|id| id != &restored.pending.id) {
+            return Err(refuse(format!(
+                "step {step} is not the action {} the execution awaits",
+                restored.pending.id
+            )));
+        }
+        if self.control().cleaned_up {
+            return Err(cleaned_up_error("restore"));
+        }
+        let mut progress = lock(&self.progress);
+        if progress.active || progress.pending.is_some() || progress.next != 0 {
+            return Err(protocol(
+                "restore was called on a runtime that already ran a segment".to_owned(),
+            ));
+        }
+        let values = Arc::make_mut(&mut progress.values);
+        for answer in &restored.answers {
+            if let ActionResponse::FormInput(form) = answer
+                && let FormAnswer::Submit(submitted) = &form.answer
+            {
+                for (name, value) in submitted.iter().filter(|(_, v)| !v.is_null()) {
+                    values.insert(name.to_owned(), render_value(value));
+                }
+            }
+        }
+        if let Some(trace) = &restored.turn.trace_context {
+            values.insert(TRACEPARENT.to_owned(), trace.traceparent().to_owned());
+        }
+        progress.next = step;
+        progress.pending = Some(Pending {
+            interrupt: restored.pending,
+            step,
+        });
+        Ok(())
     }
 }
 

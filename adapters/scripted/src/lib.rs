@@ -9,6 +9,6 @@ pub use adapter::{
     TRACEPARENT,
 };
 pub use script::{
-    ApprovalCall, DEFAULT_NAMESPACE, MAX_REPEAT, QUICKSTART, Script, ScriptBuilder, ScriptError,
-    Step,
+    ApprovalCall, DEFAULT_NAMESPACE, MAX_MEMORY, MAX_REPEAT, QUICKSTART, Script, ScriptBuilder,
+    ScriptError, Step,
 };

@@ -187,6 +187,19 @@ pub enum Step {
     },
     /// Waits until the run is cancelled; never completes by itself.
     Hang {},
+    /// Adds `text` to what the execution's conversation keeps (its thread state, which
+    /// later turns of the conversation see, on any replica sharing the store). Fails the run
+    /// (`configuration`) when the execution has no conversation, and (`persistence`) when
+    /// the state cannot be saved or a concurrent turn of the conversation saved first; a
+    /// conversation keeps at most 64 KiB (`configuration` beyond).
+    Remember {
+        /// What to keep.
+        text: String,
+    },
+    /// Streams what the execution's conversation keeps (the texts of its `remember` steps,
+    /// one per line) as one `message.delta`; nothing when it keeps nothing (a new or
+    /// cleared conversation). Fails the run as `remember` does.
+    Recall {},
     /// Panics with `message` (the control plane must survive it).
     Panic {
         /// The panic message.
@@ -222,6 +235,8 @@ impl Step {
             Self::Error { .. } => "error",
             Self::Delay { .. } => "delay",
             Self::Hang {} => "hang",
+            Self::Remember { .. } => "remember",
+            Self::Recall {} => "recall",
             Self::Panic { .. } => "panic",
             Self::Complete { .. } => "complete",
             Self::EventAfterComplete {} => "eventAfterComplete",
@@ -454,6 +469,8 @@ pub(crate) enum Op {
     Error(HarnessError),
     Delay(Duration),
     Hang,
+    Remember(String),
+    Recall,
     Panic(String),
     Complete {
         summary: Option<String>,
@@ -474,6 +491,9 @@ fn is_templated(text: &str) -> bool {
 /// cannot ask the service for unbounded work (the service's event limit bounds the whole
 /// execution too).
 pub const MAX_REPEAT: u32 = 100_000;
+
+/// The most bytes a conversation keeps through `remember` steps.
+pub const MAX_MEMORY: usize = 64 * 1024;
 
 fn compile(step: &Step) -> Result<Op, String> {
     Ok(match step {
@@ -656,6 +676,16 @@ fn compile(step: &Step) -> Result<Op, String> {
         }
         Step::Delay { ms } => Op::Delay(Duration::from_millis(*ms)),
         Step::Hang {} => Op::Hang,
+        Step::Remember { text } => {
+            if text.len() > MAX_MEMORY {
+                return Err(format!(
+                    "`text` is {} bytes: a conversation keeps at most {MAX_MEMORY}",
+                    text.len()
+                ));
+            }
+            Op::Remember(text.clone())
+        }
+        Step::Recall {} => Op::Recall,
         Step::Panic { message } => Op::Panic(message.clone()),
         Step::Complete { summary } => Op::Complete {
             templated: summary.as_deref().is_some_and(is_templated),
@@ -1183,6 +1213,16 @@ impl ScriptBuilder {
     /// Adds a hang: the run waits until cancelled.
     pub fn hang(self) -> Self {
         self.step(Step::Hang {})
+    }
+
+    /// Adds a `remember` step: `text` is kept for the conversation's later turns.
+    pub fn remember(self, text: impl Into<String>) -> Self {
+        self.step(Step::Remember { text: text.into() })
+    }
+
+    /// Adds a `recall` step: streams what the conversation keeps.
+    pub fn recall(self) -> Self {
+        self.step(Step::Recall {})
     }
 
     /// Adds a panic with `message`.

@@ -13,6 +13,7 @@ use harness_core::adapter::{AdapterEvent, EventResult};
 use harness_core::error::{ErrorCategory, HarnessError};
 use harness_core::event::{Content, RunSucceeded, TextDelta, ToolCall, ToolCallCompleted};
 use harness_core::id::{ActionId, ExecutionId};
+use harness_core::session::{ScopedThreadState, StateKey};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -90,6 +91,57 @@ pub(crate) fn cancelled_error() -> HarnessError {
 /// when the run was cancelled.
 type Wait = Pin<Box<dyn Future<Output = bool> + Send>>;
 
+/// A `remember` or `recall` in progress: what to yield next, if anything.
+type Io = Pin<Box<dyn Future<Output = Result<Option<AdapterEvent>, HarnessError>> + Send>>;
+
+/// Where `remember` keeps its texts in the conversation's thread state.
+const MEMORY_KEY: &str = "scripted/memory";
+
+fn memory_key() -> StateKey {
+    MEMORY_KEY.parse().expect("a valid state key")
+}
+
+fn no_conversation(step: &str) -> HarnessError {
+    HarnessError::new(
+        ErrorCategory::Configuration,
+        format!("a `{step}` step needs a conversation: start the execution with a conversation id"),
+    )
+}
+
+async fn remember(
+    state: ScopedThreadState,
+    text: String,
+) -> Result<Option<AdapterEvent>, HarnessError> {
+    let key = memory_key();
+    let (mut kept, version) = match state.get_json::<Vec<String>>(&key).await? {
+        Some((kept, version)) => (kept, Some(version)),
+        None => (Vec::new(), None),
+    };
+    let size: usize = kept.iter().map(String::len).sum::<usize>() + text.len();
+    if size > crate::script::MAX_MEMORY {
+        return Err(HarnessError::new(
+            ErrorCategory::Configuration,
+            format!(
+                "the conversation would keep {size} bytes: a conversation keeps at most {}; \
+                 clear the session to start afresh",
+                crate::script::MAX_MEMORY
+            ),
+        ));
+    }
+    kept.push(text);
+    state.put_json(&key, &kept, version).await?;
+    Ok(None)
+}
+
+async fn recall(state: ScopedThreadState) -> Result<Option<AdapterEvent>, HarnessError> {
+    let kept = state
+        .get_json::<Vec<String>>(&memory_key())
+        .await?
+        .map(|(kept, _)| kept)
+        .unwrap_or_default();
+    Ok((!kept.is_empty()).then(|| delta(false, kept.join("\n"))))
+}
+
 /// The remaining deltas of a `repeat`ed text step.
 struct Repeat {
     op: usize,
@@ -105,6 +157,9 @@ pub(crate) struct ScriptStream {
     /// Items to yield before anything else (tool activity around interrupts, trailing faults).
     queue: VecDeque<EventResult>,
     wait: Option<Wait>,
+    io: Option<Io>,
+    /// The conversation's thread state, when the execution has a conversation.
+    state: Option<ScopedThreadState>,
     token: CancellationToken,
     values: Arc<Values>,
     execution_id: ExecutionId,
@@ -128,12 +183,20 @@ impl ScriptStream {
             repeat: None,
             queue: VecDeque::new(),
             wait: None,
+            io: None,
+            state: None,
             token,
             values,
             execution_id,
             progress,
             done: false,
         }
+    }
+
+    /// Gives `remember` and `recall` steps the conversation's thread state.
+    pub(crate) fn with_state(mut self, state: Option<ScopedThreadState>) -> Self {
+        self.state = state;
+        self
     }
 
     /// Queues items to yield before the next step (the completions of a resumed approval).
@@ -147,6 +210,7 @@ impl ScriptStream {
         self.done = true;
         self.repeat = None;
         self.wait = None;
+        self.io = None;
         if let Some(progress) = &self.progress {
             let mut progress = lock(progress);
             progress.next = self.pos;
@@ -286,6 +350,22 @@ impl ScriptStream {
                 }));
                 None
             }
+            Op::Remember(text) => {
+                let Some(state) = self.state.clone() else {
+                    self.finish(None);
+                    return Some(Err(no_conversation("remember")));
+                };
+                self.io = Some(Box::pin(remember(state, text.clone())));
+                None
+            }
+            Op::Recall => {
+                let Some(state) = self.state.clone() else {
+                    self.finish(None);
+                    return Some(Err(no_conversation("recall")));
+                };
+                self.io = Some(Box::pin(recall(state)));
+                None
+            }
             Op::Panic(message) => panic!("{message}"),
             Op::Complete { summary, templated } => {
                 let summary = match summary {
@@ -345,6 +425,18 @@ impl Stream for ScriptStream {
                     return Poll::Ready(Some(this.cancelled()));
                 }
                 continue;
+            }
+            if let Some(io) = this.io.as_mut() {
+                let done = ready!(io.as_mut().poll(cx));
+                this.io = None;
+                match done {
+                    Ok(Some(event)) => return Poll::Ready(Some(Ok(event))),
+                    Ok(None) => continue,
+                    Err(error) => {
+                        this.finish(None);
+                        return Poll::Ready(Some(Err(error)));
+                    }
+                }
             }
             if this.token.is_cancelled() {
                 return Poll::Ready(Some(this.cancelled()));

@@ -3,7 +3,6 @@
 //! Run with `--nocapture` to see the report; its JSON is written to the target dir.
 
 use harness_conformance::{Behaviour, FixtureOutcome, Knobs, certify};
-use harness_core::capability::CapabilityKey;
 use harness_core::service::ExecutionRequest;
 use harness_scripted::{Script, ScriptedAdapter, ScriptedOptions};
 use serde_json::{Value, json};
@@ -119,6 +118,12 @@ impl Knobs for ScriptedKnobs {
                 {"type": "text", "text": format!("the key is {secret}")},
                 {"type": "complete"}
             ]),
+            Behaviour::Remember { marker } => json!([
+                {"type": "remember", "text": marker},
+                {"type": "text", "text": "kept"},
+                {"type": "complete"}
+            ]),
+            Behaviour::Recall => json!([{"type": "recall"}, {"type": "complete"}]),
             _ => return None,
         };
         Some(request(steps))
@@ -152,14 +157,24 @@ async fn the_scripted_adapter_passes_the_conformance_suite() {
         .map(|r| r.id.as_str())
         .collect();
     assert!(not_exercised.is_empty(), "not exercised: {not_exercised:?}");
-    // The runtime keeps no conversation across executions: `session.multi_turn` is declared
-    // unsupported, so its fixture checks that preflight refuses a request requiring it.
-    assert_eq!(
-        report.result("session.multi_turn").map(|r| &r.outcome),
-        Some(&FixtureOutcome::RefusedAtPreflight {
-            capabilities: vec![CapabilityKey::SessionMultiTurn]
-        })
-    );
+    // Conversations live in the service's thread state, and paused runs move between
+    // replicas: the session fixtures run and pass rather than being refused.
+    for id in [
+        "session.multi_turn",
+        "session.cross_replica_resume",
+        "session.clear",
+        "session.expired_state",
+        "runtime.lease_fencing",
+    ] {
+        assert!(
+            matches!(
+                report.result(id).map(|r| &r.outcome),
+                Some(FixtureOutcome::Passed { .. })
+            ),
+            "{id}: {:?}",
+            report.result(id)
+        );
+    }
     // Same content, same evidence id.
     assert_eq!(
         certify(&ScriptedKnobs).await.evidence_id,

@@ -19,7 +19,7 @@ use crate::action::{
 use crate::adapter::{AdapterEvent, EventResult, ResumeDecision};
 use crate::error::{ErrorCategory, ErrorCode, HarnessError};
 use crate::event::{CancelReason, CancelSource, Content, RunSucceeded};
-use crate::lifecycle::{Execution, NonTerminal, state};
+use crate::lifecycle::{AnyExecution, Execution, NonTerminal, state};
 use crate::time::Timestamp;
 
 /// How many ready items the driver takes from a segment before it looks at cancellation and
@@ -300,7 +300,41 @@ impl Driver {
             Err(end) => return self.end_starting(starting, end).await,
         };
         let mut running = starting.run();
-        let mut end = self.consume(&mut running, stream).await;
+        let end = self.consume(&mut running, stream).await;
+        self.drive(running, end).await;
+    }
+
+    /// Drives an execution taken over while awaiting an action (its runtime lost with its
+    /// replica): waits for the answer, then resumes on a fresh runtime that restores the
+    /// pause, and goes on as any execution.
+    pub(super) async fn run_restored(mut self, restored: AnyExecution) {
+        let resumed = match restored {
+            AnyExecution::AwaitingInput(awaiting) => self.await_answer(awaiting).await,
+            AnyExecution::AwaitingApproval(awaiting) => self.await_answer(awaiting).await,
+            other => {
+                // Only a paused execution is restored; anything else ends as lost.
+                if let Ok(cancelling) = other.begin_cancel(self.cancel_reason()) {
+                    self.confirm_cancel(cancelling).await;
+                }
+                return;
+            }
+        };
+        match resumed {
+            Ok((mut running, decision)) => {
+                let segment = Segment::resume_of(Arc::clone(&self.execution), decision);
+                let end = match self.call(segment).await {
+                    Ok(stream) => self.consume(&mut running, stream).await,
+                    Err(end) => end,
+                };
+                self.drive(running, end).await;
+            }
+            Err(Unanswered::Cancel(cancelling)) => self.confirm_cancel(cancelling).await,
+            Err(Unanswered::Lost(running)) => self.fail(running, provider_lost()).await,
+        }
+    }
+
+    /// Runs the execution from the end of a segment to its terminal event.
+    async fn drive(&mut self, mut running: Execution<state::Running>, mut end: SegmentEnd) {
         loop {
             match end {
                 SegmentEnd::Completed(summary) => {

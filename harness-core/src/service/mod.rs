@@ -133,13 +133,14 @@ use self::persist::Durable;
 pub use self::persist::Recovery;
 use self::segment::{ExecutionRuntime, catch};
 use crate::adapter::{
-    AgentConfig, DeploymentContext, HarnessAdapter, InputFile, RunLimits, RuntimeContext, TurnInput,
+    AgentConfig, DeploymentContext, HarnessAdapter, InputFile, Restored, RunLimits, RuntimeContext,
+    TurnInput,
 };
 use crate::capability::Requirement;
 use crate::error::{ErrorCategory, ErrorCode, HarnessError};
 use crate::extensions::Extensions;
 use crate::id::{ConversationId, ExecutionId, IdempotencyKey};
-use crate::lifecycle::Execution;
+use crate::lifecycle::{AnyExecution, Execution};
 use crate::manifest::ContractVersion;
 use crate::session::{
     BindingId, InMemoryThreadStateStore, ScopedThreadState, SessionBinding, ThreadStateStore,
@@ -643,17 +644,52 @@ impl<A: HarnessAdapter> AdapterService<A> {
                 .acquire(&id, &durable.replica, durable.lease_ttl)
                 .await
                 .map_err(|e| e.to_harness_error())?;
-            persist::spawn(durable.clone(), lease, &shared);
+            persist::spawn(durable.clone(), lease, &shared, 0);
         }
         let handle = ExecutionHandle {
             holders: Arc::new(Holders(Arc::clone(&shared))),
             replay: false,
         };
-        let deadline = request.deadline.map(instant_of);
+        let turn = turn_of(id, &request);
+        let driver = self.driver(shared, request, config, (binding, thread_state), turn, None);
+        // The driver inherits the caller's span (a tracing layer enters the execution's span while
+        // polling this call), so what the driver and the adapter log belongs to the execution.
+        tokio.spawn(driver.run(queued).instrument(tracing::Span::current()));
+        Ok(handle)
+    }
+}
+
+/// The turn an execution of `request` runs.
+fn turn_of(id: ExecutionId, request: &ExecutionRequest) -> TurnInput {
+    TurnInput {
+        execution_id: id,
+        conversation_id: request.conversation_id.clone(),
+        message: request.message.clone(),
+        files: request.files.clone(),
+        client_context: request.client_context.clone(),
+        trace_context: request.trace_context.clone(),
+        deadline: request.deadline,
+        idempotency_key: request.idempotency_key.clone(),
+    }
+}
+
+impl<A: HarnessAdapter> AdapterService<A> {
+    /// The driver of one execution: its runtime context, its turn, and (for one taken over
+    /// while paused) what its runtime restores.
+    fn driver(
+        &self,
+        shared: Arc<Shared>,
+        request: ExecutionRequest,
+        config: AgentConfig,
+        (binding, thread_state): (Option<SessionBinding>, Option<ScopedThreadState>),
+        turn: TurnInput,
+        restored: Option<Restored>,
+    ) -> Driver {
+        let inner = &self.inner;
         let context = RuntimeContext {
             contract_version: ContractVersion::V1,
             adapter: shared.adapter.clone(),
-            execution_id: id.clone(),
+            execution_id: shared.id.clone(),
             config,
             binding,
             prompt: None,
@@ -662,61 +698,148 @@ impl<A: HarnessAdapter> AdapterService<A> {
             thread_state,
             cancellation: shared.cancel.child_token(),
         };
-        let turn = TurnInput {
-            execution_id: id,
-            conversation_id: request.conversation_id,
-            message: request.message,
-            files: request.files,
-            client_context: request.client_context,
-            trace_context: request.trace_context,
-            deadline: request.deadline,
-            idempotency_key: request.idempotency_key,
-        };
-        let execution = Arc::new(ExecutionRuntime::new(
+        let mut execution = ExecutionRuntime::new(
             Arc::clone(&shared),
             context,
             turn,
             request.extensions,
             inner.config.cleanup_deadline,
-        ));
-        let driver = Driver {
+        );
+        let emitted = restored.is_some();
+        if let Some(restored) = restored {
+            execution = execution.with_restored(restored);
+        }
+        Driver {
             config: inner.config,
             shared,
-            execution,
+            execution: Arc::new(execution),
             stack: inner.stack.clone(),
             listening: true,
-            emitted: false,
-            deadline,
+            // A restored execution may have produced output before its owner was lost.
+            emitted,
+            deadline: request.deadline.map(instant_of),
             content: Vec::new(),
             durable: inner.durable.clone(),
-        };
-        // The driver inherits the caller's span (a tracing layer enters the execution's span while
-        // polling this call), so what the driver and the adapter log belongs to the execution.
-        tokio.spawn(driver.run(queued).instrument(tracing::Span::current()));
-        Ok(handle)
+        }
     }
-}
 
-impl<A: HarnessAdapter> AdapterService<A> {
-    /// Ends the executions of this adapter that a lost replica left unfinished in the
-    /// service's store (their lease lapsed or was released): each gets exactly one terminal
-    /// event, `run.cancelled` when a cancel had been requested, else `run.failed`
-    /// (`unavailable`, retryable, `OWNER_LOST`). Executions another live replica holds are
-    /// left alone; of replicas recovering at once, one ends each. Call it when a replica
-    /// starts, and from time to time.
+    /// Takes over `paused` (its lease already this replica's): the execution, restored
+    /// from its stored log, awaits its action here; the answer resumes it on a fresh
+    /// runtime that restores the pause.
+    async fn restore(&self, paused: persist::Paused) -> Result<(), HarnessError> {
+        let durable = self.durable()?;
+        let persist::Paused {
+            lease,
+            record,
+            events,
+            pending,
+        } = paused;
+        let id = record.id.clone();
+        let request: ExecutionRequest = serde_json::from_value(record.request).map_err(|e| {
+            HarnessError::new(
+                ErrorCategory::Persistence,
+                "the stored request of the execution cannot be read back",
+            )
+            .with_diagnostic(e.to_string())
+        })?;
+        // The answers before this pause, with what the log does not carry (form values).
+        let mut answers = Vec::new();
+        for event in &events {
+            if let crate::event::EventPayload::ActionResolved(resolved) = event.payload()
+                && let Some(resolution) = durable
+                    .store
+                    .resolution(&id, &resolved.action_id)
+                    .await
+                    .map_err(|e| e.to_harness_error())?
+                && let Ok(answer) = serde_json::from_value(resolution.response)
+            {
+                answers.push(answer);
+            }
+        }
+        let stored = events.len();
+        let restored = AnyExecution::restore(&id, events).map_err(|e| {
+            HarnessError::new(
+                ErrorCategory::Persistence,
+                "the stored log of the execution cannot be restored",
+            )
+            .with_diagnostic(e.to_string())
+        })?;
+        let state = match &request.conversation_id {
+            Some(conversation) => {
+                let scoped = self.scoped_state(conversation).await?;
+                (Some(scoped.binding().clone()), Some(scoped))
+            }
+            None => (None, None),
+        };
+        let reader = restored.events();
+        reader.gate();
+        reader.publish(Some(stored));
+        let log = reader.snapshot(crate::id::Cursor::START);
+        let shared = Arc::new(Shared::new(
+            id.clone(),
+            self.inner.adapter.descriptor().id().clone(),
+            reader,
+            CancellationToken::new(),
+        ));
+        persist::spawn(durable.clone(), lease, &shared, stored);
+        let turn = turn_of(id, &request);
+        let config = AgentConfig {
+            options: request.options.clone(),
+            model: None,
+            conversation: request.conversation_id.clone(),
+        };
+        let restored_for_runtime = Restored::new(turn.clone(), pending, log, answers);
+        let driver = self.driver(
+            shared,
+            request,
+            config,
+            state,
+            turn,
+            Some(restored_for_runtime),
+        );
+        tokio::spawn(driver.run_restored(restored));
+        Ok(())
+    }
+
+    /// Handles the executions of this adapter that a lost replica left unfinished in the
+    /// service's store (their lease lapsed or was released), each exactly once across the
+    /// replicas recovering at once (the lease decides); executions a live replica holds are
+    /// left alone. Call it when a replica starts, and from time to time.
     ///
-    /// Continuing an execution where it stood (`runtime.eviction_recovery`) needs the
-    /// adapter's durable thread state, not wired yet: it is declared unsupported.
+    /// - One paused on an action, when the adapter declares `session.cross_replica_resume`
+    ///   usable, is taken over ([`Recovery::Restored`]): it awaits its answer here (sent to
+    ///   any replica, accepted once), which resumes it on a fresh runtime that restores the
+    ///   pause ([`HarnessRuntime::restore`](crate::adapter::HarnessRuntime::restore)).
+    /// - One whose cancel was requested (or begun) ends `run.cancelled`.
+    /// - Any other ends `run.failed` (`unavailable`, retryable, `OWNER_LOST`): continuing a
+    ///   run mid-stream (`runtime.eviction_recovery`) would need the provider's own state of
+    ///   the unfinished turn, which no adapter of this project keeps.
     ///
     /// # Errors
     /// `persistence` when the store fails; `configuration` when the service has no store.
     pub async fn recover(&self) -> Result<Vec<Recovery>, HarnessError> {
         let durable = self.durable()?;
+        let restorable = self
+            .inner
+            .adapter
+            .descriptor()
+            .capabilities()
+            .level(crate::capability::CapabilityKey::SessionCrossReplicaResume)
+            .is_usable();
+        let this = self.clone();
+        let restore = move |paused: persist::Paused| -> futures_util::future::BoxFuture<
+            'static,
+            Result<(), HarnessError>,
+        > {
+            let this = this.clone();
+            Box::pin(async move { this.restore(paused).await })
+        };
         persist::recover(
             &*durable.store,
             self.inner.adapter.descriptor().id().as_str(),
             &durable.replica,
             durable.lease_ttl,
+            restorable.then_some(&restore as persist::Restore<'_>),
         )
         .await
         .map_err(|e| e.to_harness_error())

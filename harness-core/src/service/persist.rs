@@ -46,14 +46,18 @@ impl std::fmt::Debug for Durable {
 /// is cancelled and the gate lifted: local readers see the local end, the store keeps the
 /// new owner's. When the store is unavailable, the batch is retried with backoff; readers
 /// wait meanwhile (nothing unacknowledged is shown).
-pub(crate) fn spawn(durable: Durable, mut lease: Lease, shared: &Arc<Shared>) {
+///
+/// The first `stored` events of the log are the store's already (an execution taken over).
+pub(crate) fn spawn(durable: Durable, mut lease: Lease, shared: &Arc<Shared>, stored: usize) {
     let reader = shared.reader.clone();
     let cancel = shared.cancel.clone();
     watch_store(durable.clone(), Arc::clone(shared));
     let (tx, mut rx) = mpsc::unbounded_channel::<Event>();
     // Dropped after the terminal event (or with the log): the channel then closes.
     reader.observe(move |event: &Event| {
-        let _ = tx.send(event.clone());
+        if event.seq().get() > stored as u64 {
+            let _ = tx.send(event.clone());
+        }
     });
     let Durable {
         store,
@@ -62,7 +66,7 @@ pub(crate) fn spawn(durable: Durable, mut lease: Lease, shared: &Arc<Shared>) {
     } = durable;
     let renew_every = lease_ttl / 3;
     tokio::spawn(async move {
-        let mut published = 0usize;
+        let mut published = stored;
         let mut renewed = Instant::now();
         let mut batch: Vec<Event> = Vec::new();
         let mut backoff = Duration::from_millis(20);
@@ -87,9 +91,21 @@ pub(crate) fn spawn(durable: Durable, mut lease: Lease, shared: &Arc<Shared>) {
                     .acquire(&lease.execution_id, &replica, lease_ttl)
                     .await
                 {
-                    Ok(renewal) => {
+                    Ok(renewal) if renewal.token == lease.token => {
                         lease = renewal;
                         renewed = Instant::now();
+                    }
+                    // The lease lapsed and another replica held it meanwhile (a new token):
+                    // this one was fenced off, whatever the store now holds.
+                    Ok(renewal) => {
+                        let _ = store.release(&renewal).await;
+                        let fenced = StoreError::Fenced {
+                            execution: lease.execution_id.clone(),
+                            presented: lease.token,
+                            current: renewal.token,
+                        };
+                        lost(&fenced, &reader, &cancel);
+                        return;
                     }
                     Err(StoreError::Unavailable(e)) => {
                         tracing::warn!(error = %e, "could not renew the execution's lease");
@@ -223,17 +239,37 @@ pub enum Recovery {
     Failed(ExecutionId),
     /// Ended with `run.cancelled`: a cancel had been requested (or begun).
     Cancelled(ExecutionId),
+    /// Taken over while paused on an action: it awaits its answer on this replica, and the
+    /// answer (sent to any replica) resumes it here.
+    Restored(ExecutionId),
 }
+
+/// An unfinished execution paused on an action, taken over under a lease of this replica.
+pub(crate) struct Paused {
+    pub(crate) lease: Lease,
+    pub(crate) record: crate::store::ExecutionRecord,
+    pub(crate) events: Vec<Event>,
+    pub(crate) pending: crate::action::ActionRequest,
+}
+
+/// Takes a paused execution over (see [`Paused`]); `Err` leaves it to be ended as lost.
+pub(crate) type Restore<'a> = &'a (
+        dyn Fn(Paused) -> futures_util::future::BoxFuture<'static, Result<(), HarnessError>> + Sync
+    );
 
 /// Ends the unfinished executions of `adapter` whose owner is gone (their lease is free or
 /// lapsed), each with exactly one terminal event, written under a lease of `replica`: those
 /// held by a live replica are left alone, and of several replicas recovering at once, one
 /// ends each execution (the lease decides).
+///
+/// With `restore`, an execution paused on an action is taken over instead: its lease moves
+/// to `replica` itself and `restore` resumes it here.
 pub(crate) async fn recover(
     store: &dyn ExecutionStore,
     adapter: &str,
     replica: &ReplicaId,
     ttl: Duration,
+    restore: Option<Restore<'_>>,
 ) -> Result<Vec<Recovery>, StoreError> {
     use futures_util::StreamExt;
     // Recovery takes leases under a name of its own: this replica's live executions hold
@@ -255,8 +291,9 @@ pub(crate) async fn recover(
                     Err(StoreError::Leased { .. }) => return Ok(None),
                     Err(e) => return Err(e),
                 };
-                let done = match end(store, &lease).await {
-                    Ok(done) => Ok(done),
+                let done = match settle(store, lease.clone(), replica, ttl, restore).await {
+                    Ok(Settled::Restored) => return Ok(Some(Recovery::Restored(record.id))),
+                    Ok(Settled::Ended(done)) => Ok(done),
                     // Another replica recovered it first, or a late append of the old owner
                     // raced.
                     Err(
@@ -283,9 +320,97 @@ pub(crate) async fn recover(
 /// How many executions recovery ends at once.
 const RECOVERY_PARALLELISM: usize = 64;
 
-async fn end(store: &dyn ExecutionStore, lease: &Lease) -> Result<Option<Recovery>, StoreError> {
+/// What recovery did with one execution under its recovery lease.
+enum Settled {
+    /// Ended (`None`: it had ended already, or someone else ended it).
+    Ended(Option<Recovery>),
+    /// Taken over by this replica (the recovery lease is gone).
+    Restored,
+}
+
+/// Ends the execution of `lease` as lost, or (with `restore`, when it is paused on an
+/// action and no cancel was asked for) hands it to `restore` under a lease of `replica`.
+async fn settle(
+    store: &dyn ExecutionStore,
+    lease: Lease,
+    replica: &ReplicaId,
+    ttl: Duration,
+    restore: Option<Restore<'_>>,
+) -> Result<Settled, StoreError> {
     let id = &lease.execution_id;
     let record = store.record(id).await?;
+    let cancelled = record.cancel_requested.is_some() || record.state == ExecutionState::Cancelling;
+    let awaiting = matches!(
+        record.state,
+        ExecutionState::AwaitingInput | ExecutionState::AwaitingApproval
+    );
+    if let Some(restore) = restore.filter(|_| awaiting && !cancelled) {
+        let events = read_all(store, id).await?;
+        if events.last().is_some_and(|e| e.kind().is_terminal()) {
+            return Ok(Settled::Ended(None));
+        }
+        if let Some(pending) = pending_of(&events) {
+            // The lease moves to the replica's own name, which its persister renews. In the
+            // gap another replica may take it: then that one has it.
+            let _ = store.release(&lease).await;
+            let own = match store.acquire(id, replica, ttl).await {
+                Ok(own) => own,
+                Err(StoreError::Leased { .. }) => return Ok(Settled::Ended(None)),
+                Err(e) => return Err(e),
+            };
+            let paused = Paused {
+                lease: own.clone(),
+                record,
+                events,
+                pending,
+            };
+            match restore(paused).await {
+                Ok(()) => return Ok(Settled::Restored),
+                Err(e) => {
+                    tracing::error!(execution = %id, error = %e, "a paused execution could not be taken over; it ends as lost");
+                    let ended = end(store, &own, &store.record(id).await?).await;
+                    let _ = store.release(&own).await;
+                    return ended.map(Settled::Ended);
+                }
+            }
+        }
+    }
+    end(store, &lease, &record).await.map(Settled::Ended)
+}
+
+/// Every stored event of `id`, in pages.
+async fn read_all(store: &dyn ExecutionStore, id: &ExecutionId) -> Result<Vec<Event>, StoreError> {
+    let mut events: Vec<Event> = Vec::new();
+    loop {
+        let after = events.last().map_or(0, |e| e.seq().get());
+        let page = store.read(id, Cursor::after_seq(after), 1024).await?;
+        if page.is_empty() {
+            return Ok(events);
+        }
+        events.extend(page);
+    }
+}
+
+/// The action a log leaves open, if any.
+fn pending_of(events: &[Event]) -> Option<crate::action::ActionRequest> {
+    let mut pending = None;
+    for event in events {
+        match event.payload() {
+            EventPayload::ActionRequested(request) => pending = Some((**request).clone()),
+            EventPayload::ActionResolved(_) | EventPayload::RunCancelling(_) => pending = None,
+            _ => {}
+        }
+    }
+    pending
+}
+
+/// Appends the one terminal event of an execution whose owner was lost.
+async fn end(
+    store: &dyn ExecutionStore,
+    lease: &Lease,
+    record: &crate::store::ExecutionRecord,
+) -> Result<Option<Recovery>, StoreError> {
+    let id = &lease.execution_id;
     // The last stored event: read from the end in pages (bounded memory, any log length).
     let mut last = 0u64;
     loop {
@@ -300,6 +425,7 @@ async fn end(store: &dyn ExecutionStore, lease: &Lease) -> Result<Option<Recover
     let (payload, done) = if cancelled {
         let reason = record
             .cancel_requested
+            .clone()
             .unwrap_or_else(|| "the cancel was requested before the owner was lost".to_owned());
         (
             EventPayload::RunCancelled(CancelReason::new(reason)),

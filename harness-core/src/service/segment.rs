@@ -103,7 +103,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::handle::Shared;
 use crate::adapter::{
-    AdapterEvent, BoxFuture, BoxStream, EventResult, HarnessAdapter, HarnessRuntime,
+    AdapterEvent, BoxFuture, BoxStream, EventResult, HarnessAdapter, HarnessRuntime, Restored,
     ResumeDecision, RuntimeContext, TurnInput,
 };
 use crate::error::{ErrorCategory, ErrorCode, HarnessError};
@@ -312,6 +312,9 @@ pub(crate) struct ExecutionRuntime {
     extensions: Extensions,
     cleanup_deadline: Duration,
     slot: Mutex<Slot>,
+    /// Set for an execution taken over while paused: the first resume creates a runtime
+    /// and restores the pause on it.
+    restored: Option<Restored>,
 }
 
 /// The execution's current runtime and the attempt it was made for.
@@ -345,7 +348,14 @@ impl ExecutionRuntime {
                 cell: None,
                 attempt: 0,
             }),
+            restored: None,
         }
+    }
+
+    /// For an execution taken over while paused on `restored.pending`.
+    pub(super) fn with_restored(mut self, restored: Restored) -> Self {
+        self.restored = Some(restored);
+        self
     }
 
     fn slot(&self) -> MutexGuard<'_, Slot> {
@@ -486,10 +496,25 @@ impl<A: HarnessAdapter> tower::Service<Segment> for RuntimeService<A> {
                     }))
                 }
                 Work::Resume(decision) => {
-                    let cell = execution.current().ok_or_else(|| {
-                        HarnessError::new(ErrorCategory::Internal, "there is no runtime to resume")
-                            .with_diagnostic("a resume segment was called before any turn segment")
-                    })?;
+                    let cell = match (execution.current(), &execution.restored) {
+                        (Some(cell), _) => cell,
+                        // Taken over while paused: a fresh runtime takes the pause over.
+                        (None, Some(restored)) => {
+                            let cell = execution.runtime_for(attempt, &*adapter).await?;
+                            let restored = restored.clone();
+                            catch(async { cell.runtime.restore(restored).await }).await??;
+                            cell
+                        }
+                        (None, None) => {
+                            return Err(HarnessError::new(
+                                ErrorCategory::Internal,
+                                "there is no runtime to resume",
+                            )
+                            .with_diagnostic(
+                                "a resume segment was called before any turn segment",
+                            ));
+                        }
+                    };
                     Ok(AdapterStream::open(&cell.runtime, move |rt| {
                         rt.resume(decision)
                     }))

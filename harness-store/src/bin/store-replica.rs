@@ -3,11 +3,14 @@
 //! `harness_store::suite`, durable as replica REPLICA (lease 1 s) in DB: a PostgreSQL
 //! connection string (`host=...`) or the path of an SQLite file.
 //!
-//! MODE `run` starts one execution that ticks every 5 ms for ever, prints `execution <id>`,
-//! then `seen <seq> <kind>` for every event its handle shows (only what the store
-//! acknowledged), until it is killed. MODE `recover` calls `AdapterService::recover` until no
-//! execution of the adapter is unfinished (at most 10 s), printing `recovered <id> <how>` for
-//! each it ended, then `done`.
+//! MODE `run` starts one execution that ticks every 5 ms for ever; MODE `ask` one that first
+//! asks to approve a tool call (then ticks three times). Both print `execution <id>`, then
+//! `seen <seq> <kind>` for every event its handle shows (only what the store acknowledged),
+//! until killed. MODE `recover` (its adapter declares `session.cross_replica_resume`) calls
+//! `AdapterService::recover` until no execution of the adapter is unfinished (at most 10 s),
+//! printing `recovered <id> <how>` for each it handled; each it restored it then answers
+//! (approving the call) and follows to its end, printing `resumed <id> <terminal kind>`;
+//! then `done`.
 
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -49,12 +52,17 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        let service = AdapterService::builder(Ticker::new(None, Duration::from_millis(5)))
+        let adapter = match mode.as_str() {
+            "run" => Ticker::new(None, Duration::from_millis(5)),
+            "ask" => Ticker::asking(Some(3), Duration::from_millis(5)),
+            _ => Ticker::resumable(Some(3), Duration::from_millis(5)),
+        };
+        let service = AdapterService::builder(adapter)
             .store(Arc::clone(&store), ReplicaId::new(replica.as_str()))
             .lease_ttl(Duration::from_secs(1))
             .build();
         match mode.as_str() {
-            "run" => run(&service).await,
+            "run" | "ask" => run(&service).await,
             "recover" => recover(&service, &*store).await,
             _ => ExitCode::from(2),
         }
@@ -89,10 +97,22 @@ async fn recover(
         match service.recover().await {
             Ok(done) => {
                 for recovery in done {
-                    let _ = match recovery {
+                    let _ = match &recovery {
                         Recovery::Failed(id) => writeln!(out, "recovered {id} failed"),
                         Recovery::Cancelled(id) => writeln!(out, "recovered {id} cancelled"),
+                        Recovery::Restored(id) => writeln!(out, "recovered {id} restored"),
                     };
+                    if let Recovery::Restored(id) = recovery {
+                        match resume(service, &id).await {
+                            Ok(kind) => {
+                                let _ = writeln!(out, "resumed {id} {kind}");
+                            }
+                            Err(e) => {
+                                eprintln!("store-replica: resume {id}: {e}");
+                                return ExitCode::FAILURE;
+                            }
+                        }
+                    }
                 }
             }
             Err(e) => {
@@ -121,4 +141,36 @@ async fn recover(
     }
     let _ = writeln!(out, "done");
     ExitCode::SUCCESS
+}
+
+/// Answers the restored execution `id` (approving every call) and follows it to its end.
+async fn resume(
+    service: &AdapterService<harness_core::adapter::Simple<Ticker>>,
+    id: &harness_core::id::ExecutionId,
+) -> Result<&'static str, String> {
+    let execution = service.attach(id).await.map_err(|e| e.to_string())?;
+    let mut events = execution.events(Cursor::START);
+    let request = loop {
+        match events.next().await {
+            Some(event) => {
+                if let harness_core::event::EventPayload::ActionRequested(request) = event.payload()
+                {
+                    break (**request).clone();
+                }
+            }
+            None => return Err("the restored execution ended without its action".to_owned()),
+        }
+    };
+    service
+        .respond_to(id, request.approve_all())
+        .await
+        .map_err(|e| e.to_string())?;
+    let ended = tokio::time::timeout(Duration::from_secs(10), execution.outcome())
+        .await
+        .map_err(|_| "no end within 10 s".to_owned())?;
+    Ok(match ended.state() {
+        harness_core::lifecycle::ExecutionState::Succeeded => "run.succeeded",
+        harness_core::lifecycle::ExecutionState::Cancelled => "run.cancelled",
+        _ => "run.failed",
+    })
 }
