@@ -1510,3 +1510,53 @@ proptest! {
         }
     }
 }
+
+mod restore {
+    use harness_core::event::{Event, EventPayload};
+    use harness_core::id::{Cursor, ExecutionId, Sequence};
+    use harness_core::lifecycle::{AnyExecution, Execution, ExecutionState};
+    use harness_core::time::Timestamp;
+
+    fn stored(events: &harness_core::log::LogReader) -> Vec<Event> {
+        events
+            .snapshot(Cursor::START)
+            .iter()
+            .map(|e| (**e).clone())
+            .collect()
+    }
+
+    #[test]
+    fn a_log_restores_to_the_state_it_leaves_and_keeps_its_events() {
+        let id = ExecutionId::generate();
+        let running = Execution::queue(id.clone()).start().run();
+        let log = stored(&running.events());
+        let restored = AnyExecution::restore(&id, log.clone()).unwrap();
+        assert_eq!(restored.state(), ExecutionState::Running);
+        let again: Vec<Event> = stored(&restored.events());
+        assert_eq!(again, log);
+        drop(running);
+    }
+
+    #[test]
+    fn a_log_that_ended_has_a_gap_or_is_another_executions_is_refused() {
+        let id = ExecutionId::generate();
+        let running = Execution::queue(id.clone()).start().run();
+        let mut log = stored(&running.events());
+        let _done = running.succeed(Default::default());
+
+        assert!(AnyExecution::restore(&id, Vec::new()).is_err(), "empty");
+        let other = ExecutionId::generate();
+        let err = AnyExecution::restore(&other, log.clone()).unwrap_err();
+        assert!(err.to_string().contains("does not continue"), "{err}");
+        let gap = vec![log[0].clone(), log[2].clone()];
+        assert!(AnyExecution::restore(&id, gap).is_err(), "a gap");
+        log.push(Event::new(
+            id.clone(),
+            Sequence::new(4).unwrap(),
+            Timestamp::now(),
+            EventPayload::RunSucceeded(Default::default()),
+        ));
+        let err = AnyExecution::restore(&id, log).unwrap_err();
+        assert!(err.to_string().contains("ended"), "{err}");
+    }
+}

@@ -31,8 +31,10 @@ use harness_core::event::{
 };
 use harness_core::id::{ActionId, AdapterId, ConversationId, ToolCallId};
 use harness_core::manifest::{Adapter, HarnessDescriptor};
+use harness_core::session::{ScopedThreadState, StateKey};
 use harness_layers::redaction::Redactor;
 use harness_macros::Adapter;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 
@@ -154,6 +156,42 @@ struct Bound {
     session: SessionId,
 }
 
+/// Where a conversation's [`Bound`] lives in its thread state.
+const BOUND_KEY: &str = "acp/session";
+
+/// [`Bound`] as the thread state keeps it.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct StoredBound {
+    agent: String,
+    session_id: String,
+}
+
+fn bound_key() -> StateKey {
+    BOUND_KEY.parse().expect("a valid state key")
+}
+
+/// Refuses a conversation whose session lives in another agent than `agent`.
+fn same_agent(
+    bound: &Bound,
+    conversation: &ConversationId,
+    agent: &str,
+) -> Result<SessionId, HarnessError> {
+    if &*bound.agent == agent {
+        return Ok(bound.session.clone());
+    }
+    Err(HarnessError::new(
+        ErrorCategory::Configuration,
+        format!(
+            "conversation {conversation} cannot be continued with agent `{agent}`: its ACP \
+             session lives in agent `{}`; continue it with that agent, or start a new \
+             conversation",
+            bound.agent
+        ),
+    )
+    .with_code(ErrorCode::OPTIONS_INVALID))
+}
+
 /// A conversation's mapped ACP session, if any, for the agent `agent`; a conversation bound
 /// to another agent is a `configuration` error naming both.
 fn session_for(
@@ -166,17 +204,7 @@ fn session_for(
     };
     match lock(sessions).get(conversation) {
         None => Ok(None),
-        Some(bound) if &*bound.agent == agent => Ok(Some(bound.session.clone())),
-        Some(bound) => Err(HarnessError::new(
-            ErrorCategory::Configuration,
-            format!(
-                "conversation {conversation} cannot be continued with agent `{agent}`: its ACP \
-                 session lives in agent `{}`; continue it with that agent, or start a new \
-                 conversation",
-                bound.agent
-            ),
-        )
-        .with_code(ErrorCode::OPTIONS_INVALID)),
+        Some(bound) => same_agent(bound, conversation, agent).map(Some),
     }
 }
 
@@ -187,13 +215,16 @@ fn session_for(
 /// name at most (its options are [`AcpOptions`]); it chooses no program, directory or
 /// environment. An unknown name is refused as `OPTIONS_INVALID` before anything starts.
 ///
-/// The adapter remembers which ACP session each conversation maps to, and in which agent, in
-/// memory, per adapter instance and its clones: a conversation's later turns with the same
-/// agent reopen that session with `session/load`; with another agent, they are refused as
-/// `configuration` (at `evaluate` when there is a preflight, before the agent is started
-/// otherwise). The durable home of that mapping is the thread-state store, which the
-/// service does not hand to runtimes yet; an adapter restarted (or another replica) does not
-/// know the mapping, and a later turn then opens a new session.
+/// Which ACP session each conversation maps to, and in which agent, is kept in the
+/// conversation's thread state (key `acp/session`), which the service hands each execution
+/// of a conversation: a conversation's later turns with the same agent reopen that session
+/// with `session/load`, on this adapter or on another replica over the same store; with
+/// another agent, they are refused as `configuration` before the agent is started. A
+/// cleared session (a new epoch of its binding) has no mapping: its next turn opens a new
+/// ACP session. An agent that no longer knows the session (its storage gone) fails the turn
+/// `persistence`: the conversation's state expired, and it is said so, not silently started
+/// afresh. The adapter also remembers the mappings it made in memory (shared by its clones),
+/// so that `evaluate` can refuse another agent before any probe.
 ///
 /// ```
 /// use harness_acp::{AcpAdapter, AcpAgent, AcpOptions, DEFAULT_AGENT};
@@ -241,6 +272,34 @@ fn session_for(
             session/new, later turns reopen it with session/load; evaluate reports \
             it unsupported for an agent that does not negotiate loadSession",
         constraints(requires = "agentCapabilities.loadSession"),
+    ),
+    capability(
+        "session.clear",
+        native,
+        explanation = "the conversation's session mapping lives in its thread state: a cleared \
+            session (a new epoch) has none, and its next turn opens a new ACP session",
+        constraints(requires = "agentCapabilities.loadSession"),
+    ),
+    capability(
+        "thread.eviction_restore",
+        native,
+        explanation = "the mapping is read back from the thread state by any runtime, process \
+            or replica, and the agent reopens the session with session/load; an agent \
+            that no longer has the session fails the turn `persistence`",
+        constraints(requires = "agentCapabilities.loadSession"),
+    ),
+    capability(
+        "session.cross_replica_resume",
+        unsupported,
+        explanation = "a paused permission request or elicitation belongs to the agent process \
+            that asked: when its replica is lost, so is the question, and the execution \
+            ends OWNER_LOST",
+    ),
+    capability(
+        "runtime.lease_fencing",
+        native,
+        explanation = "a replica fenced off by the store cancels the run: session/cancel, then \
+            the agent's process group is shut down",
     ),
     capability(
         "interrupt.form_input",
@@ -531,13 +590,19 @@ impl HarnessAdapter for AcpAdapter {
                 if config.conversation.is_some() {
                     return Err(multi_turn_unsupported(config.conversation.as_ref()));
                 }
-                report.declare(
+                for key in [
                     CapabilityKey::SessionMultiTurn,
-                    Capability::unsupported(
-                        "the agent did not negotiate loadSession: a conversation cannot be \
-                         continued in a later execution",
-                    ),
-                );
+                    CapabilityKey::SessionClear,
+                    CapabilityKey::ThreadEvictionRestore,
+                ] {
+                    report.declare(
+                        key,
+                        Capability::unsupported(
+                            "the agent did not negotiate loadSession: a conversation cannot \
+                             be continued in a later execution",
+                        ),
+                    );
+                }
             }
             Ok(report)
         })
@@ -559,6 +624,7 @@ impl HarnessAdapter for AcpAdapter {
                     agent_name: Arc::clone(&profile.name),
                     setup,
                     conversation: context.config.conversation,
+                    thread_state: context.thread_state,
                     sessions: Arc::clone(&self.sessions),
                     stats: Arc::clone(&self.stats),
                     init: tokio::sync::Mutex::new(None),
@@ -652,6 +718,8 @@ struct AcpRuntime {
     /// The session mode and configuration options this execution's session gets.
     setup: SessionSetup,
     conversation: Option<ConversationId>,
+    /// The conversation's thread state: where its session mapping lives.
+    thread_state: Option<ScopedThreadState>,
     sessions: Arc<Mutex<HashMap<ConversationId, Bound>>>,
     stats: Arc<Stats>,
     init: tokio::sync::Mutex<Option<Result<RuntimeInit, HarnessError>>>,
@@ -741,9 +809,32 @@ impl AcpRuntime {
         }
     }
 
+    /// The conversation's session, from its thread state (the cache when it has none), and
+    /// the version to write a new mapping over; another agent's session is refused.
+    async fn known_session(
+        &self,
+    ) -> Result<(Option<SessionId>, Option<harness_core::session::Version>), HarnessError> {
+        let (Some(conversation), Some(state)) = (&self.conversation, &self.thread_state) else {
+            return Ok((
+                session_for(&self.sessions, self.conversation.as_ref(), &self.agent_name)?,
+                None,
+            ));
+        };
+        let Some((stored, version)) = state.get_json::<StoredBound>(&bound_key()).await? else {
+            return Ok((None, None));
+        };
+        let bound = Bound {
+            agent: Arc::from(stored.agent.as_str()),
+            session: SessionId::new(stored.session_id),
+        };
+        let session = same_agent(&bound, conversation, &self.agent_name)?;
+        lock(&self.sessions).insert(conversation.clone(), bound);
+        Ok((Some(session), Some(version)))
+    }
+
     async fn start_agent(&self) -> Result<RuntimeInit, HarnessError> {
         // A conversation bound to another agent fails before an agent is started.
-        session_for(&self.sessions, self.conversation.as_ref(), &self.agent_name)?;
+        let known = self.known_session().await?;
         let (tx, rx) = mpsc::unbounded_channel();
         let agent = AgentProcess::spawn(&self.agent, tx.clone(), Arc::clone(&self.stats)).await?;
         bump(&self.stats.agents_started);
@@ -753,16 +844,19 @@ impl AcpRuntime {
             state.agent = Some(Arc::clone(&agent));
             state.inbound = Some(tx);
         }
-        let result = self.handshake(&agent).await;
+        let result = self.handshake(&agent, known).await;
         if result.is_err() {
             agent.shutdown(self.agent.cancel_grace()).await;
         }
         result.map_err(|e| with_stderr(&agent, e))
     }
 
-    async fn handshake(&self, agent: &AgentProcess) -> Result<RuntimeInit, HarnessError> {
+    async fn handshake(
+        &self,
+        agent: &AgentProcess,
+        (known, version): (Option<SessionId>, Option<harness_core::session::Version>),
+    ) -> Result<RuntimeInit, HarnessError> {
         let init = agent.initialize(self.agent.files).await?;
-        let known = session_for(&self.sessions, self.conversation.as_ref(), &self.agent_name)?;
         let (session_id, loaded, modes, options) = match known {
             Some(session_id) if init.agent_capabilities.load_session => {
                 let request = LoadSessionRequest::new(session_id.clone(), self.agent.cwd.clone());
@@ -810,6 +904,15 @@ impl AcpRuntime {
         if loaded.is_none()
             && let Some(conversation) = self.conversation.clone()
         {
+            if let Some(state) = &self.thread_state {
+                let stored = StoredBound {
+                    agent: self.agent_name.to_string(),
+                    session_id: session_id.0.to_string(),
+                };
+                // A concurrent first turn of the conversation that saved first wins: this
+                // one fails rather than fork the conversation.
+                state.put_json(&bound_key(), &stored, version).await?;
+            }
             let bound = Bound {
                 agent: Arc::clone(&self.agent_name),
                 session: session_id.clone(),

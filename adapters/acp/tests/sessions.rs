@@ -196,7 +196,9 @@ async fn a_conversation_continued_on_another_adapter_opens_a_new_session_there()
     let second = adapter_for(test_agent("echo", &second_mark));
     let conv = conversation("conv_moved");
     let request = |message: &str| ExecutionRequest::new(message).with_conversation(conv.clone());
-    let (_, outcome) = run(&AdapterService::new(first.clone()), request("hello")).await;
+    // Each adapter behind a service of its own: their conversations' thread state is apart.
+    let first_service = AdapterService::new(first.clone());
+    let (_, outcome) = run(&first_service, request("hello")).await;
     assert!(matches!(outcome, Outcome::Succeeded(_)), "{outcome:?}");
     let session = first.session_of(&conv).expect("the conversation is mapped");
 
@@ -210,11 +212,57 @@ async fn a_conversation_continued_on_another_adapter_opens_a_new_session_there()
     assert_ne!(other, session);
     // The first adapter's mapping is untouched, and continues there.
     assert_eq!(first.session_of(&conv).as_deref(), Some(session.as_str()));
-    let (events, outcome) = run(&AdapterService::new(first), request("again")).await;
+    let (events, outcome) = run(&first_service, request("again")).await;
     assert!(matches!(outcome, Outcome::Succeeded(_)), "{outcome:?}");
     assert_eq!(text(&events), "turn 2: again");
     assert_no_process_left(&first_mark).await;
     assert_no_process_left(&second_mark).await;
+}
+
+/// Replicas over one store share the conversations' thread state, where the conversation →
+/// session mapping lives: a conversation opened on one replica continues on another (a
+/// separate adapter instance, knowing nothing in memory) with `session/load` of the same
+/// session; after `clear_session` the next turn opens a new session on either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_continues_on_another_replica_and_a_cleared_one_starts_afresh() {
+    use harness_core::store::{MemoryStore, ReplicaId};
+    let mark = marker("conversation-replicas");
+    let agent = test_agent("echo", &mark);
+    let store = Arc::new(MemoryStore::new());
+    let replica = |name: &str| {
+        AdapterService::builder(adapter_for(agent.clone()))
+            .durable(Arc::clone(&store), ReplicaId::new(name))
+            .build()
+    };
+    let (one, two) = (replica("one"), replica("two"));
+    let conv = conversation("conv_replicas");
+    let request = |message: &str| ExecutionRequest::new(message).with_conversation(conv.clone());
+    let (_, outcome) = run(&one, request("hello")).await;
+    assert!(matches!(outcome, Outcome::Succeeded(_)), "{outcome:?}");
+    let session = one.adapter().session_of(&conv).expect("mapped on one");
+    assert_eq!(
+        two.adapter().session_of(&conv),
+        None,
+        "two knows nothing in memory"
+    );
+
+    let (events, outcome) = run(&two, request("again")).await;
+    assert!(matches!(outcome, Outcome::Succeeded(_)), "{outcome:?}");
+    assert_eq!(text(&events), "turn 2: again", "{:?}", kinds(&events));
+    assert_eq!(native(&events, "session_loaded").len(), 1);
+    assert_eq!(two.adapter().session_of(&conv), Some(session.clone()));
+
+    two.clear_session(&conv).await.expect("cleared");
+    let (events, outcome) = run(&one, request("afresh")).await;
+    assert!(matches!(outcome, Outcome::Succeeded(_)), "{outcome:?}");
+    assert_eq!(
+        text(&events),
+        "turn 1: afresh",
+        "a new session after the clear"
+    );
+    assert!(native(&events, "session_loaded").is_empty());
+    assert_ne!(one.adapter().session_of(&conv), Some(session));
+    assert_no_process_left(&mark).await;
 }
 
 /// Defect: the conversation → session map was keyed by the conversation only, so a
