@@ -104,7 +104,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // 4. Preflight refuses what the adapter cannot do, before any provider work.
     let refused = service
         .clone()
-        .oneshot(ExecutionRequest::new("hi").require(CapabilityKey::SessionMultiTurn))
+        .oneshot(ExecutionRequest::new("hi").require(CapabilityKey::Skills))
         .await;
     let error = refused.err().map(|e| e.public());
     println!("{}", json!({"case": "preflight", "error": error}));

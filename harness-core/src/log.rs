@@ -97,10 +97,16 @@ pub enum AppendError {
 
 /// The stored events, in fixed-size chunks: appending never moves or copies what is stored
 /// (a long execution would otherwise re-copy its whole index each time the vector doubles).
+///
+/// A log backed by a store may drop its oldest whole chunks ([`Events::trim`]); indexes stay
+/// those of the whole log, and what was dropped is read back from the store.
 #[derive(Default)]
 struct Events {
-    chunks: Vec<Vec<Arc<Event>>>,
+    chunks: std::collections::VecDeque<Vec<Arc<Event>>>,
+    /// Events ever pushed (held or dropped).
     len: usize,
+    /// Events dropped from the front (a multiple of [`CHUNK`]).
+    dropped: usize,
 }
 
 const CHUNK: usize = 1024;
@@ -110,8 +116,13 @@ impl Events {
         self.len
     }
 
+    /// The index of the first event held.
+    fn first_held(&self) -> usize {
+        self.dropped
+    }
+
     fn push(&mut self, event: Arc<Event>) {
-        match self.chunks.last_mut() {
+        match self.chunks.back_mut() {
             Some(chunk) if chunk.len() < CHUNK => chunk.push(event),
             _ => {
                 // The first chunk grows as usual, so a short execution holds a short index;
@@ -122,30 +133,39 @@ impl Events {
                     Vec::with_capacity(CHUNK)
                 };
                 chunk.push(event);
-                self.chunks.push(chunk);
+                self.chunks.push_back(chunk);
             }
         }
         self.len += 1;
     }
 
-    fn get(&self, index: usize) -> Option<&Arc<Event>> {
-        self.chunks.get(index / CHUNK)?.get(index % CHUNK)
+    /// Drops the whole chunks that end at or before `upto` (never the last one).
+    fn trim(&mut self, upto: usize) {
+        while self.chunks.len() > 1
+            && self.chunks.front().is_some_and(|c| c.len() == CHUNK)
+            && self.dropped + CHUNK <= upto
+        {
+            self.chunks.pop_front();
+            self.dropped += CHUNK;
+        }
     }
 
     fn last(&self) -> Option<&Arc<Event>> {
-        self.chunks.last()?.last()
+        self.chunks.back()?.last()
     }
 
-    /// The events from `from` on, at most `max` of them, as one slice per chunk touched.
+    /// The held events from `from` on, at most `max` of them, as one slice per chunk
+    /// touched (from the first held one when `from` was dropped).
     fn slices(&self, from: usize, max: usize) -> impl Iterator<Item = &[Arc<Event>]> {
         let end = self.len.min(from.saturating_add(max));
-        let mut next = from;
+        let mut next = from.max(self.dropped);
         std::iter::from_fn(move || {
             if next >= end {
                 return None;
             }
-            let chunk = self.chunks.get(next / CHUNK)?;
-            let start = next % CHUNK;
+            let offset = next - self.dropped;
+            let chunk = self.chunks.get(offset / CHUNK)?;
+            let start = offset % CHUNK;
             let stop = chunk.len().min(start + (end - next));
             let slice = chunk.get(start..stop).filter(|s| !s.is_empty())?;
             next += slice.len();
@@ -153,10 +173,25 @@ impl Events {
         })
     }
 
-    /// The events from `from` on, at most `max` of them, in order.
+    /// The held events from `from` on, at most `max` of them, in order.
     fn range(&self, from: usize, max: usize) -> impl Iterator<Item = &Arc<Event>> {
         self.slices(from, max).flatten()
     }
+}
+
+/// Reads a page of a log's events from its store: those after sequence `after`, at most
+/// `limit`. Retried by the reader until it succeeds.
+pub(crate) type PageSource = Arc<
+    dyn Fn(u64, usize) -> futures_util::future::BoxFuture<'static, Result<Vec<Event>, String>>
+        + Send
+        + Sync,
+>;
+
+/// Where a trimmed log's dropped events are, and how many published events it holds.
+#[derive(Clone)]
+pub(crate) struct Backing {
+    pub(crate) source: PageSource,
+    pub(crate) window: usize,
 }
 
 struct State {
@@ -166,15 +201,18 @@ struct State {
     /// Derived from the events under the same lock as the append, so a reader that saw an
     /// event never reads a state, pending action or artifact list older than it.
     lifecycle: Option<ExecutionState>,
-    /// Index of the open `action.requested` event.
-    pending: Option<usize>,
-    /// Indexes of the `artifact.created` events.
-    artifact_events: Vec<usize>,
+    /// The open `action.requested` event.
+    pending: Option<Arc<Event>>,
+    /// The `artifact.created` events.
+    artifact_events: Vec<Arc<Event>>,
     /// Parked readers, keyed by reader id. Drained (and woken) on every append.
     waiters: Vec<(u64, Waker)>,
     /// How many events readers see, when the log is gated ([`LogReader::gate`]): those a
     /// store acknowledged. `None`: every appended event.
     published: Option<usize>,
+    /// Set on a log whose store holds every published event: it keeps only the last
+    /// `window` of them in memory.
+    backing: Option<Backing>,
 }
 
 impl State {
@@ -189,12 +227,13 @@ impl State {
         self.terminal && self.visible() == self.events.len()
     }
 
-    fn derive(&mut self, payload: &EventPayload, index: usize) {
+    fn derive(&mut self, event: &Arc<Event>) {
+        let payload = event.payload();
         let Some(lifecycle) = payload.implied_state() else {
             match payload {
-                EventPayload::ActionRequested(_) => self.pending = Some(index),
+                EventPayload::ActionRequested(_) => self.pending = Some(Arc::clone(event)),
                 EventPayload::ActionResolved(_) => self.pending = None,
-                EventPayload::ArtifactCreated(_) => self.artifact_events.push(index),
+                EventPayload::ArtifactCreated(_) => self.artifact_events.push(Arc::clone(event)),
                 _ => {}
             }
             return;
@@ -343,6 +382,7 @@ impl EventLog {
                     artifact_events: Vec::new(),
                     waiters: Vec::new(),
                     published: None,
+                    backing: None,
                 }),
                 next_waiter: AtomicU64::new(0),
                 observed: AtomicBool::new(false),
@@ -383,13 +423,13 @@ impl EventLog {
             let index = state.events.len();
             let seq = Sequence::new(index as u64 + 1).unwrap_or(Sequence::FIRST);
             state.terminal = payload.is_terminal();
-            state.derive(&payload, index);
             let event = Arc::new(Event::new(
                 shared.execution_id.clone(),
                 seq,
                 Timestamp::now(),
                 payload,
             ));
+            state.derive(&event);
             state.events.push(Arc::clone(&event));
             (event, std::mem::take(&mut state.waiters))
         };
@@ -458,8 +498,9 @@ impl EventLog {
                 return false;
             }
             state.terminal = event.kind().is_terminal();
-            state.derive(event.payload(), index);
-            state.events.push(Arc::new(event));
+            let event = Arc::new(event);
+            state.derive(&event);
+            state.events.push(event);
             std::mem::take(&mut state.waiters)
         };
         shared.notify();
@@ -533,7 +574,10 @@ impl LogReader {
         &self.shared.execution_id
     }
 
-    /// The events after `cursor` that exist now.
+    /// The events after `cursor` that exist now and are held in memory: all of them, but
+    /// for a durable execution's log longer than the service's memory window, whose older
+    /// events are in the store only ([`first_held`](Self::first_held) says where the
+    /// snapshot starts then; [`subscribe`](Self::subscribe) reads them back).
     #[must_use]
     pub fn snapshot(&self, cursor: Cursor) -> Vec<Arc<Event>> {
         let state = self.shared.lock();
@@ -555,6 +599,7 @@ impl LogReader {
             next: usize::try_from(cursor.after()).unwrap_or(usize::MAX),
             waiter: self.shared.waiter_id(),
             buffer: std::collections::VecDeque::new(),
+            fetch: None,
         }
     }
 
@@ -577,9 +622,29 @@ impl LogReader {
                 (Some(before), Some(count)) => Some(before.max(count)),
                 _ => None,
             };
+            // What the store holds need not stay in memory past the window.
+            if let (Some(published), Some(backing)) = (state.published, &state.backing) {
+                let upto = published.saturating_sub(backing.window);
+                state.events.trim(upto);
+            }
             std::mem::take(&mut state.waiters)
         };
         wake(waiters);
+    }
+
+    /// Backs a gated log by its store: from now on it holds only the last `window` published
+    /// events (whole chunks of 1,024 at a time); a reader behind them reads pages from
+    /// `source`. [`snapshot`](Self::snapshot) and a late [`observe`](Self::observe) start at
+    /// the first event held.
+    pub(crate) fn back(&self, source: PageSource, window: usize) {
+        self.shared.lock().backing = Some(Backing { source, window });
+    }
+
+    /// The sequence number of the first event this log holds in memory (1 unless it is
+    /// backed by a store and has dropped older ones: a stream reads those from the store).
+    #[must_use]
+    pub fn first_held(&self) -> u64 {
+        self.shared.lock().events.first_held() as u64 + 1
     }
 
     /// Resolves to the terminal event once it is appended.
@@ -672,7 +737,7 @@ impl LogReader {
     #[must_use]
     pub fn pending_action(&self) -> Option<ActionRequest> {
         let state = self.shared.lock();
-        let event = state.pending.and_then(|i| state.events.get(i))?;
+        let event = state.pending.as_ref()?;
         match event.payload() {
             EventPayload::ActionRequested(request) => Some(ActionRequest::clone(request)),
             _ => None,
@@ -686,7 +751,7 @@ impl LogReader {
         state
             .artifact_events
             .iter()
-            .filter_map(|&i| match state.events.get(i)?.payload() {
+            .filter_map(|event| match event.payload() {
                 EventPayload::ArtifactCreated(a) => Some(ArtifactDescriptor::clone(a)),
                 _ => None,
             })
@@ -726,6 +791,30 @@ pub struct EventStream {
     waiter: u64,
     /// Events taken from the log under one lock, not yet yielded.
     buffer: std::collections::VecDeque<Arc<Event>>,
+    /// A page being read from the store (the log no longer holds those events).
+    fetch: Option<futures_util::future::BoxFuture<'static, Vec<Event>>>,
+}
+
+/// How many events a stream behind a trimmed log reads from the store per page.
+const PAGE: usize = 1024;
+
+/// Reads `limit` events after `after` from `source`, retrying (with backoff up to a second)
+/// until the store answers: a reader behind waits out a store outage, it loses nothing.
+async fn page(source: PageSource, after: u64, limit: usize) -> Vec<Event> {
+    let mut backoff = std::time::Duration::from_millis(10);
+    loop {
+        match source(after, limit).await {
+            Ok(events) if !events.is_empty() => return events,
+            Ok(_) => {
+                tracing::warn!(after, "the store holds none of the events the log dropped");
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, after, "could not read the log's events back from the store");
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(std::time::Duration::from_secs(1));
+    }
 }
 
 /// How many events a stream takes from the log per lock.
@@ -747,7 +836,36 @@ impl Stream for EventStream {
         if let Some(event) = this.buffer.pop_front() {
             return Poll::Ready(Some(event));
         }
+        if let Some(fetch) = this.fetch.as_mut() {
+            let events = std::task::ready!(fetch.as_mut().poll(cx));
+            this.fetch = None;
+            // Only what continues this stream, in order (a page may overlap what is held).
+            for event in events {
+                if event.seq().get() == this.next as u64 + 1 {
+                    this.next += 1;
+                    this.buffer.push_back(Arc::new(event));
+                }
+            }
+            if let Some(event) = this.buffer.pop_front() {
+                return Poll::Ready(Some(event));
+            }
+        }
         let mut state = this.shared.lock();
+        if this.next < state.events.first_held()
+            && let Some(backing) = &state.backing
+        {
+            let limit = (state.events.first_held() - this.next).min(PAGE);
+            let source = Arc::clone(&backing.source);
+            drop(state);
+            let mut fetch = Box::pin(page(source, this.next as u64, limit));
+            // Polled here once so that its waker is registered.
+            if let Poll::Ready(events) = fetch.as_mut().poll(cx) {
+                this.fetch = Some(Box::pin(std::future::ready(events)));
+                return self.poll_next(cx);
+            }
+            this.fetch = Some(fetch);
+            return Poll::Pending;
+        }
         let ready = state.visible().saturating_sub(this.next).min(READ_BATCH);
         for slice in state.events.slices(this.next, ready) {
             this.buffer.extend(slice.iter().cloned());

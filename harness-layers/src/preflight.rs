@@ -13,7 +13,7 @@
 //! let preflight = PreflightLayer::for_adapter(&adapter).unwrap();
 //! let service = ServiceBuilder::new().layer(preflight).service(AdapterService::new(adapter));
 //!
-//! let request = ExecutionRequest::new("hi").require(CapabilityKey::SessionMultiTurn);
+//! let request = ExecutionRequest::new("hi").require(CapabilityKey::Skills);
 //! let err = service.clone().oneshot(request).await.unwrap_err();
 //! assert_eq!(err.code(), &ErrorCode::CAPABILITY_UNSUPPORTED);
 //!

@@ -571,7 +571,7 @@ async fn a_request_refused_before_an_execution_existed_keeps_no_record(#[case] c
         probe.refuse.store(2, Ordering::SeqCst);
         keyed("hello", "k")
     } else {
-        keyed("hello", "k").require(CapabilityKey::SessionMultiTurn)
+        keyed("hello", "k").require(CapabilityKey::Skills)
     };
     let expected = if capacity {
         ErrorCategory::Capacity

@@ -81,24 +81,14 @@ async fn preflight_refusals_reach_no_adapter_and_list_every_problem() {
 
     // Every unmet capability is listed.
     let bad = ExecutionRequest::new("go")
-        .require(CapabilityKey::SessionMultiTurn)
+        .require(CapabilityKey::Skills)
         .require(CapabilityKey::ToolMcp)
         .require(CapabilityKey::StreamText);
     let err = service.clone().oneshot(bad).await.unwrap_err();
     assert_eq!(err.code(), &ErrorCode::CAPABILITY_UNSUPPORTED);
-    assert!(
-        err.message().contains("session.multi_turn"),
-        "{}",
-        err.message()
-    );
+    assert!(err.message().contains("skills"), "{}", err.message());
     assert!(err.message().contains("tool.mcp"), "{}", err.message());
     assert!(!err.message().contains("stream.text"), "{}", err.message());
-
-    // Continuity the adapter cannot keep.
-    let bad = ExecutionRequest::new("go").with_conversation("conv_1".parse().unwrap());
-    let err = service.clone().oneshot(bad).await.unwrap_err();
-    assert_eq!(err.code(), &ErrorCode::CAPABILITY_UNSUPPORTED);
-    assert!(err.message().contains("conversation"), "{}", err.message());
 
     assert_eq!(
         calls.load(Ordering::SeqCst),
@@ -110,9 +100,17 @@ async fn preflight_refusals_reach_no_adapter_and_list_every_problem() {
     let ok = ExecutionRequest::new("go")
         .require(CapabilityKey::StreamText)
         .with_options(json!({"script": {"steps": [{"type": "complete"}]}}));
-    let execution = service.oneshot(ok).await.unwrap();
+    let execution = service.clone().oneshot(ok).await.unwrap();
     assert!(matches!(execution.outcome().await, Outcome::Succeeded(_)));
     assert_eq!(calls.load(Ordering::SeqCst), 1);
+
+    // The scripted adapter keeps conversations: a request continuing one passes too.
+    let continued = ExecutionRequest::new("go")
+        .with_conversation("conv_1".parse().unwrap())
+        .with_options(json!({"script": {"steps": [{"type": "complete"}]}}));
+    let execution = service.oneshot(continued).await.unwrap();
+    assert!(matches!(execution.outcome().await, Outcome::Succeeded(_)));
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -564,4 +562,47 @@ async fn the_default_stack_bounds_a_start_that_never_ends() {
     };
     assert_eq!(err.code(), &ErrorCode::INIT_TIMEOUT);
     assert!(started.elapsed() >= DEFAULT_INIT_TIMEOUT);
+}
+
+/// An adapter that keeps no conversation (`session.multi_turn` undeclared).
+struct Forgetful(harness_core::manifest::HarnessDescriptor);
+
+impl harness_core::manifest::Describe for Forgetful {
+    fn descriptor(&self) -> &harness_core::manifest::HarnessDescriptor {
+        &self.0
+    }
+}
+
+impl harness_core::adapter::SimpleAdapter for Forgetful {
+    fn stream(
+        &self,
+        _: harness_core::adapter::RunContext,
+    ) -> harness_core::adapter::BoxStream<'static, harness_core::adapter::EventResult> {
+        panic!("preflight lets no request through to this adapter in this test")
+    }
+}
+
+#[tokio::test]
+async fn preflight_refuses_a_conversation_the_adapter_cannot_keep() {
+    use harness_core::manifest::{ContractVersion, ExecutionMode, HarnessDescriptor};
+    let adapter = harness_core::adapter::Simple::new(Forgetful(
+        HarnessDescriptor::builder("forgetful".parse().unwrap(), "0.1.0")
+            .contract_version(ContractVersion::V1)
+            .execution_mode(ExecutionMode::in_process())
+            .build()
+            .unwrap(),
+    ));
+    let preflight = PreflightLayer::for_adapter(&adapter).unwrap();
+    let service = ServiceBuilder::new()
+        .layer(preflight)
+        .service(AdapterService::new(adapter));
+    let bad = ExecutionRequest::new("go").with_conversation("conv_1".parse().unwrap());
+    let err = service.oneshot(bad).await.unwrap_err();
+    assert_eq!(err.code(), &ErrorCode::CAPABILITY_UNSUPPORTED);
+    assert!(err.message().contains("conversation"), "{}", err.message());
+    assert!(
+        err.message().contains("session.multi_turn"),
+        "{}",
+        err.message()
+    );
 }

@@ -79,15 +79,28 @@ fn main() {
 }
 
 /// 10,000 executions awaiting an approval whose replica died (their leases lapsed): the
-/// time one replica's `recover` takes to end them all on SQLite.
+/// time one replica's `recover` takes on SQLite to end them all (an adapter that cannot
+/// take a pause over), and to restore them all (one that can: each then awaits its answer
+/// on the survivor), side by side.
 async fn recovery(dir: &std::path::Path) {
+    let ended = recover_awaiting(dir, "recovery-ended.db", false).await;
+    let restored = recover_awaiting(dir, "recovery-restored.db", true).await;
+    println!(
+        "recovery: 10000 executions awaiting approval, their replica dead, on SQLite: ended \
+         in {} ms, restored in {} ms",
+        ended.as_millis(),
+        restored.as_millis()
+    );
+}
+
+async fn recover_awaiting(dir: &std::path::Path, file: &str, resumable: bool) -> Duration {
     use futures_util::stream::{self, StreamExt as _};
-    use harness_core::event::EventPayload;
-    use harness_core::service::AdapterService;
+    use harness_core::action::{ActionRequest, ApprovalRequest, ToolCallApproval};
+    use harness_core::event::{AwaitingAction, EventPayload};
+    use harness_core::service::{AdapterService, Recovery};
     use harness_store::suite;
     let count = 10_000;
-    let store: Arc<dyn ExecutionStore> =
-        Arc::new(SqliteStore::open(dir.join("recovery.db")).expect("open"));
+    let store = Arc::new(SqliteStore::open(dir.join(file)).expect("open"));
     let dead = ReplicaId::new("dead");
     stream::iter(0..count)
         .for_each_concurrent(256, |_| {
@@ -97,6 +110,7 @@ async fn recovery(dir: &std::path::Path) {
                 let id = record.id.clone();
                 let record = harness_core::store::ExecutionRecord {
                     adapter: "ticker".into(),
+                    request: serde_json::json!({"message": "ask"}),
                     ..record
                 };
                 store.create(record).await.expect("create");
@@ -104,6 +118,16 @@ async fn recovery(dir: &std::path::Path) {
                     .acquire(&id, &dead, Duration::from_secs(1))
                     .await
                     .expect("lease");
+                let call = ToolCallApproval::new(
+                    "t1".parse().expect("a call id"),
+                    "touch",
+                    serde_json::json!({"path": "approved.txt"}),
+                    serde_json::json!({"type": "object"}),
+                )
+                .expect("a call");
+                let action =
+                    ActionRequest::approval(ApprovalRequest::new([call]).expect("an approval"));
+                let action_id = action.id.clone();
                 store
                     .append(
                         &renewed,
@@ -113,11 +137,12 @@ async fn recovery(dir: &std::path::Path) {
                             suite::event_with(
                                 &id,
                                 3,
-                                EventPayload::RunAwaitingApproval(
-                                    harness_core::event::AwaitingAction {
-                                        action_id: harness_core::id::ActionId::generate(),
-                                    },
-                                ),
+                                EventPayload::ActionRequested(Box::new(action)),
+                            ),
+                            suite::event_with(
+                                &id,
+                                4,
+                                EventPayload::RunAwaitingApproval(AwaitingAction { action_id }),
                             ),
                         ],
                     )
@@ -132,16 +157,41 @@ async fn recovery(dir: &std::path::Path) {
         })
         .await;
     tokio::time::sleep(Duration::from_millis(20)).await;
-    let service = AdapterService::builder(Ticker::new(None, Duration::ZERO))
-        .store(store, ReplicaId::new("survivor"))
+    let adapter = if resumable {
+        Ticker::resumable(Some(1), Duration::ZERO)
+    } else {
+        Ticker::asking(Some(1), Duration::ZERO)
+    };
+    let service = AdapterService::builder(adapter)
+        .durable(Arc::clone(&store), ReplicaId::new("survivor"))
         .build();
     let begun = Instant::now();
-    let ended = service.recover().await.expect("recover");
+    let recovered = service.recover().await.expect("recover");
     let took = begun.elapsed();
-    assert_eq!(ended.len(), count);
-    println!(
-        "recovery: {count} executions awaiting approval, their replica dead, ended by one \
-         replica on SQLite in {} ms",
-        took.as_millis()
-    );
+    assert_eq!(recovered.len(), count);
+    let all_restored = recovered.iter().all(|r| matches!(r, Recovery::Restored(_)));
+    assert_eq!(all_restored, resumable);
+    if let Some(Recovery::Restored(id)) = recovered.first() {
+        // A restored execution is live: its answer resumes it to the end.
+        let execution = service.attach(id).await.expect("attach");
+        let mut events = execution.events(harness_core::id::Cursor::START);
+        let request = loop {
+            let event = events.next().await.expect("the action");
+            if let EventPayload::ActionRequested(request) = event.payload() {
+                break (**request).clone();
+            }
+        };
+        service
+            .respond_to(id, request.approve_all())
+            .await
+            .expect("answered");
+        let outcome = tokio::time::timeout(Duration::from_secs(30), execution.outcome())
+            .await
+            .expect("ends");
+        assert!(
+            matches!(outcome, harness_core::service::Outcome::Succeeded(_)),
+            "{outcome:?}"
+        );
+    }
+    took
 }

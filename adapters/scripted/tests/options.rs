@@ -105,7 +105,7 @@ async fn required_capabilities_are_checked_against_the_declaration() {
     assert!(matches!(execution.outcome().await, Outcome::Succeeded(_)));
 
     let err = service
-        .start(ExecutionRequest::new("go").require(CapabilityKey::SessionMultiTurn))
+        .start(ExecutionRequest::new("go").require(CapabilityKey::Skills))
         .await
         .unwrap_err();
     assert_eq!(err.code(), &ErrorCode::CAPABILITY_UNSUPPORTED);
@@ -132,6 +132,11 @@ fn the_descriptor_declares_exactly_what_the_adapter_delivers() {
             CapabilityKey::StreamText,
             CapabilityKey::StreamReasoning,
             CapabilityKey::StreamUsage,
+            CapabilityKey::SessionMultiTurn,
+            CapabilityKey::SessionCrossReplicaResume,
+            CapabilityKey::SessionClear,
+            CapabilityKey::ThreadDurableCommit,
+            CapabilityKey::ThreadEvictionRestore,
             CapabilityKey::InterruptFormInput,
             CapabilityKey::InterruptToolApproval,
             CapabilityKey::InterruptMultiTool,
@@ -142,6 +147,7 @@ fn the_descriptor_declares_exactly_what_the_adapter_delivers() {
             CapabilityKey::RuntimeCancel,
             CapabilityKey::RuntimeRestart,
             CapabilityKey::RuntimeBoundedCleanup,
+            CapabilityKey::RuntimeLeaseFencing,
         ]
     );
     for (key, capability) in declared {

@@ -294,6 +294,10 @@ struct ServiceInner<A> {
     thread_state: Arc<dyn ThreadStateStore>,
 }
 
+/// The default [`AdapterServiceBuilder::memory_window`] of a durable service: the stored
+/// events each execution's log keeps in memory.
+pub const DEFAULT_MEMORY_WINDOW: usize = 8192;
+
 /// The default lease term of a durable service ([`AdapterServiceBuilder::store`]): a replica
 /// that dies leaves its executions to another after at most this long.
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
@@ -404,7 +408,21 @@ impl<A: HarnessAdapter, L> AdapterServiceBuilder<A, L> {
             store,
             replica,
             lease_ttl: DEFAULT_LEASE_TTL,
+            window: DEFAULT_MEMORY_WINDOW,
         });
+        self
+    }
+
+    /// How many stored events each execution's log of a durable service keeps in memory
+    /// (after [`store`](Self::store); [`DEFAULT_MEMORY_WINDOW`] by default, at least 1,024):
+    /// older ones are dropped, 1,024 at a time, once the store holds them, and a reader
+    /// behind reads them back from the store in pages, so a long execution's memory stays
+    /// bounded however far behind its readers are. `ExecutionHandle::log().snapshot(..)`
+    /// shows only what is held; `events(..)` streams show everything.
+    pub fn memory_window(mut self, events: usize) -> Self {
+        if let Some(durable) = &mut self.durable {
+            durable.window = events.max(1024);
+        }
         self
     }
 
@@ -621,6 +639,7 @@ impl<A: HarnessAdapter> AdapterService<A> {
         if let Some(durable) = &inner.durable {
             let reader = queued.events();
             reader.gate();
+            persist::back(durable, &reader, &id);
             let json = serde_json::to_value(&request).unwrap_or_default();
             let mut record = crate::store::ExecutionRecord::new(
                 id.clone(),
@@ -772,9 +791,11 @@ impl<A: HarnessAdapter> AdapterService<A> {
             None => (None, None),
         };
         let reader = restored.events();
-        reader.gate();
-        reader.publish(Some(stored));
+        // The whole stored log, for the runtime's restore (taken before the log is trimmed).
         let log = reader.snapshot(crate::id::Cursor::START);
+        reader.gate();
+        persist::back(durable, &reader, &id);
+        reader.publish(Some(stored));
         let shared = Arc::new(Shared::new(
             id.clone(),
             self.inner.adapter.descriptor().id().clone(),

@@ -20,12 +20,31 @@ use crate::time::Timestamp;
 /// The most events one append carries.
 const BATCH: usize = 8192;
 
-/// Where a service keeps its executions: the store, this replica's name, the lease term.
+/// Where a service keeps its executions: the store, this replica's name, the lease term,
+/// and how many stored events each execution's log keeps in memory.
 #[derive(Clone)]
 pub(crate) struct Durable {
     pub(crate) store: Arc<dyn ExecutionStore>,
     pub(crate) replica: ReplicaId,
     pub(crate) lease_ttl: Duration,
+    pub(crate) window: usize,
+}
+
+/// Backs the gated log of `id` by the store: it keeps the last `window` stored events in
+/// memory, and readers behind them read pages from the store.
+pub(crate) fn back(durable: &Durable, reader: &LogReader, id: &ExecutionId) {
+    let store = Arc::clone(&durable.store);
+    let id = id.clone();
+    let source: crate::log::PageSource = Arc::new(move |after, limit| {
+        let (store, id) = (Arc::clone(&store), id.clone());
+        Box::pin(async move {
+            store
+                .read(&id, Cursor::after_seq(after), limit)
+                .await
+                .map_err(|e| e.to_string())
+        })
+    });
+    reader.back(source, durable.window);
 }
 
 impl std::fmt::Debug for Durable {
@@ -33,6 +52,7 @@ impl std::fmt::Debug for Durable {
         f.debug_struct("Durable")
             .field("replica", &self.replica)
             .field("lease_ttl", &self.lease_ttl)
+            .field("window", &self.window)
             .finish_non_exhaustive()
     }
 }
@@ -63,6 +83,7 @@ pub(crate) fn spawn(durable: Durable, mut lease: Lease, shared: &Arc<Shared>, st
         store,
         replica,
         lease_ttl,
+        ..
     } = durable;
     let renew_every = lease_ttl / 3;
     tokio::spawn(async move {
