@@ -268,6 +268,13 @@ impl ExecutionStore for Partition {
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
         through!(self, self.store.request_cancel(id, reason))
     }
+    fn purge(
+        &self,
+        created_before: harness_core::time::Timestamp,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<usize, StoreError>> {
+        through!(self, self.store.purge(created_before, limit))
+    }
 }
 
 /// Waits (bounded) until the stored log of `id` holds an event `pred` accepts.

@@ -113,3 +113,43 @@ async fn a_log_without_a_store_keeps_every_event() {
     assert_eq!(handle.log().first_held(), 1);
     assert_eq!(handle.log().snapshot(Cursor::START).len(), 5_004);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_purges_ended_executions_older_than_asked_and_nothing_else() {
+    let store = Arc::new(MemoryStore::new());
+    let service = AdapterService::builder(deltas(3))
+        .durable(Arc::clone(&store), ReplicaId::new("one"))
+        .build();
+    let mut ended = Vec::new();
+    for _ in 0..3 {
+        let handle = service.start(ExecutionRequest::new("go")).await.unwrap();
+        assert!(matches!(handle.outcome().await, Outcome::Succeeded(_)));
+        ended.push(handle.id().clone());
+    }
+    // One that has not ended (its record only), however old.
+    let unfinished = harness_core::store::ExecutionRecord::new(
+        harness_core::id::ExecutionId::generate(),
+        "deltas",
+        "fp",
+        serde_json::json!({"message": "go"}),
+    );
+    let unfinished_id = unfinished.id.clone();
+    store.create(unfinished).await.unwrap();
+
+    assert_eq!(
+        service
+            .purge_ended(Duration::from_secs(3600))
+            .await
+            .unwrap(),
+        0
+    );
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    assert_eq!(service.purge_ended(Duration::ZERO).await.unwrap(), 3);
+    for id in &ended {
+        assert!(store.record(id).await.is_err(), "purged");
+    }
+    assert!(store.record(&unfinished_id).await.is_ok());
+    // Without a store there is nothing to purge: said so.
+    let plain = AdapterService::new(deltas(1));
+    assert!(plain.purge_ended(Duration::ZERO).await.is_err());
+}

@@ -16,6 +16,7 @@ use harness_core::store::{
     Created, ExecutionRecord, ExecutionStore, FencingToken, Lease, ReplicaId, Resolution,
     StoreError, Tail, check_batch,
 };
+use harness_core::time::Timestamp;
 use tokio::sync::{Mutex, watch};
 use tokio_postgres::{AsyncMessage, Client, GenericClient, NoTls, Row};
 
@@ -23,7 +24,7 @@ use crate::common::{RECORD_COLUMNS, corrupt, from_millis, lock, parse_state, sta
 
 /// The schema version this code writes. 2: one `harness_event_batches` row per append.
 /// 3: thread state.
-const SCHEMA_VERSION: i32 = 3;
+const SCHEMA_VERSION: i32 = 4;
 
 /// The channel of the store's notifications: `<execution>:<last seq>` after an append,
 /// `<execution>:` after an answer or a cancel request.
@@ -58,6 +59,8 @@ CREATE UNIQUE INDEX IF NOT EXISTS harness_executions_by_key
     ON harness_executions (principal, idempotency_key) WHERE idempotency_key IS NOT NULL;
 CREATE INDEX IF NOT EXISTS harness_executions_unfinished
     ON harness_executions (created) WHERE NOT ended;
+CREATE INDEX IF NOT EXISTS harness_executions_ended
+    ON harness_executions (created) WHERE ended;
 CREATE TABLE IF NOT EXISTS harness_event_batches (
     execution TEXT NOT NULL,
     first_seq BIGINT NOT NULL,
@@ -250,14 +253,16 @@ async fn migrate(client: &mut Client) -> Result<(), StoreError> {
             tx.batch_execute(
                 "INSERT INTO harness_event_batches \
                  SELECT execution, seq, seq, '[' || body || ']' FROM harness_events; \
-                 DROP TABLE harness_events; \
-                 UPDATE harness_schema SET version = 3;",
+                 DROP TABLE harness_events;",
             )
             .await
             .map_err(|e| unavailable(&e))?;
+            tx.execute("UPDATE harness_schema SET version = $1", &[&SCHEMA_VERSION])
+                .await
+                .map_err(|e| unavailable(&e))?;
         }
-        // Version 3 adds tables only, created above.
-        Some(2) => {
+        // Versions 3 and 4 add tables and an index only, created above.
+        Some(2 | 3) => {
             tx.execute("UPDATE harness_schema SET version = $1", &[&SCHEMA_VERSION])
                 .await
                 .map_err(|e| unavailable(&e))?;
@@ -746,6 +751,49 @@ impl ExecutionStore for PostgresStore {
             notify(&tx, format!("{id}:")).await?;
             tx.commit().await.map_err(|e| unavailable(&e))?;
             Ok(true)
+        })
+    }
+
+    fn purge(
+        &self,
+        created_before: Timestamp,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<usize, StoreError>> {
+        Box::pin(async move {
+            let mut client = self.client().await;
+            let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
+            // Creation order (the `ended` index, schema 4): the oldest ended first, none
+            // older after the first too new.
+            let rows = tx
+                .query(
+                    "SELECT id, created_at FROM harness_executions WHERE ended \
+                     ORDER BY created LIMIT $1",
+                    &[&i64::try_from(limit).unwrap_or(i64::MAX)],
+                )
+                .await
+                .map_err(|e| unavailable(&e))?;
+            let mut doomed: Vec<String> = Vec::new();
+            for row in rows {
+                let created_at: Timestamp = row
+                    .get::<_, String>(1)
+                    .parse()
+                    .map_err(|e| corrupt("a creation time", &e))?;
+                if created_at >= created_before {
+                    break;
+                }
+                doomed.push(row.get(0));
+            }
+            for sql in [
+                "DELETE FROM harness_event_batches WHERE execution = ANY($1)",
+                "DELETE FROM harness_resolutions WHERE execution = ANY($1)",
+                "DELETE FROM harness_executions WHERE id = ANY($1)",
+            ] {
+                tx.execute(sql, &[&doomed])
+                    .await
+                    .map_err(|e| unavailable(&e))?;
+            }
+            tx.commit().await.map_err(|e| unavailable(&e))?;
+            Ok(doomed.len())
         })
     }
 }

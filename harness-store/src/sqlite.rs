@@ -867,6 +867,50 @@ impl ExecutionStore for SqliteStore {
             Ok((first, first.then(|| signal(&id)).flatten()))
         })
     }
+
+    fn purge(
+        &self,
+        created_before: Timestamp,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<usize, StoreError>> {
+        self.write(move |conn| {
+            // Rowid order is creation order: the oldest ended first (the `ended` index
+            // holds rowids in order), none older after the first too new.
+            let mut statement = conn
+                .prepare_cached(
+                    "SELECT id, created_at FROM executions WHERE ended = 1 \
+                     ORDER BY rowid LIMIT ?1",
+                )
+                .map_err(|e| unavailable(&e))?;
+            let rows = statement
+                .query_map([i64::try_from(limit).unwrap_or(i64::MAX)], |r| {
+                    Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+                })
+                .map_err(|e| unavailable(&e))?;
+            let mut doomed = Vec::new();
+            for row in rows {
+                let (id, created_at) = row.map_err(|e| unavailable(&e))?;
+                let created_at: Timestamp = created_at
+                    .parse()
+                    .map_err(|e| corrupt("a creation time", &e))?;
+                if created_at >= created_before {
+                    break;
+                }
+                doomed.push(id);
+            }
+            drop(statement);
+            for id in &doomed {
+                for sql in [
+                    "DELETE FROM events WHERE execution = ?1",
+                    "DELETE FROM resolutions WHERE execution = ?1",
+                    "DELETE FROM executions WHERE id = ?1",
+                ] {
+                    cached_execute(conn, sql, [id.as_str()]).map_err(|e| unavailable(&e))?;
+                }
+            }
+            Ok((doomed.len(), None))
+        })
+    }
 }
 
 /// Whether `b` may use its binding: the binding's conversation and epoch, recorded on first

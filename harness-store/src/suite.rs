@@ -42,6 +42,99 @@ pub async fn check<S: ExecutionStore + Clone>(store: S) {
     answers_and_cancels(&store).await;
     tails(&store).await;
     races(&store).await;
+    retention(&store).await;
+}
+
+/// `purge` deletes ended executions created before the cutoff (records, events, answers,
+/// idempotency keys), oldest first and at most `limit`; never an unfinished one.
+async fn retention<S: ExecutionStore>(store: &S) {
+    let owner = ReplicaId::new("retention");
+    // Three old executions (two ended, one not), then the cutoff, then a new ended one.
+    let mut old = Vec::new();
+    for (n, ends) in [(0, true), (1, false), (2, true)] {
+        let key: IdempotencyKey = format!("retention-{}-{n}", ExecutionId::generate())
+            .parse()
+            .expect("a key");
+        let record = record().with_idempotency_key(key.clone());
+        let id = record.id.clone();
+        store.create(record).await.expect("create");
+        let lease = store
+            .acquire(&id, &owner, Duration::from_secs(30))
+            .await
+            .expect("lease");
+        let mut batch = events(&id, 1, 2);
+        if ends {
+            batch.push(event_with(
+                &id,
+                3,
+                EventPayload::RunSucceeded(Default::default()),
+            ));
+        }
+        store.append(&lease, &batch).await.expect("append");
+        store
+            .resolve(
+                &id,
+                Resolution {
+                    action_id: ActionId::generate(),
+                    revision: 1,
+                    response: serde_json::json!({}),
+                    at: Timestamp::now(),
+                },
+            )
+            .await
+            .expect("an answer to purge with it");
+        old.push((id, key, ends));
+    }
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let cutoff = Timestamp::now();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let young = record();
+    let young_id = young.id.clone();
+    store.create(young).await.expect("create");
+    let lease = store
+        .acquire(&young_id, &owner, Duration::from_secs(30))
+        .await
+        .expect("lease");
+    let mut batch = events(&young_id, 1, 2);
+    batch.push(event_with(
+        &young_id,
+        3,
+        EventPayload::RunSucceeded(Default::default()),
+    ));
+    store.append(&lease, &batch).await.expect("append");
+
+    // Other tests' executions share the store: purge ours in steps of one, oldest first.
+    let mut purged = 0;
+    while store.record(&old[2].0).await.is_ok() {
+        purged += store.purge(cutoff, 1).await.expect("purge");
+        assert!(purged < 10_000, "purge made no progress");
+    }
+    assert!(purged >= 2);
+    for (id, key, ends) in &old {
+        let kept = store.record(id).await;
+        if *ends {
+            assert!(matches!(kept, Err(StoreError::NotFound(_))), "{kept:?}");
+            assert!(
+                store
+                    .read(id, Cursor::START, 10)
+                    .await
+                    .map_or(true, |e| e.is_empty()),
+                "the events went with the record"
+            );
+            // The key is free again: a retry under it starts a new execution.
+            let again = record().with_idempotency_key(key.clone());
+            assert!(matches!(
+                store.create(again).await.expect("create"),
+                Created::New
+            ));
+        } else {
+            assert!(kept.is_ok(), "an unfinished execution is never purged");
+        }
+    }
+    assert!(
+        store.record(&young_id).await.is_ok(),
+        "younger than the cutoff"
+    );
 }
 
 /// A record of a new execution, `fingerprint` "fp".

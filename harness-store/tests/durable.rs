@@ -143,6 +143,13 @@ impl ExecutionStore for Held {
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
         self.inner.request_cancel(id, reason)
     }
+    fn purge(
+        &self,
+        created_before: harness_core::time::Timestamp,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<usize, StoreError>> {
+        self.inner.purge(created_before, limit)
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -866,6 +866,36 @@ impl<A: HarnessAdapter> AdapterService<A> {
         .map_err(|e| e.to_harness_error())
     }
 
+    /// Retention: deletes from the service's store every execution (of any adapter: the
+    /// store is shared) that has ended and was created more than `keep` ago, with its events,
+    /// answers and idempotency key, in batches of 1,000. Unfinished executions are never
+    /// deleted. Returns how many were. Nothing is deleted unless this is called: call it
+    /// from time to time with the retention the deployment promises (a retried request whose
+    /// execution was purged starts a new one).
+    ///
+    /// # Errors
+    /// `persistence` when the store fails (what was deleted before stays deleted);
+    /// `configuration` when the service has no store.
+    pub async fn purge_ended(&self, keep: Duration) -> Result<usize, HarnessError> {
+        const BATCH: usize = 1000;
+        let durable = self.durable()?;
+        let keep = i64::try_from(keep.as_millis()).unwrap_or(i64::MAX);
+        let cutoff = Timestamp::from_millis(Timestamp::now().as_millis().saturating_sub(keep))
+            .unwrap_or_else(|| Timestamp::from_millis(0).unwrap_or_else(Timestamp::now));
+        let mut purged = 0;
+        loop {
+            let n = durable
+                .store
+                .purge(cutoff, BATCH)
+                .await
+                .map_err(|e| e.to_harness_error())?;
+            purged += n;
+            if n < BATCH {
+                return Ok(purged);
+            }
+        }
+    }
+
     /// The thread state of `conversation` on this adapter, at its binding's current epoch.
     async fn scoped_state(
         &self,

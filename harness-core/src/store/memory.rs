@@ -320,6 +320,39 @@ impl ExecutionStore for MemoryStore {
         });
         Box::pin(async move { result })
     }
+
+    fn purge(
+        &self,
+        created_before: Timestamp,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<usize, StoreError>> {
+        let mut inner = self.lock();
+        let Inner {
+            executions,
+            keys,
+            order,
+        } = &mut *inner;
+        let mut purged = 0;
+        // Creation order: the oldest first.
+        order.retain(|id| {
+            if purged == limit {
+                return true;
+            }
+            let Some(entry) = executions.get(id) else {
+                return false;
+            };
+            if !entry.ended || entry.record.created_at >= created_before {
+                return true;
+            }
+            if let Some(key) = &entry.record.idempotency_key {
+                keys.remove(&(entry.record.principal.clone(), key.clone()));
+            }
+            executions.remove(id);
+            purged += 1;
+            false
+        });
+        Box::pin(async move { Ok(purged) })
+    }
 }
 
 /// The thread state of conversations, in memory next to the executions: the same contract

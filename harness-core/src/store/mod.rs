@@ -407,6 +407,17 @@ pub trait ExecutionStore: Send + Sync + 'static {
         id: &'a ExecutionId,
         reason: &'a str,
     ) -> BoxFuture<'a, Result<bool, StoreError>>;
+
+    /// Retention: deletes up to `limit` executions that have **ended** and were created
+    /// before `created_before`, oldest first, each with its events, answers and idempotency
+    /// key (a retry under the key then starts a new execution). An unfinished execution is
+    /// never deleted, however old. Returns how many were deleted; fewer than `limit` means
+    /// none older is left.
+    fn purge(
+        &self,
+        created_before: Timestamp,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<usize, StoreError>>;
 }
 
 /// Checks a batch before a backend writes it: one execution's events, numbered on from
