@@ -126,9 +126,15 @@ struct Shared {
     path: PathBuf,
     jobs: Mutex<Option<mpsc::Sender<Job>>>,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
-    reader: Mutex<Connection>,
+    /// Reader connections (WAL lets them read while the writer commits), each used by one
+    /// read at a time.
+    readers: Vec<Mutex<Connection>>,
+    next_reader: std::sync::atomic::AtomicUsize,
     tails: Tails,
 }
+
+/// How many reader connections a store opens: reads run at once up to this many.
+const READERS: usize = 4;
 
 type Tails = Arc<Mutex<HashMap<ExecutionId, watch::Sender<u64>>>>;
 
@@ -245,7 +251,9 @@ impl SqliteStore {
         let path = path.as_ref().to_path_buf();
         let writer = connect(&path)?;
         migrate(&writer)?;
-        let reader = connect(&path)?;
+        let readers = (0..READERS)
+            .map(|_| connect(&path).map(Mutex::new))
+            .collect::<Result<Vec<_>, _>>()?;
         let tails: Tails = Arc::default();
         let (jobs, queue) = mpsc::channel::<Job>();
         let wake = Arc::clone(&tails);
@@ -258,7 +266,8 @@ impl SqliteStore {
                 path,
                 jobs: Mutex::new(Some(jobs)),
                 writer: Mutex::new(Some(thread)),
-                reader: Mutex::new(reader),
+                readers,
+                next_reader: std::sync::atomic::AtomicUsize::new(0),
                 tails,
             }),
         })
@@ -314,16 +323,27 @@ impl SqliteStore {
         })
     }
 
-    /// Runs a read on the reader connection, off the async threads.
+    /// Runs a read on a free reader connection (the next one when all are busy), off the
+    /// async threads.
     fn read_with<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     ) -> BoxFuture<'static, Result<T, StoreError>> {
         let shared = Arc::clone(&self.shared);
         Box::pin(async move {
-            tokio::task::spawn_blocking(move || f(&lock(&shared.reader)))
-                .await
-                .unwrap_or_else(|e| Err(StoreError::Unavailable(format!("a read failed: {e}"))))
+            tokio::task::spawn_blocking(move || {
+                let readers = &shared.readers;
+                let free = readers.iter().find_map(|r| r.try_lock().ok());
+                let connection = free.unwrap_or_else(|| {
+                    let n = shared
+                        .next_reader
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    lock(&readers[n % readers.len()])
+                });
+                f(&connection)
+            })
+            .await
+            .unwrap_or_else(|e| Err(StoreError::Unavailable(format!("a read failed: {e}"))))
         })
     }
 }

@@ -100,11 +100,8 @@ async fn a_conversation_recalls_what_it_remembered_and_only_it() {
 }
 
 /// A form then an approval: replica `a` takes the form's answer, pauses on the approval and
-/// dies; replica `b` restores the execution, and the answer sent to `b` resumes the script
-/// after the approval, with the form's value (from the store) filling a later placeholder.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_paused_script_resumes_on_another_replica_with_its_earlier_form_values() {
-    let store = Arc::new(MemoryStore::new());
+/// dies (its runtime shut down where it stands). Returns the execution.
+async fn paused_on_a_dying_replica(store: &Arc<MemoryStore>, lease: Duration) -> ExecutionId {
     let script = Script::builder()
         .form([FormField::new(
             "name".parse().unwrap(),
@@ -120,62 +117,59 @@ async fn a_paused_script_resumes_on_another_replica_with_its_earlier_form_values
         .text(" bye {{name}}")
         .complete("done")
         .build();
-    let lease = Duration::from_millis(200);
-    let id: ExecutionId = {
-        let store = Arc::clone(&store);
-        let request = request(script);
-        tokio::task::spawn_blocking(move || {
-            let dying = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            let a = AdapterService::builder(ScriptedAdapter::quickstart())
-                .durable(store, ReplicaId::new("a"))
-                .lease_ttl(lease)
-                .build();
-            let (handle, id) = dying.block_on(async {
-                let handle = a.start(request).await.unwrap();
-                let form = action(&handle).await;
-                handle
-                    .respond(
-                        FormResponse::submit(
-                            form.id.clone(),
-                            form.revision,
-                            FormValues::new().with("name", "Ada"),
-                        )
-                        .into(),
+    let store = Arc::clone(store);
+    let request = request(script);
+    tokio::task::spawn_blocking(move || {
+        let dying = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let a = AdapterService::builder(ScriptedAdapter::quickstart())
+            .durable(store, ReplicaId::new("a"))
+            .lease_ttl(lease)
+            .build();
+        let (handle, id) = dying.block_on(async {
+            let handle = a.start(request).await.unwrap();
+            let form = action(&handle).await;
+            handle
+                .respond(
+                    FormResponse::submit(
+                        form.id.clone(),
+                        form.revision,
+                        FormValues::new().with("name", "Ada"),
                     )
-                    .await
-                    .unwrap();
-                // Wait for the second action: the approval, stored.
-                let mut events = handle.events(Cursor::START);
-                let mut asked = 0;
-                while let Some(e) = events.next().await {
-                    if matches!(e.payload(), EventPayload::RunAwaitingApproval(_)) {
-                        break;
-                    }
-                    if matches!(e.payload(), EventPayload::ActionRequested(_)) {
-                        asked += 1;
-                    }
+                    .into(),
+                )
+                .await
+                .unwrap();
+            // Until the approval is stored (readers see only stored events).
+            let mut events = handle.events(Cursor::START);
+            let mut asked = 0;
+            while let Some(e) = events.next().await {
+                if matches!(e.payload(), EventPayload::RunAwaitingApproval(_)) {
+                    break;
                 }
-                assert_eq!(asked, 2);
-                let id = handle.id().clone();
-                (handle, id)
-            });
-            dying.shutdown_background();
-            drop((handle, a));
-            id
-        })
-        .await
-        .unwrap()
-    };
-    tokio::time::sleep(lease * 2).await;
-    let b = AdapterService::builder(ScriptedAdapter::quickstart())
-        .durable(Arc::clone(&store), ReplicaId::new("b"))
-        .lease_ttl(lease)
-        .build();
+                if matches!(e.payload(), EventPayload::ActionRequested(_)) {
+                    asked += 1;
+                }
+            }
+            assert_eq!(asked, 2);
+            let id = handle.id().clone();
+            (handle, id)
+        });
+        dying.shutdown_background();
+        drop((handle, a));
+        id
+    })
+    .await
+    .unwrap()
+}
+
+/// Replica `b` restores the execution; the answer sent to `b` resumes the script after the
+/// approval, with the form's value (from the store) filling a later placeholder.
+async fn resumed_on(b: &AdapterService<ScriptedAdapter>, id: &ExecutionId) {
     assert_eq!(b.recover().await.unwrap(), [Recovery::Restored(id.clone())]);
-    let attached = b.attach(&id).await.unwrap();
+    let attached = b.attach(id).await.unwrap();
     let mut events = attached.events(Cursor::START);
     let mut approval = None;
     while let Some(e) = events.next().await {
@@ -187,7 +181,55 @@ async fn a_paused_script_resumes_on_another_replica_with_its_earlier_form_values
         }
     }
     let approval = approval.expect("the approval");
-    b.respond_to(&id, approval.approve_all()).await.unwrap();
+    b.respond_to(id, approval.approve_all()).await.unwrap();
     assert!(matches!(outcome(&attached).await, Outcome::Succeeded(_)));
     assert_eq!(text(&attached), "hello Ada bye Ada");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_script_resumes_on_another_replica_with_its_earlier_form_values() {
+    let store = Arc::new(MemoryStore::new());
+    let lease = Duration::from_millis(200);
+    let id = paused_on_a_dying_replica(&store, lease).await;
+    let b = AdapterService::builder(ScriptedAdapter::quickstart())
+        .durable(Arc::clone(&store), ReplicaId::new("b"))
+        .lease_ttl(lease)
+        .build();
+    // Another replica waits for the dead one's lease to lapse.
+    assert_eq!(b.recover().await.unwrap(), []);
+    tokio::time::sleep(lease * 2).await;
+    resumed_on(&b, &id).await;
+}
+
+/// A process restarted under the dead one's replica name takes its executions over at once:
+/// their leases are its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_restarted_under_its_name_takes_its_paused_executions_over_at_once() {
+    let store = Arc::new(MemoryStore::new());
+    let lease = Duration::from_secs(60);
+    let id = paused_on_a_dying_replica(&store, lease).await;
+    let restarted = AdapterService::builder(ScriptedAdapter::quickstart())
+        .durable(Arc::clone(&store), ReplicaId::new("a"))
+        .lease_ttl(lease)
+        .build();
+    resumed_on(&restarted, &id).await;
+}
+
+/// Two recoveries at once on one service (one replica, one lease owner): one takes the
+/// paused execution over, the other leaves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_recoveries_at_once_on_one_service_take_a_paused_execution_over_once() {
+    let store = Arc::new(MemoryStore::new());
+    let lease = Duration::from_secs(60);
+    let id = paused_on_a_dying_replica(&store, lease).await;
+    let restarted = AdapterService::builder(ScriptedAdapter::quickstart())
+        .durable(Arc::clone(&store), ReplicaId::new("a"))
+        .lease_ttl(lease)
+        .build();
+    let (one, two) = tokio::join!(restarted.recover(), restarted.recover());
+    let mut all = one.unwrap();
+    all.extend(two.unwrap());
+    assert_eq!(all, [Recovery::Restored(id.clone())]);
+    // And later ones leave it alone: it is live here.
+    assert_eq!(restarted.recover().await.unwrap(), []);
 }

@@ -377,7 +377,10 @@ impl<A: HarnessAdapter, L> AdapterServiceBuilder<A, L> {
     /// before any reader sees it (readers of a durable execution see only what the store
     /// acknowledged, so a crash never takes back an event someone saw). The execution's
     /// lease ([`DEFAULT_LEASE_TTL`]) is renewed while it lives; when this process dies,
-    /// [`AdapterService::recover`] on another one (or this one, restarted) ends what it left.
+    /// [`AdapterService::recover`] on another one (or this one, restarted) takes over or ends
+    /// what it left. A replica name belongs to one live process at a time: a process
+    /// restarted under the same name recovers its predecessor's executions at once (their
+    /// leases are its own), another waits for them to lapse.
     ///
     /// ```
     /// use std::sync::Arc;
@@ -409,6 +412,7 @@ impl<A: HarnessAdapter, L> AdapterServiceBuilder<A, L> {
             replica,
             lease_ttl: DEFAULT_LEASE_TTL,
             window: DEFAULT_MEMORY_WINDOW,
+            live: Arc::default(),
         });
         self
     }
@@ -652,17 +656,30 @@ impl<A: HarnessAdapter> AdapterService<A> {
             }
             // Nothing has run: a refusal here starts nothing (the queued execution is
             // dropped, its in-memory log ended).
-            match durable.store.create(record).await {
+            // Live here from before its record exists: a recovery running meanwhile on
+            // this service leaves it alone.
+            durable.hold(&id);
+            let created = durable.store.create(record).await;
+            if !matches!(created, Ok(crate::store::Created::New)) {
+                durable.let_go(&id);
+            }
+            match created {
                 Ok(crate::store::Created::New) => {}
                 // The key was used before, on any replica: that execution, mirrored here.
                 Ok(crate::store::Created::Existing(first)) => return self.attach(&first.id).await,
                 Err(e) => return Err(e.to_harness_error()),
             }
-            let lease = durable
+            let lease = match durable
                 .store
                 .acquire(&id, &durable.replica, durable.lease_ttl)
                 .await
-                .map_err(|e| e.to_harness_error())?;
+            {
+                Ok(lease) => lease,
+                Err(e) => {
+                    durable.let_go(&id);
+                    return Err(e.to_harness_error());
+                }
+            };
             persist::spawn(durable.clone(), lease, &shared, 0);
         }
         let handle = ExecutionHandle {
@@ -856,10 +873,8 @@ impl<A: HarnessAdapter> AdapterService<A> {
             Box::pin(async move { this.restore(paused).await })
         };
         persist::recover(
-            &*durable.store,
+            durable,
             self.inner.adapter.descriptor().id().as_str(),
-            &durable.replica,
-            durable.lease_ttl,
             restorable.then_some(&restore as persist::Restore<'_>),
         )
         .await

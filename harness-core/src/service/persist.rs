@@ -28,6 +28,54 @@ pub(crate) struct Durable {
     pub(crate) replica: ReplicaId,
     pub(crate) lease_ttl: Duration,
     pub(crate) window: usize,
+    /// The executions this service runs, from their start (or takeover) until the store
+    /// holds their end or fenced them off: recovery leaves them alone.
+    pub(crate) live: Arc<std::sync::Mutex<std::collections::HashSet<ExecutionId>>>,
+}
+
+impl Durable {
+    fn live(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<ExecutionId>> {
+        self.live
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Marks `id` as run here.
+    pub(crate) fn hold(&self, id: &ExecutionId) {
+        self.live().insert(id.clone());
+    }
+
+    /// Marks `id` as no longer run here.
+    pub(crate) fn let_go(&self, id: &ExecutionId) {
+        self.live().remove(id);
+    }
+
+    fn is_live(&self, id: &ExecutionId) -> bool {
+        self.live().contains(id)
+    }
+
+    /// Marks `id` as run here unless it already is; whether it was not.
+    fn claim(&self, id: &ExecutionId) -> bool {
+        self.live().insert(id.clone())
+    }
+}
+
+/// Gives a recovery's claim back when dropped, unless the execution was taken over
+/// ([`keep`](Self::keep): its persister lets it go when it ends).
+struct ReleaseClaim<'a>(&'a Durable, Option<ExecutionId>);
+
+impl ReleaseClaim<'_> {
+    fn keep(mut self) {
+        self.1 = None;
+    }
+}
+
+impl Drop for ReleaseClaim<'_> {
+    fn drop(&mut self) {
+        if let Some(id) = &self.1 {
+            self.0.let_go(id);
+        }
+    }
 }
 
 /// Backs the gated log of `id` by the store: it keeps the last `window` stored events in
@@ -79,6 +127,7 @@ pub(crate) fn spawn(durable: Durable, mut lease: Lease, shared: &Arc<Shared>, st
             let _ = tx.send(event.clone());
         }
     });
+    let holder = durable.clone();
     let Durable {
         store,
         replica,
@@ -87,6 +136,8 @@ pub(crate) fn spawn(durable: Durable, mut lease: Lease, shared: &Arc<Shared>, st
     } = durable;
     let renew_every = lease_ttl / 3;
     tokio::spawn(async move {
+        // Whatever way this task ends, the execution is no longer run here.
+        let _let_go = LetGo(holder, lease.execution_id.clone());
         let mut published = stored;
         let mut renewed = Instant::now();
         let mut batch: Vec<Event> = Vec::new();
@@ -234,6 +285,15 @@ fn watch_store(durable: Durable, shared: Arc<Shared>) {
     });
 }
 
+/// Takes an execution off the service's live set when dropped.
+struct LetGo(Durable, ExecutionId);
+
+impl Drop for LetGo {
+    fn drop(&mut self) {
+        self.0.let_go(&self.1);
+    }
+}
+
 fn lost(error: &StoreError, reader: &LogReader, cancel: &CancellationToken) {
     tracing::error!(
         error = %error,
@@ -286,35 +346,48 @@ pub(crate) type Restore<'a> = &'a (
 /// With `restore`, an execution paused on an action is taken over instead: its lease moves
 /// to `replica` itself and `restore` resumes it here.
 pub(crate) async fn recover(
-    store: &dyn ExecutionStore,
+    durable: &Durable,
     adapter: &str,
-    replica: &ReplicaId,
-    ttl: Duration,
     restore: Option<Restore<'_>>,
 ) -> Result<Vec<Recovery>, StoreError> {
     use futures_util::StreamExt;
-    // Recovery takes leases under a name of its own: this replica's live executions hold
-    // theirs under its plain name, so they are `Leased` here and left alone.
-    let recoverer = ReplicaId::new(format!("{replica}/recovery"));
+    let store = &*durable.store;
+    let (replica, ttl) = (&durable.replica, durable.lease_ttl);
+    // This service's own executions are left alone; the others are taken under this
+    // replica's lease (one that a previous process of the same replica held is taken at
+    // once: that process is gone).
+    let recoverer = replica;
     let unfinished: Vec<_> = store
         .unfinished()
         .await?
         .into_iter()
-        .filter(|record| record.adapter == adapter)
+        .filter(|record| record.adapter == adapter && !durable.is_live(&record.id))
         .collect();
     // Many at once: the store commits their writes together (group commit, pipelining).
     let mut ended = futures_util::stream::iter(unfinished)
         .map(|record| {
             let recoverer = &recoverer;
             async move {
+                // Claimed for this service first: of two recoveries running at once on it
+                // (same replica, same lease owner), one handles each execution.
+                if !durable.claim(&record.id) {
+                    return Ok(None);
+                }
+                let claimed = ReleaseClaim(durable, Some(record.id.clone()));
                 let lease = match store.acquire(&record.id, recoverer, ttl).await {
                     Ok(lease) => lease,
                     Err(StoreError::Leased { .. }) => return Ok(None),
                     Err(e) => return Err(e),
                 };
-                let done = match settle(store, lease.clone(), replica, ttl, restore).await {
-                    Ok(Settled::Restored) => return Ok(Some(Recovery::Restored(record.id))),
-                    Ok(Settled::Ended(done)) => Ok(done),
+                let done = match settle(durable, lease.clone(), record.clone(), restore).await {
+                    Ok(Settled::Restored) => {
+                        claimed.keep();
+                        return Ok(Some(Recovery::Restored(record.id)));
+                    }
+                    // Ended by this lease: nothing follows a terminal event, so the lease
+                    // guards nothing any more and lapses by itself (one write saved).
+                    Ok(Settled::Ended(Some(done))) => return Ok(Some(done)),
+                    Ok(Settled::Ended(None)) => Ok(None),
                     // Another replica recovered it first, or a late append of the old owner
                     // raced.
                     Err(
@@ -338,7 +411,8 @@ pub(crate) async fn recover(
     Ok(recovered)
 }
 
-/// How many executions recovery ends at once.
+/// How many executions recovery handles at once: the store commits their writes together
+/// (SQLite's group commit, PostgreSQL's pooled connections).
 const RECOVERY_PARALLELISM: usize = 64;
 
 /// What recovery did with one execution under its recovery lease.
@@ -351,34 +425,30 @@ enum Settled {
 
 /// Ends the execution of `lease` as lost, or (with `restore`, when it is paused on an
 /// action and no cancel was asked for) hands it to `restore` under a lease of `replica`.
+///
+/// `listed` is the record as `unfinished` listed it: its request does not change, and
+/// whether it is still paused is read from the log under the lease (a cancel requested
+/// after the listing reaches the restored execution from the store, as any remote cancel).
 async fn settle(
-    store: &dyn ExecutionStore,
+    durable: &Durable,
     lease: Lease,
-    replica: &ReplicaId,
-    ttl: Duration,
+    listed: crate::store::ExecutionRecord,
     restore: Option<Restore<'_>>,
 ) -> Result<Settled, StoreError> {
+    let store = &*durable.store;
     let id = &lease.execution_id;
-    let record = store.record(id).await?;
-    let cancelled = record.cancel_requested.is_some() || record.state == ExecutionState::Cancelling;
     let awaiting = matches!(
-        record.state,
+        listed.state,
         ExecutionState::AwaitingInput | ExecutionState::AwaitingApproval
-    );
-    if let Some(restore) = restore.filter(|_| awaiting && !cancelled) {
+    ) && listed.cancel_requested.is_none();
+    if let Some(restore) = restore.filter(|_| awaiting) {
+        let record = listed;
         let events = read_all(store, id).await?;
         if events.last().is_some_and(|e| e.kind().is_terminal()) {
             return Ok(Settled::Ended(None));
         }
         if let Some(pending) = pending_of(&events) {
-            // The lease moves to the replica's own name, which its persister renews. In the
-            // gap another replica may take it: then that one has it.
-            let _ = store.release(&lease).await;
-            let own = match store.acquire(id, replica, ttl).await {
-                Ok(own) => own,
-                Err(StoreError::Leased { .. }) => return Ok(Settled::Ended(None)),
-                Err(e) => return Err(e),
-            };
+            let own = lease.clone();
             let paused = Paused {
                 lease: own.clone(),
                 record,
@@ -390,12 +460,13 @@ async fn settle(
                 Err(e) => {
                     tracing::error!(execution = %id, error = %e, "a paused execution could not be taken over; it ends as lost");
                     let ended = end(store, &own, &store.record(id).await?).await;
-                    let _ = store.release(&own).await;
                     return ended.map(Settled::Ended);
                 }
             }
         }
     }
+    // Ended as lost: with the record as it is now (a cancel requested meanwhile counts).
+    let record = store.record(id).await?;
     end(store, &lease, &record).await.map(Settled::Ended)
 }
 
