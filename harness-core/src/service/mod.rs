@@ -432,7 +432,7 @@ impl<A: HarnessAdapter, L> AdapterServiceBuilder<A, L> {
 
     /// Keeps the thread state of conversations (what adapters keep between turns, scoped
     /// to each conversation's binding) in `store`. Every execution of a conversation gets a
-    /// [`ScopedThreadState`](crate::session::ScopedThreadState) for its binding
+    /// [`ScopedThreadState`] for its binding
     /// ([`BindingId::for_conversation`]) at the binding's current epoch, in
     /// [`RuntimeContext::thread_state`]; an execution without a conversation gets none.
     /// Replicas that share `store` continue each other's conversations. Without it the
