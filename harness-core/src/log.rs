@@ -795,8 +795,10 @@ pub struct EventStream {
     fetch: Option<futures_util::future::BoxFuture<'static, Vec<Event>>>,
 }
 
-/// How many events a stream behind a trimmed log reads from the store per page.
-const PAGE: usize = 1024;
+/// How many events a stream behind a trimmed log reads from the store per page: as many as
+/// a durable execution appends at most at once, so that a store keeping each append as one
+/// row (SQLite, PostgreSQL) decodes a row about once per page, not once per small page.
+const PAGE: usize = 8192;
 
 /// Reads `limit` events after `after` from `source`, retrying (with backoff up to a second)
 /// until the store answers: a reader behind waits out a store outage, it loses nothing.
