@@ -220,6 +220,26 @@ fn lines(child: &mut Child) -> impl Iterator<Item = String> + use<> {
         .map_while(Result::ok)
 }
 
+/// The stored log of `id`, checked: contiguous from 1, with exactly one terminal event, last.
+async fn stored_once(store: &dyn ExecutionStore, id: &ExecutionId) -> Vec<Event> {
+    let all = store
+        .read(id, Cursor::START, usize::MAX)
+        .await
+        .expect("read");
+    assert!(
+        all.iter()
+            .enumerate()
+            .all(|(i, e)| e.seq().get() == i as u64 + 1),
+        "contiguous"
+    );
+    assert_eq!(all.iter().filter(|e| e.kind().is_terminal()).count(), 1);
+    assert!(
+        all.last().is_some_and(|e| e.kind().is_terminal()),
+        "the end is last"
+    );
+    all
+}
+
 /// The store at `db` (as `store-replica` opens it).
 async fn open(db: &str) -> Arc<dyn ExecutionStore> {
     if db.starts_with("host=") {
@@ -290,17 +310,7 @@ async fn killed_mid_stream(db: &str) {
     );
 
     let store = open(db).await;
-    let all = store
-        .read(&id, Cursor::START, usize::MAX)
-        .await
-        .expect("read");
-    assert!(
-        all.iter()
-            .enumerate()
-            .all(|(i, e)| e.seq().get() == i as u64 + 1),
-        "contiguous"
-    );
-    assert_eq!(all.iter().filter(|e| e.kind().is_terminal()).count(), 1);
+    let all = stored_once(&*store, &id).await;
     let Some(EventPayload::RunFailed(failed)) = all.last().map(Event::payload) else {
         panic!("ends run.failed: {:?}", all.last());
     };
@@ -388,18 +398,8 @@ async fn killed_awaiting(db: &str) {
         "{report:?}"
     );
     let store = open(db).await;
-    let all = store
-        .read(&id, Cursor::START, usize::MAX)
-        .await
-        .expect("read");
-    assert!(
-        all.iter()
-            .enumerate()
-            .all(|(i, e)| e.seq().get() == i as u64 + 1),
-        "contiguous"
-    );
+    let all = stored_once(&*store, &id).await;
     let count = |kind: EventKind| all.iter().filter(|e| e.kind() == kind).count();
-    assert_eq!(all.iter().filter(|e| e.kind().is_terminal()).count(), 1);
     assert_eq!(all.last().map(Event::kind), Some(EventKind::RunSucceeded));
     assert_eq!(count(EventKind::ActionRequested), 1);
     assert_eq!(count(EventKind::ActionResolved), 1);
@@ -453,17 +453,7 @@ async fn killed_mid_cancel(db: &str) {
                 .all(|l| **l == format!("recovered {id} cancelled")),
         "at most one replica ends it, as cancelled: {report:?}"
     );
-    let all = store
-        .read(&id, Cursor::START, usize::MAX)
-        .await
-        .expect("read");
-    assert!(
-        all.iter()
-            .enumerate()
-            .all(|(i, e)| e.seq().get() == i as u64 + 1),
-        "contiguous"
-    );
-    assert_eq!(all.iter().filter(|e| e.kind().is_terminal()).count(), 1);
+    let all = stored_once(&*store, &id).await;
     let Some(EventPayload::RunCancelled(reason)) = all.last().map(Event::payload) else {
         panic!("ends run.cancelled: {:?}", all.last());
     };
