@@ -657,30 +657,21 @@ impl<A: HarnessAdapter> AdapterService<A> {
             // Nothing has run: a refusal here starts nothing (the queued execution is
             // dropped, its in-memory log ended).
             // Live here from before its record exists: a recovery running meanwhile on
-            // this service leaves it alone.
-            durable.hold(&id);
-            let created = durable.store.create(record).await;
-            if !matches!(created, Ok(crate::store::Created::New)) {
-                durable.let_go(&id);
-            }
-            match created {
+            // this service leaves it alone (and it is let go if this start goes no further).
+            let claim = persist::ReleaseClaim::hold(durable, &id);
+            match durable.store.create(record).await {
                 Ok(crate::store::Created::New) => {}
                 // The key was used before, on any replica: that execution, mirrored here.
                 Ok(crate::store::Created::Existing(first)) => return self.attach(&first.id).await,
                 Err(e) => return Err(e.to_harness_error()),
             }
-            let lease = match durable
+            let lease = durable
                 .store
                 .acquire(&id, &durable.replica, durable.lease_ttl)
                 .await
-            {
-                Ok(lease) => lease,
-                Err(e) => {
-                    durable.let_go(&id);
-                    return Err(e.to_harness_error());
-                }
-            };
+                .map_err(|e| e.to_harness_error())?;
             persist::spawn(durable.clone(), lease, &shared, 0);
+            claim.keep();
         }
         let handle = ExecutionHandle {
             holders: Arc::new(Holders(Arc::clone(&shared))),

@@ -60,12 +60,19 @@ impl Durable {
     }
 }
 
-/// Gives a recovery's claim back when dropped, unless the execution was taken over
-/// ([`keep`](Self::keep): its persister lets it go when it ends).
-struct ReleaseClaim<'a>(&'a Durable, Option<ExecutionId>);
+/// Gives a claim on an execution back when dropped, unless it runs here now
+/// ([`keep`](Self::keep): its persister lets it go when it ends). A start or a recovery
+/// dropped half-way (its caller gave up) so leaves nothing claimed.
+pub(crate) struct ReleaseClaim<'a>(&'a Durable, Option<ExecutionId>);
 
-impl ReleaseClaim<'_> {
-    fn keep(mut self) {
+impl<'a> ReleaseClaim<'a> {
+    /// Claims `id` for this service (see [`Durable::hold`]).
+    pub(crate) fn hold(durable: &'a Durable, id: &ExecutionId) -> Self {
+        durable.hold(id);
+        Self(durable, Some(id.clone()))
+    }
+
+    pub(crate) fn keep(mut self) {
         self.1 = None;
     }
 }
