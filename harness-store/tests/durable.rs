@@ -220,6 +220,26 @@ fn lines(child: &mut Child) -> impl Iterator<Item = String> + use<> {
         .map_while(Result::ok)
 }
 
+/// One crash scenario as two tests: on an SQLite file in a scratch directory, and on a
+/// throwaway PostgreSQL cluster.
+macro_rules! on_both_stores {
+    ($scenario:ident: $sqlite:ident, $postgres:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $sqlite() {
+            let dir = scratch(stringify!($scenario));
+            $scenario(dir.join("harness.db").to_str().expect("UTF-8")).await;
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $postgres() {
+            let cluster = common::Cluster::start();
+            drop(common::connect(&cluster).await);
+            $scenario(&cluster.url).await;
+        }
+    };
+}
+
 /// The stored log of `id`, checked: contiguous from 1, with exactly one terminal event, last.
 async fn stored_once(store: &dyn ExecutionStore, id: &ExecutionId) -> Vec<Event> {
     let all = store
@@ -249,19 +269,7 @@ async fn open(db: &str) -> Arc<dyn ExecutionStore> {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replica_killed_mid_stream_is_ended_once_by_another_on_sqlite() {
-    let dir = scratch("replica-kill");
-    killed_mid_stream(dir.join("harness.db").to_str().expect("UTF-8")).await;
-    std::fs::remove_dir_all(&dir).unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replica_killed_mid_stream_is_ended_once_by_another_on_postgres() {
-    let cluster = common::Cluster::start();
-    drop(common::connect(&cluster).await);
-    killed_mid_stream(&cluster.url).await;
-}
+on_both_stores!(killed_mid_stream: a_replica_killed_mid_stream_is_ended_once_by_another_on_sqlite, a_replica_killed_mid_stream_is_ended_once_by_another_on_postgres);
 
 /// A replica process runs an execution and is killed with SIGKILL mid-stream; two replica
 /// processes recover at once: exactly one ends it, with one `run.failed` (`OWNER_LOST`), the
@@ -327,19 +335,7 @@ async fn killed_mid_stream(db: &str) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replica_killed_awaiting_approval_is_resumed_once_by_another_on_sqlite() {
-    let dir = scratch("replica-kill-awaiting");
-    killed_awaiting(dir.join("harness.db").to_str().expect("UTF-8")).await;
-    std::fs::remove_dir_all(&dir).unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replica_killed_awaiting_approval_is_resumed_once_by_another_on_postgres() {
-    let cluster = common::Cluster::start();
-    drop(common::connect(&cluster).await);
-    killed_awaiting(&cluster.url).await;
-}
+on_both_stores!(killed_awaiting: a_replica_killed_awaiting_approval_is_resumed_once_by_another_on_sqlite, a_replica_killed_awaiting_approval_is_resumed_once_by_another_on_postgres);
 
 /// The owner's `execution <id>` line, then its `seen` lines up to one of kind `until`.
 fn until_seen(out: &mut impl Iterator<Item = String>, until: &str) -> (ExecutionId, Vec<String>) {
@@ -409,19 +405,7 @@ async fn killed_awaiting(db: &str) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replica_killed_mid_cancel_ends_cancelled_once_on_sqlite() {
-    let dir = scratch("replica-kill-cancel");
-    killed_mid_cancel(dir.join("harness.db").to_str().expect("UTF-8")).await;
-    std::fs::remove_dir_all(&dir).unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replica_killed_mid_cancel_ends_cancelled_once_on_postgres() {
-    let cluster = common::Cluster::start();
-    drop(common::connect(&cluster).await);
-    killed_mid_cancel(&cluster.url).await;
-}
+on_both_stores!(killed_mid_cancel: a_replica_killed_mid_cancel_ends_cancelled_once_on_sqlite, a_replica_killed_mid_cancel_ends_cancelled_once_on_postgres);
 
 /// A replica process streams; a cancel is requested through the store (as another replica
 /// does) and the owner is killed with SIGKILL right after, whether or not it had applied
