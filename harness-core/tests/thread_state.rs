@@ -96,15 +96,23 @@ async fn a_conversation_keeps_its_state_between_turns_and_another_does_not_see_i
     assert_eq!(none.category(), ErrorCategory::Configuration);
 }
 
+/// Two services over one store, as two replicas.
+fn two_replicas() -> (
+    AdapterService<Simple<Counter>>,
+    AdapterService<Simple<Counter>>,
+) {
+    let store = Arc::new(MemoryStore::new());
+    let replica = |name: &str| {
+        AdapterService::builder(counter())
+            .durable(Arc::clone(&store), ReplicaId::new(name))
+            .build()
+    };
+    (replica("one"), replica("two"))
+}
+
 #[tokio::test]
 async fn replicas_over_one_store_continue_each_others_conversations() {
-    let store = Arc::new(MemoryStore::new());
-    let one = AdapterService::builder(counter())
-        .durable(Arc::clone(&store), ReplicaId::new("one"))
-        .build();
-    let two = AdapterService::builder(counter())
-        .durable(store, ReplicaId::new("two"))
-        .build();
+    let (one, two) = two_replicas();
     let a = ConversationId::generate();
     assert_eq!(turn(&one, Some(&a)).await.unwrap(), "turn 1");
     assert_eq!(turn(&two, Some(&a)).await.unwrap(), "turn 2");
@@ -120,13 +128,7 @@ async fn replicas_over_one_store_continue_each_others_conversations() {
 
 #[tokio::test]
 async fn clearing_a_session_forgets_it_on_every_replica_and_moves_its_epoch() {
-    let store = Arc::new(MemoryStore::new());
-    let one = AdapterService::builder(counter())
-        .durable(Arc::clone(&store), ReplicaId::new("one"))
-        .build();
-    let two = AdapterService::builder(counter())
-        .durable(store, ReplicaId::new("two"))
-        .build();
+    let (one, two) = two_replicas();
     let a = ConversationId::generate();
     turn(&one, Some(&a)).await.unwrap();
     turn(&one, Some(&a)).await.unwrap();

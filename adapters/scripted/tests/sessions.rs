@@ -17,6 +17,18 @@ fn request(script: Script) -> ExecutionRequest {
     ExecutionRequest::new("go").with_options(ScriptedOptions::with_script(script).to_value())
 }
 
+/// A durable scripted service: replica `name` over `store`.
+fn replica(
+    store: &Arc<MemoryStore>,
+    name: &str,
+    lease: Duration,
+) -> AdapterService<ScriptedAdapter> {
+    AdapterService::builder(ScriptedAdapter::quickstart())
+        .durable(Arc::clone(store), ReplicaId::new(name))
+        .lease_ttl(lease)
+        .build()
+}
+
 async fn outcome(handle: &ExecutionHandle) -> Outcome {
     tokio::time::timeout(Duration::from_secs(10), handle.outcome())
         .await
@@ -124,10 +136,7 @@ async fn paused_on_a_dying_replica(store: &Arc<MemoryStore>, lease: Duration) ->
             .enable_all()
             .build()
             .unwrap();
-        let a = AdapterService::builder(ScriptedAdapter::quickstart())
-            .durable(store, ReplicaId::new("a"))
-            .lease_ttl(lease)
-            .build();
+        let a = replica(&store, "a", lease);
         let (handle, id) = dying.block_on(async {
             let handle = a.start(request).await.unwrap();
             let form = action(&handle).await;
@@ -191,10 +200,7 @@ async fn a_paused_script_resumes_on_another_replica_with_its_earlier_form_values
     let store = Arc::new(MemoryStore::new());
     let lease = Duration::from_millis(200);
     let id = paused_on_a_dying_replica(&store, lease).await;
-    let b = AdapterService::builder(ScriptedAdapter::quickstart())
-        .durable(Arc::clone(&store), ReplicaId::new("b"))
-        .lease_ttl(lease)
-        .build();
+    let b = replica(&store, "b", lease);
     // Another replica waits for the dead one's lease to lapse.
     assert_eq!(b.recover().await.unwrap(), []);
     tokio::time::sleep(lease * 2).await;
@@ -208,10 +214,7 @@ async fn a_replica_restarted_under_its_name_takes_its_paused_executions_over_at_
     let store = Arc::new(MemoryStore::new());
     let lease = Duration::from_secs(60);
     let id = paused_on_a_dying_replica(&store, lease).await;
-    let restarted = AdapterService::builder(ScriptedAdapter::quickstart())
-        .durable(Arc::clone(&store), ReplicaId::new("a"))
-        .lease_ttl(lease)
-        .build();
+    let restarted = replica(&store, "a", lease);
     resumed_on(&restarted, &id).await;
 }
 
@@ -222,10 +225,7 @@ async fn two_recoveries_at_once_on_one_service_take_a_paused_execution_over_once
     let store = Arc::new(MemoryStore::new());
     let lease = Duration::from_secs(60);
     let id = paused_on_a_dying_replica(&store, lease).await;
-    let restarted = AdapterService::builder(ScriptedAdapter::quickstart())
-        .durable(Arc::clone(&store), ReplicaId::new("a"))
-        .lease_ttl(lease)
-        .build();
+    let restarted = replica(&store, "a", lease);
     let (one, two) = tokio::join!(restarted.recover(), restarted.recover());
     let mut all = one.unwrap();
     all.extend(two.unwrap());
