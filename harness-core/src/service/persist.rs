@@ -346,12 +346,12 @@ pub(crate) type Restore<'a> = &'a (
     );
 
 /// Ends the unfinished executions of `adapter` whose owner is gone (their lease is free or
-/// lapsed), each with exactly one terminal event, written under a lease of `replica`: those
+/// lapsed), each with exactly one terminal event, written under a lease of this replica: those
 /// held by a live replica are left alone, and of several replicas recovering at once, one
 /// ends each execution (the lease decides).
 ///
-/// With `restore`, an execution paused on an action is taken over instead: its lease moves
-/// to `replica` itself and `restore` resumes it here.
+/// With `restore`, an execution paused on an action is taken over instead: `restore` resumes
+/// it here, under the lease recovery took.
 pub(crate) async fn recover(
     durable: &Durable,
     adapter: &str,
@@ -363,7 +363,6 @@ pub(crate) async fn recover(
     // This service's own executions are left alone; the others are taken under this
     // replica's lease (one that a previous process of the same replica held is taken at
     // once: that process is gone).
-    let recoverer = replica;
     let unfinished: Vec<_> = store
         .unfinished()
         .await?
@@ -373,7 +372,6 @@ pub(crate) async fn recover(
     // Many at once: the store commits their writes together (group commit, pipelining).
     let mut ended = futures_util::stream::iter(unfinished)
         .map(|record| {
-            let recoverer = &recoverer;
             async move {
                 // Claimed for this service first: of two recoveries running at once on it
                 // (same replica, same lease owner), one handles each execution.
@@ -381,7 +379,7 @@ pub(crate) async fn recover(
                     return Ok(None);
                 }
                 let claimed = ReleaseClaim(durable, Some(record.id.clone()));
-                let lease = match store.acquire(&record.id, recoverer, ttl).await {
+                let lease = match store.acquire(&record.id, replica, ttl).await {
                     Ok(lease) => lease,
                     Err(StoreError::Leased { .. }) => return Ok(None),
                     Err(e) => return Err(e),
