@@ -218,6 +218,14 @@ impl ExecutionStore for Partition {
     fn unfinished(&self) -> BoxFuture<'_, Result<Vec<ExecutionRecord>, StoreError>> {
         through!(self, self.store.unfinished())
     }
+    fn list<'a>(
+        &'a self,
+        principal: &'a str,
+        before: Option<u64>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<harness_core::store::Listed>, StoreError>> {
+        through!(self, self.store.list(principal, before, limit))
+    }
     fn acquire<'a>(
         &'a self,
         id: &'a ExecutionId,

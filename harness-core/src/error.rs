@@ -285,6 +285,19 @@ codes! {
     STATE_CODEC: Some(C::Persistence);
     /// The thread-state store could not save or load.
     STATE_UNAVAILABLE: Some(C::Persistence);
+    /// The server holds no execution of that id for the caller (another principal's
+    /// executions are not found either).
+    EXECUTION_NOT_FOUND: Some(C::Configuration);
+    /// The server has no endpoint at that path (or not for that method).
+    ENDPOINT_NOT_FOUND: Some(C::Configuration);
+    /// The server has no adapter instance of that id.
+    ADAPTER_NOT_FOUND: Some(C::Configuration);
+    /// The request's body, query or headers could not be read: the message names what.
+    REQUEST_INVALID: Some(C::Configuration);
+    /// The request's body is larger than the server accepts.
+    REQUEST_TOO_LARGE: Some(C::Configuration);
+    /// The request carries no valid credential for the server.
+    CREDENTIAL_INVALID: Some(C::Authentication);
     /// A tool failed in its own way (the default code of a bounded failure).
     TOOL_FAILED: None;
     /// A tool's arguments did not match its input schema; the tool was not called.

@@ -63,8 +63,11 @@ fn no_code_is_made_outside_the_catalog_and_every_entry_is_used() {
     for file in &files {
         let source = std::fs::read_to_string(file).unwrap();
         if !file.ends_with("harness-core/src/error.rs") && !file.ends_with("tests/error_codes.rs") {
+            // (HTTP header values have a `from_static` of their own.)
+            let made = source.matches("from_static(\"").count()
+                - source.matches("HeaderValue::from_static(\"").count();
             assert!(
-                !source.contains("from_static(\""),
+                made == 0,
                 "{} makes an error code from a literal: add it to the catalog in \
                  harness-core/src/error.rs and use the constant",
                 file.display()

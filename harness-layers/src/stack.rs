@@ -277,12 +277,28 @@ impl HarnessStack {
         A: HarnessAdapter,
         S: harness_core::store::ExecutionStore + harness_core::session::ThreadStateStore + 'static,
     {
+        self.durable_parts(adapter, store, replica).0
+    }
+
+    /// [`durable_service`](Self::durable_service), and the adapter service it stacks: what
+    /// reaches the service's executions by id (records, answers, cancels, stored events),
+    /// as a server does, while new executions go through the admission layers.
+    pub fn durable_parts<A, S>(
+        &self,
+        adapter: A,
+        store: std::sync::Arc<S>,
+        replica: harness_core::store::ReplicaId,
+    ) -> (StackService, AdapterService<A>)
+    where
+        A: HarnessAdapter,
+        S: harness_core::store::ExecutionStore + harness_core::session::ThreadStateStore + 'static,
+    {
         let service = AdapterService::builder(adapter)
             .config(self.config)
             .layer(self.runtime.clone())
             .durable(store, replica)
             .build();
-        self.admission.layer(service)
+        (self.admission.layer(service.clone()), service)
     }
 }
 

@@ -13,7 +13,7 @@ use harness_core::session::{
     SessionBinding, StateEntry, StateError, StateKey, ThreadStateStore, Version,
 };
 use harness_core::store::{
-    Created, ExecutionRecord, ExecutionStore, FencingToken, Lease, ReplicaId, Resolution,
+    Created, ExecutionRecord, ExecutionStore, FencingToken, Lease, Listed, ReplicaId, Resolution,
     StoreError, Tail, check_batch,
 };
 use harness_core::time::Timestamp;
@@ -23,8 +23,8 @@ use tokio_postgres::{AsyncMessage, Client, GenericClient, NoTls, Row};
 use crate::common::{RECORD_COLUMNS, corrupt, from_millis, lock, parse_state, state_name};
 
 /// The schema version this code writes. 2: one `harness_event_batches` row per append.
-/// 3: thread state.
-const SCHEMA_VERSION: i32 = 4;
+/// 3: thread state. 4: the index of ended executions. 5: the index of principals' executions.
+const SCHEMA_VERSION: i32 = 5;
 
 /// The channel of the store's notifications: `<execution>:<last seq>` after an append,
 /// `<execution>:` after an answer or a cancel request.
@@ -61,6 +61,8 @@ CREATE INDEX IF NOT EXISTS harness_executions_unfinished
     ON harness_executions (created) WHERE NOT ended;
 CREATE INDEX IF NOT EXISTS harness_executions_ended
     ON harness_executions (created) WHERE ended;
+CREATE INDEX IF NOT EXISTS harness_executions_by_principal
+    ON harness_executions (principal, created);
 CREATE TABLE IF NOT EXISTS harness_event_batches (
     execution TEXT NOT NULL,
     first_seq BIGINT NOT NULL,
@@ -261,8 +263,8 @@ async fn migrate(client: &mut Client) -> Result<(), StoreError> {
                 .await
                 .map_err(|e| unavailable(&e))?;
         }
-        // Versions 3 and 4 add tables and an index only, created above.
-        Some(2 | 3) => {
+        // Versions 3 to 5 add tables and indexes only, created above.
+        Some(2..=4) => {
             tx.execute("UPDATE harness_schema SET version = $1", &[&SCHEMA_VERSION])
                 .await
                 .map_err(|e| unavailable(&e))?;
@@ -499,6 +501,41 @@ impl ExecutionStore for PostgresStore {
                 .await
                 .map_err(|e| unavailable(&e))?;
             rows.iter().map(to_record).collect()
+        })
+    }
+
+    fn list<'a>(
+        &'a self,
+        principal: &'a str,
+        before: Option<u64>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Listed>, StoreError>> {
+        Box::pin(async move {
+            let before = before.map_or(i64::MAX, |b| i64::try_from(b).unwrap_or(i64::MAX));
+            let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+            // `created` (a sequence) is the position: it grows with creation.
+            let rows = self
+                .client()
+                .await
+                .query(
+                    &format!(
+                        "SELECT {RECORD_COLUMNS}, created FROM harness_executions \
+                         WHERE principal = $1 AND created < $2 ORDER BY created DESC LIMIT $3"
+                    ),
+                    &[&principal, &before, &limit],
+                )
+                .await
+                .map_err(|e| unavailable(&e))?;
+            rows.iter()
+                .map(|row| {
+                    let position: i64 = row.try_get(9).map_err(|e| corrupt("a position", &e))?;
+                    Ok(Listed {
+                        position: u64::try_from(position)
+                            .map_err(|e| corrupt("a record's position", &e))?,
+                        record: to_record(row)?,
+                    })
+                })
+                .collect()
         })
     }
 

@@ -12,7 +12,7 @@ use harness_core::session::{
     SessionBinding, StateEntry, StateError, StateKey, ThreadStateStore, Version,
 };
 use harness_core::store::{
-    Created, ExecutionRecord, ExecutionStore, FencingToken, Lease, ReplicaId, Resolution,
+    Created, ExecutionRecord, ExecutionStore, FencingToken, Lease, Listed, ReplicaId, Resolution,
     StoreError, Tail, check_batch,
 };
 use harness_core::time::Timestamp;
@@ -22,8 +22,12 @@ use crate::common::{RECORD_COLUMNS, corrupt, from_millis, lock, parse_state, sta
 use tokio::sync::{oneshot, watch};
 
 /// The schema version this code writes (`PRAGMA user_version`). 2: one `events` row per
-/// append (a batch), not per event. 3: thread state.
-const SCHEMA_VERSION: i64 = 3;
+/// append (a batch), not per event. 3: thread state. 4: the index of principals' executions.
+const SCHEMA_VERSION: i64 = 4;
+
+/// The index that pages a principal's executions (schema 4).
+const BY_PRINCIPAL: &str =
+    "CREATE INDEX IF NOT EXISTS executions_by_principal ON executions (principal);";
 
 /// The thread-state tables (schema 3).
 const THREAD_STATE: &str = "
@@ -205,8 +209,8 @@ fn migrate(conn: &Connection) -> Result<(), StoreError> {
     match version {
         0 => conn
             .execute_batch(&format!(
-                "BEGIN IMMEDIATE; {SCHEMA} {THREAD_STATE} PRAGMA user_version = {SCHEMA_VERSION}; \
-                 COMMIT;"
+                "BEGIN IMMEDIATE; {SCHEMA} {THREAD_STATE} {BY_PRINCIPAL} \
+                 PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
             ))
             .map_err(|e| unavailable(&e)),
         // Version 1 held one row per event: each becomes a batch of one.
@@ -224,13 +228,15 @@ fn migrate(conn: &Connection) -> Result<(), StoreError> {
                  DROP TABLE events;
                  ALTER TABLE events_v2 RENAME TO events;
                  {THREAD_STATE}
+                 {BY_PRINCIPAL}
                  PRAGMA user_version = {SCHEMA_VERSION};
                  COMMIT;"
             ))
             .map_err(|e| unavailable(&e)),
-        2 => conn
+        2 | 3 => conn
             .execute_batch(&format!(
-                "BEGIN IMMEDIATE; {THREAD_STATE} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
+                "BEGIN IMMEDIATE; {THREAD_STATE} {BY_PRINCIPAL} \
+                 PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
             ))
             .map_err(|e| unavailable(&e)),
         SCHEMA_VERSION => Ok(()),
@@ -617,6 +623,42 @@ impl ExecutionStore for SqliteStore {
                 records.push(to_record(row.map_err(|e| unavailable(&e))?)?);
             }
             Ok(records)
+        })
+    }
+
+    fn list<'a>(
+        &'a self,
+        principal: &'a str,
+        before: Option<u64>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Listed>, StoreError>> {
+        let principal = principal.to_owned();
+        let before = before.map_or(i64::MAX, |b| i64::try_from(b).unwrap_or(i64::MAX));
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.read_with(move |conn| {
+            // The rowid is the position: it grows with creation (`executions_by_principal`
+            // holds it, so a page is one index range).
+            let mut statement = conn
+                .prepare_cached(&format!(
+                    "SELECT {RECORD_COLUMNS}, rowid FROM executions \
+                     WHERE principal = ?1 AND rowid < ?2 ORDER BY rowid DESC LIMIT ?3"
+                ))
+                .map_err(|e| unavailable(&e))?;
+            let rows = statement
+                .query_map(rusqlite::params![principal, before, limit], |row| {
+                    Ok((raw_record(row)?, row.get::<_, i64>(9)?))
+                })
+                .map_err(|e| unavailable(&e))?;
+            let mut page = Vec::new();
+            for row in rows {
+                let (raw, position) = row.map_err(|e| unavailable(&e))?;
+                page.push(Listed {
+                    position: u64::try_from(position)
+                        .map_err(|e| corrupt("a record's position", &e))?,
+                    record: to_record(raw)?,
+                });
+            }
+            Ok(page)
         })
     }
 

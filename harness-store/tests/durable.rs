@@ -75,6 +75,14 @@ impl ExecutionStore for Held {
     fn unfinished(&self) -> BoxFuture<'_, Result<Vec<ExecutionRecord>, StoreError>> {
         self.inner.unfinished()
     }
+    fn list<'a>(
+        &'a self,
+        principal: &'a str,
+        before: Option<u64>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<harness_core::store::Listed>, StoreError>> {
+        self.inner.list(principal, before, limit)
+    }
     fn acquire<'a>(
         &'a self,
         id: &'a ExecutionId,

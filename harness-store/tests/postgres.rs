@@ -171,7 +171,7 @@ async fn a_version_1_database_is_migrated_with_its_events() {
         .await
         .expect("the version")
         .get(0);
-    assert_eq!(version, 4);
+    assert_eq!(version, 5);
 }
 
 /// Replicas connect while another writes: a connect to a database whose schema is current

@@ -139,7 +139,7 @@ use crate::adapter::{
 use crate::capability::Requirement;
 use crate::error::{ErrorCategory, ErrorCode, HarnessError};
 use crate::extensions::Extensions;
-use crate::id::{ConversationId, ExecutionId, IdempotencyKey};
+use crate::id::{ConversationId, Cursor, ExecutionId, IdempotencyKey};
 use crate::lifecycle::{AnyExecution, Execution};
 use crate::manifest::ContractVersion;
 use crate::session::{
@@ -654,6 +654,10 @@ impl<A: HarnessAdapter> AdapterService<A> {
             if let Some(key) = &request.idempotency_key {
                 record = record.with_idempotency_key(key.clone());
             }
+            // The caller owns the execution (and scopes its key); in-process use names none.
+            if let Some(caller) = request.extensions.get::<crate::id::CallerId>() {
+                record = record.with_principal(caller.as_str());
+            }
             // Nothing has run: a refusal here starts nothing (the queued execution is
             // dropped, its in-memory log ended).
             // Live here from before its record exists: a recovery running meanwhile on
@@ -993,6 +997,75 @@ impl<A: HarnessAdapter> AdapterService<A> {
         )
         .await
         .map_err(|e| e.to_harness_error())
+    }
+
+    /// The stored record of the durable execution `id`, whichever replica runs it: who
+    /// started it (the [`CallerId`](crate::id::CallerId) of its request, empty when none),
+    /// on which adapter, its state as last stored, whether a cancel was requested.
+    ///
+    /// `None` when the store holds no such execution (never created, or purged).
+    ///
+    /// # Errors
+    /// `persistence` when the store fails; `configuration` without a store.
+    pub async fn record(
+        &self,
+        id: &ExecutionId,
+    ) -> Result<Option<crate::store::ExecutionRecord>, HarnessError> {
+        match self.durable()?.store.record(id).await {
+            Ok(record) => Ok(Some(record)),
+            Err(crate::store::StoreError::NotFound(_)) => Ok(None),
+            Err(e) => Err(e.to_harness_error()),
+        }
+    }
+
+    /// A page of the durable executions `principal` started (on any adapter sharing the
+    /// store), newest first; see [`ExecutionStore::list`](crate::store::ExecutionStore::list).
+    ///
+    /// # Errors
+    /// `persistence` when the store fails; `configuration` without a store.
+    pub async fn list(
+        &self,
+        principal: &str,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<crate::store::Listed>, HarnessError> {
+        self.durable()?
+            .store
+            .list(principal, before, limit)
+            .await
+            .map_err(|e| e.to_harness_error())
+    }
+
+    /// Up to `limit` stored events of the durable execution `id` after `after`, in order,
+    /// whichever replica runs it (what the store has acknowledged).
+    ///
+    /// # Errors
+    /// `persistence` when the store fails or holds no such execution; `configuration`
+    /// without a store.
+    pub async fn read_events(
+        &self,
+        id: &ExecutionId,
+        after: Cursor,
+        limit: usize,
+    ) -> Result<Vec<crate::event::Event>, HarnessError> {
+        self.durable()?
+            .store
+            .read(id, after, limit)
+            .await
+            .map_err(|e| e.to_harness_error())
+    }
+
+    /// A [`Tail`](crate::store::Tail) of the durable execution `id`'s stored log: it wakes
+    /// when the store holds more of it, whichever replica appends.
+    ///
+    /// # Errors
+    /// `persistence` when the store fails; `configuration` without a store.
+    pub async fn tail(&self, id: &ExecutionId) -> Result<crate::store::Tail, HarnessError> {
+        self.durable()?
+            .store
+            .tail(id)
+            .await
+            .map_err(|e| e.to_harness_error())
     }
 
     /// Requests the cancellation of a durable execution, whichever replica runs it (the

@@ -670,7 +670,17 @@ pub(crate) async fn answer(
     id: &ExecutionId,
     response: ActionResponse,
 ) -> Result<(), HarnessError> {
-    let request = match stands(store, id).await {
+    let stood = stands(store, id).await;
+    if !matches!(stood, Ok(Stands::Awaiting(_))) {
+        // A duplicate of an answer already recorded says so, whatever happened since (the
+        // run resumed, or ended).
+        match store.resolution(id, response.action_id()).await {
+            Ok(Some(_)) => return Err(super::handle::already_resolved(response.action_id())),
+            Ok(None) => {}
+            Err(e) => return Err(e.to_harness_error()),
+        }
+    }
+    let request = match stood {
         Ok(Stands::Awaiting(request)) => request,
         Ok(Stands::Ended) => {
             return Err(HarnessError::new(

@@ -1,6 +1,6 @@
 //! [`MemoryStore`]: the store in this process's memory.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -8,7 +8,7 @@ use futures_util::future::BoxFuture;
 use tokio::sync::watch;
 
 use super::{
-    Created, ExecutionRecord, ExecutionStore, FencingToken, Lease, ReplicaId, Resolution,
+    Created, ExecutionRecord, ExecutionStore, FencingToken, Lease, Listed, ReplicaId, Resolution,
     StoreError, Tail, check_batch,
 };
 use crate::event::Event;
@@ -51,8 +51,11 @@ struct Inner {
     executions: HashMap<ExecutionId, Entry>,
     /// (principal, key) → execution.
     keys: HashMap<(String, IdempotencyKey), ExecutionId>,
-    /// Creation order, for [`ExecutionStore::unfinished`].
-    order: Vec<ExecutionId>,
+    /// Creation order (position → execution), for [`ExecutionStore::unfinished`] and
+    /// [`ExecutionStore::list`].
+    order: BTreeMap<u64, ExecutionId>,
+    /// The last position handed out.
+    last_position: u64,
 }
 
 struct Entry {
@@ -150,7 +153,9 @@ impl ExecutionStore for MemoryStore {
                 }
                 inner.keys.insert(scoped, record.id.clone());
             }
-            inner.order.push(record.id.clone());
+            inner.last_position += 1;
+            let position = inner.last_position;
+            inner.order.insert(position, record.id.clone());
             inner.executions.insert(
                 record.id.clone(),
                 Entry {
@@ -180,12 +185,35 @@ impl ExecutionStore for MemoryStore {
         let inner = self.lock();
         let records = inner
             .order
-            .iter()
+            .values()
             .filter_map(|id| inner.executions.get(id))
             .filter(|e| !e.ended)
             .map(|e| e.record.clone())
             .collect();
         Box::pin(async move { Ok(records) })
+    }
+
+    fn list<'a>(
+        &'a self,
+        principal: &'a str,
+        before: Option<u64>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Listed>, StoreError>> {
+        let inner = self.lock();
+        let page = inner
+            .order
+            .range(..before.unwrap_or(u64::MAX))
+            .rev()
+            .filter_map(|(&position, id)| {
+                let record = &inner.executions.get(id)?.record;
+                (record.principal == principal).then(|| Listed {
+                    position,
+                    record: record.clone(),
+                })
+            })
+            .take(limit)
+            .collect();
+        Box::pin(async move { Ok(page) })
     }
 
     fn acquire<'a>(
@@ -331,10 +359,11 @@ impl ExecutionStore for MemoryStore {
             executions,
             keys,
             order,
+            ..
         } = &mut *inner;
         let mut purged = 0;
         // Creation order: the oldest first.
-        order.retain(|id| {
+        order.retain(|_, id| {
             if purged == limit {
                 return true;
             }

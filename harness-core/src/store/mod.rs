@@ -175,6 +175,15 @@ impl ExecutionRecord {
     }
 }
 
+/// One record of an [`ExecutionStore::list`] page.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    /// Where it is in creation order (the cursor of the next page).
+    pub position: u64,
+    /// The record.
+    pub record: ExecutionRecord,
+}
+
 /// What [`ExecutionStore::create`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Created {
@@ -353,6 +362,17 @@ pub trait ExecutionStore: Send + Sync + 'static {
 
     /// The records not yet in a terminal state, oldest first: what recovery looks at.
     fn unfinished(&self) -> BoxFuture<'_, Result<Vec<ExecutionRecord>, StoreError>>;
+
+    /// A page of `principal`'s executions, newest first: up to `limit` records created
+    /// before `before` (a [`Listed::position`] from an earlier page; `None`: from the
+    /// newest), each with its position. Positions grow with creation, so paging on from the
+    /// last position of a page misses no older execution, however many were created since.
+    fn list<'a>(
+        &'a self,
+        principal: &'a str,
+        before: Option<u64>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Listed>, StoreError>>;
 
     /// Takes the lease of `id` for `owner` for `ttl`: when none is held, when the held one has
     /// lapsed, or to renew `owner`'s own (same token). A new holder gets a greater token.

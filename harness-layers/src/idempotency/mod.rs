@@ -123,14 +123,12 @@ mod future;
 mod layer;
 mod store;
 
-use std::borrow::Cow;
 use std::fmt;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use harness_core::error::HarnessError;
-use harness_core::id::{AdapterId, InvalidId};
+use harness_core::id::AdapterId;
 use harness_core::service::{ExecutionHandle, ExecutionRequest};
 use tower::Service;
 
@@ -145,103 +143,8 @@ pub use self::store::{
     DEFAULT_MAX_RECORDS, DEFAULT_RETENTION, IdempotencyStore, InFlight, InMemoryIdempotencyStore,
     Reservation, ReservationId, ScopedKey,
 };
-
-/// Who a request comes from: the scope of its idempotency key.
-///
-/// An opaque identifier of 1 to 128 characters from `[A-Za-z0-9._:-]`. Put it in the request's
-/// [`extensions`](ExecutionRequest::extensions); a request without one is in the
-/// [`ANONYMOUS`](Self::ANONYMOUS) scope (which a caller explicitly named `anonymous` shares).
-///
-/// ```
-/// use harness_core::service::ExecutionRequest;
-/// use harness_layers::idempotency::CallerId;
-///
-/// let mut request = ExecutionRequest::new("hi");
-/// assert_eq!(CallerId::of(&request), CallerId::ANONYMOUS);
-/// request.extensions.insert("billing-service".parse::<CallerId>().unwrap());
-/// assert_eq!(CallerId::of(&request).as_str(), "billing-service");
-/// assert!("two words".parse::<CallerId>().is_err());
-/// ```
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct CallerId(Cow<'static, str>);
-
-impl CallerId {
-    /// The scope of requests that carry no [`CallerId`]: `anonymous`.
-    pub const ANONYMOUS: Self = Self(Cow::Borrowed("anonymous"));
-
-    /// The caller of `request`: its [`CallerId`] extension, or [`ANONYMOUS`](Self::ANONYMOUS).
-    #[must_use]
-    pub fn of(request: &ExecutionRequest) -> Self {
-        request
-            .extensions
-            .get::<Self>()
-            .cloned()
-            .unwrap_or(Self::ANONYMOUS)
-    }
-
-    /// The identifier as a string slice.
-    #[must_use]
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-
-    fn validate(s: &str) -> Result<(), InvalidId> {
-        let valid = (1..=128).contains(&s.len())
-            && s.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'));
-        if valid {
-            return Ok(());
-        }
-        let value = if s.chars().count() > 80 {
-            let mut v: String = s.chars().take(77).collect();
-            v.push_str("...");
-            v
-        } else {
-            s.to_owned()
-        };
-        Err(InvalidId {
-            kind: "caller id",
-            value,
-            expected: "1 to 128 characters from [A-Za-z0-9._:-]",
-        })
-    }
-}
-
-impl FromStr for CallerId {
-    type Err = InvalidId;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::validate(s)?;
-        Ok(Self(Cow::Owned(s.to_owned())))
-    }
-}
-
-impl TryFrom<String> for CallerId {
-    type Error = InvalidId;
-
-    fn try_from(s: String) -> Result<Self, Self::Error> {
-        Self::validate(&s)?;
-        Ok(Self(Cow::Owned(s)))
-    }
-}
-
-impl fmt::Display for CallerId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl fmt::Debug for CallerId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "CallerId({:?})", &*self.0)
-    }
-}
-
-impl AsRef<str> for CallerId {
-    fn as_ref(&self) -> &str {
-        &self.0
-    }
-}
+/// Re-exported from harness-core: the service records it as an execution's principal.
+pub use harness_core::id::CallerId;
 
 /// Returns the original execution for a repeated key and an equivalent request; refuses a
 /// repeated key with a different request. See the [module docs](self).
