@@ -1,0 +1,294 @@
+//! The network Runtime API: the runtime over HTTP+JSON, its event streams as resumable
+//! server-sent events, and the `harness` command that serves it and is its client.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use harness_core::store::{MemoryStore, ReplicaId};
+//! use harness_layers::stack::HarnessStack;
+//! use harness_scripted::ScriptedAdapter;
+//! use harness_server::{auth::BearerTokens, Instance, Server};
+//! use tower::ServiceExt;
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let adapter = ScriptedAdapter::quickstart();
+//! let stack = HarnessStack::defaults_for(&adapter).unwrap();
+//! let store = Arc::new(MemoryStore::new());
+//! let server = Server::builder()
+//!     .instance(Instance::new(&stack, adapter, store, ReplicaId::new("r1")))
+//!     .authenticate(BearerTokens::new().with_token("alice", "alice-token-0123456789").unwrap())
+//!     .build()
+//!     .unwrap();
+//! let response = server.router().oneshot(
+//!     axum::http::Request::post("/v1/executions")
+//!         .header("authorization", "Bearer alice-token-0123456789")
+//!         .header("content-type", "application/json")
+//!         .body(axum::body::Body::from(r#"{"adapter":"scripted","message":"hi"}"#))
+//!         .unwrap(),
+//! ).await.unwrap();
+//! assert_eq!(response.status(), 201);
+//! # });
+//! ```
+//!
+//! # Endpoints
+//!
+//! Every path under `/v1` needs a principal ([`auth`]); health and metrics do not (they are
+//! the operator's, and say nothing of any caller's data).
+//!
+//! | method and path | what |
+//! |---|---|
+//! | `POST /v1/executions` | starts an execution: the [`ExecutionRequest`](harness_core::service::ExecutionRequest) fields and `adapter` (the instance id); `Idempotency-Key` and `traceparent` headers. `201` with the execution, `200` when the key returned an earlier one, `409 IDEMPOTENCY_CONFLICT` when it was used for a different request |
+//! | `GET /v1/executions` | the caller's executions, newest first: `?limit=` (1 to 200, 50 by default), `?before=` the `next` of the previous page |
+//! | `GET /v1/executions/{id}` | state, pending actions, artifacts, outcome, last sequence number |
+//! | `GET /v1/executions/{id}/events` | with `Accept: text/event-stream`, server-sent events: `id: <seq>`, `event: <kind>`, `data: <event JSON>`, from after `Last-Event-ID` (else `?after=`, else the start), keep-alive comments every 15 s, the stream ending after the terminal event. Otherwise a JSON page: `?after=`, `?limit=` (up to 8,192; 1,000 by default) |
+//! | `POST /v1/executions/{id}/actions/{actionId}` | answers an action: an [`ActionResponse`](harness_core::action::ActionResponse) (its `actionId` may be left out) |
+//! | `POST /v1/executions/{id}/cancel` | requests cancellation (`{"reason": ...}` optional): `202`, confirmed by `run.cancelled` on the stream |
+//! | `GET /v1/adapters`, `GET /v1/adapters/{id}` | the instances' manifests, options schemas included |
+//! | `GET /healthz` | `200` while the process serves |
+//! | `GET /readyz` | `200` when every required health check passes, else `503` with the sanitized reasons |
+//! | `GET /metrics` | the Prometheus exposition, when the server was given one |
+//!
+//! Errors are `{"error": <public error>}` with the status of [`error::status_of`] and
+//! `Retry-After` for `throttled` and `capacity`; no diagnostic ever leaves. Another
+//! principal's execution is `404 EXECUTION_NOT_FOUND`, exactly as one that does not exist.
+//!
+//! # Decisions
+//!
+//! - **Every execution is durable**: an [`Instance`] keeps its executions in a store
+//!   ([`MemoryStore`](harness_core::store::MemoryStore) in tests, SQLite by default,
+//!   PostgreSQL for several replicas), so any replica sharing the store reads, answers and
+//!   cancels any execution, and its principal is stored with it.
+//! - **Executions outlive connections**: the server holds each execution it started until
+//!   its terminal event, so a client that disconnects while an approval is pending can
+//!   reconnect and answer it (bounded by the stack's capacity; a deadline bounds the wait).
+//! - **Streams read behind, never hold back**: an SSE stream reads the execution's log (the
+//!   process's own while it runs here, else the store, page by page), so a slow client
+//!   never slows the execution and never misses an event. A resumed stream starts right
+//!   after the cursor: the event at the cursor is not sent again.
+//! - `Last-Event-ID` wins over `?after=`: a browser's `EventSource` reconnects with the
+//!   header and its original URL.
+
+#![forbid(unsafe_code)]
+
+pub mod auth;
+pub mod client;
+pub mod config;
+pub mod error;
+mod events;
+mod instance;
+mod routes;
+mod view;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use harness_core::error::{ErrorCategory, HarnessError};
+use harness_core::id::{AdapterId, ExecutionId};
+use harness_core::service::ExecutionHandle;
+use harness_layers::redaction::Redactor;
+use harness_observe::health::Health;
+use harness_observe::prometheus::PrometheusEndpoint;
+
+pub use crate::instance::Instance;
+pub use crate::view::{ExecutionSummary, ExecutionView};
+
+/// The default bound on a request body: 1 MiB.
+pub const DEFAULT_BODY_LIMIT: usize = 1 << 20;
+
+/// The interval of SSE keep-alive comments.
+pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// The Runtime API over a set of adapter instances; [`router`](Self::router) is its axum
+/// router. See the [crate docs](crate).
+#[derive(Clone, Debug)]
+pub struct Server {
+    state: Arc<State>,
+}
+
+pub(crate) struct State {
+    pub(crate) instances: BTreeMap<AdapterId, Instance>,
+    pub(crate) auth: Arc<dyn auth::Authenticate>,
+    pub(crate) redactor: Arc<Redactor>,
+    pub(crate) health: Option<Health>,
+    pub(crate) metrics: Option<PrometheusEndpoint>,
+    pub(crate) body_limit: usize,
+    /// The executions this process started, until their terminal event: answered and
+    /// streamed from the process's own log, and kept answerable when their callers go.
+    pub(crate) local: Mutex<HashMap<ExecutionId, ExecutionHandle>>,
+}
+
+impl std::fmt::Debug for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("State")
+            .field("instances", &self.instances.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl State {
+    pub(crate) fn local(&self, id: &ExecutionId) -> Option<ExecutionHandle> {
+        self.local
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(id)
+            .cloned()
+    }
+
+    /// Holds `handle` until its execution ends.
+    pub(crate) fn hold(self: &Arc<Self>, handle: &ExecutionHandle) {
+        let id = handle.id().clone();
+        self.local
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(id.clone(), handle.clone());
+        let state = Arc::downgrade(self);
+        // Runs at once when it has ended already.
+        handle.log().on_terminal(move |_| {
+            if let Some(state) = state.upgrade() {
+                state
+                    .local
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .remove(&id);
+            }
+        });
+    }
+
+    /// Any instance: they share one store, so each reaches every execution in it.
+    pub(crate) fn any(&self) -> Option<&Instance> {
+        self.instances.values().next()
+    }
+}
+
+impl Server {
+    /// A builder with no instances and no authentication (which [`build`](ServerBuilder::build)
+    /// refuses).
+    pub fn builder() -> ServerBuilder {
+        ServerBuilder::default()
+    }
+
+    /// The axum router of every endpoint.
+    pub fn router(&self) -> Router {
+        routes::router(Arc::clone(&self.state))
+    }
+
+    /// The instances, by id.
+    pub fn instances(&self) -> impl Iterator<Item = &Instance> {
+        self.state.instances.values()
+    }
+
+    /// How many executions this process holds (started here, not yet ended).
+    #[must_use]
+    pub fn held(&self) -> usize {
+        self.state
+            .local
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
+    }
+}
+
+/// Builds a [`Server`].
+#[derive(Default)]
+#[must_use]
+pub struct ServerBuilder {
+    instances: Vec<Instance>,
+    auth: Option<Arc<dyn auth::Authenticate>>,
+    redactor: Option<Arc<Redactor>>,
+    health: Option<Health>,
+    metrics: Option<PrometheusEndpoint>,
+    body_limit: Option<usize>,
+}
+
+impl std::fmt::Debug for ServerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerBuilder")
+            .field("instances", &self.instances)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ServerBuilder {
+    /// Offers `instance` (its id must be unique).
+    pub fn instance(mut self, instance: Instance) -> Self {
+        self.instances.push(instance);
+        self
+    }
+
+    /// Who may call: every `/v1` request is authenticated by `auth`.
+    pub fn authenticate(mut self, auth: impl auth::Authenticate) -> Self {
+        self.auth = Some(Arc::new(auth));
+        self
+    }
+
+    /// The redactor error messages pass before they leave (the built-in rules by default).
+    /// Events are redacted by each instance's stack before they are logged.
+    pub fn redactor(mut self, redactor: Arc<Redactor>) -> Self {
+        self.redactor = Some(redactor);
+        self
+    }
+
+    /// What `/readyz` asks.
+    pub fn health(mut self, health: Health) -> Self {
+        self.health = Some(health);
+        self
+    }
+
+    /// What `/metrics` renders.
+    pub fn metrics(mut self, endpoint: PrometheusEndpoint) -> Self {
+        self.metrics = Some(endpoint);
+        self
+    }
+
+    /// The largest request body accepted ([`DEFAULT_BODY_LIMIT`] by default); a larger one
+    /// is refused `413 REQUEST_TOO_LARGE`.
+    pub fn body_limit(mut self, bytes: usize) -> Self {
+        self.body_limit = Some(bytes);
+        self
+    }
+
+    /// The server.
+    ///
+    /// # Errors
+    /// `configuration` without an instance, with two of one id, or without authentication.
+    pub fn build(self) -> Result<Server, HarnessError> {
+        let refuse = |m: String| HarnessError::new(ErrorCategory::Configuration, m);
+        if self.instances.is_empty() {
+            return Err(refuse(
+                "the server needs at least one adapter instance".into(),
+            ));
+        }
+        let mut instances = BTreeMap::new();
+        for instance in self.instances {
+            let id = instance.id().clone();
+            if instances.insert(id.clone(), instance).is_some() {
+                return Err(refuse(format!("two adapter instances are named `{id}`")));
+            }
+        }
+        let auth = self.auth.ok_or_else(|| {
+            refuse("the server needs an authentication scheme (BearerTokens, say)".into())
+        })?;
+        let redactor = match self.redactor {
+            Some(redactor) => redactor,
+            None => Arc::new(Redactor::builder().build().map_err(|e| {
+                HarnessError::new(
+                    ErrorCategory::Internal,
+                    "the built-in redaction rules do not build",
+                )
+                .with_diagnostic(e.to_string())
+            })?),
+        };
+        Ok(Server {
+            state: Arc::new(State {
+                instances,
+                auth,
+                redactor,
+                health: self.health,
+                metrics: self.metrics,
+                body_limit: self.body_limit.unwrap_or(DEFAULT_BODY_LIMIT),
+                local: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+}

@@ -1,0 +1,546 @@
+//! The handlers of every endpoint (see the [crate docs](crate) for the table).
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{FromRequestParts, Path, Query, State as Extract};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::sse::{KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use futures_util::StreamExt;
+use harness_core::action::ActionResponse;
+use harness_core::error::{ErrorCategory, ErrorCode, HarnessError};
+use harness_core::event::CancelReason;
+use harness_core::id::{ActionId, CallerId, Cursor, ExecutionId, IdempotencyKey};
+use harness_core::service::{CancelStatus, ExecutionRequest};
+use harness_core::store::ExecutionRecord;
+use harness_core::trace::TraceContext;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+use crate::error::ApiError;
+use crate::events;
+use crate::view::{ExecutionSummary, ExecutionView};
+use crate::{KEEP_ALIVE, State};
+
+type Shared = Arc<State>;
+
+pub(crate) fn router(state: Shared) -> Router {
+    let limit = state.body_limit;
+    Router::new()
+        .route("/v1/executions", post(start).get(list))
+        .route("/v1/executions/{id}", get(read))
+        .route("/v1/executions/{id}/events", get(events))
+        .route("/v1/executions/{id}/actions/{action}", post(answer))
+        .route("/v1/executions/{id}/cancel", post(cancel))
+        .route("/v1/adapters", get(adapters))
+        .route("/v1/adapters/{id}", get(adapter))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(ready))
+        .route("/metrics", get(metrics))
+        .fallback(|| async {
+            ApiError::new(
+                HarnessError::new(
+                    ErrorCategory::Configuration,
+                    "no such endpoint: the API is under /v1 (see GET /v1/adapters)",
+                )
+                .with_code(ErrorCode::ENDPOINT_NOT_FOUND),
+            )
+        })
+        .layer(axum::extract::DefaultBodyLimit::max(limit))
+        .with_state(state)
+}
+
+/// The authenticated principal of a request.
+struct Caller(CallerId);
+
+impl FromRequestParts<Shared> for Caller {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &Shared) -> Result<Self, Response> {
+        state
+            .auth
+            .authenticate(&parts.headers)
+            .await
+            .map(Caller)
+            .map_err(|e| fail(state, e))
+    }
+}
+
+fn fail(state: &State, error: impl Into<ApiError>) -> Response {
+    error.into().redacted(&state.redactor).into_response()
+}
+
+/// A body that may be too large, as the API answers it.
+fn body(state: &State, body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    body.map_err(|rejection| {
+        let error = if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            HarnessError::new(
+                ErrorCategory::Configuration,
+                format!(
+                    "the request body is larger than the {} bytes this server accepts",
+                    state.body_limit
+                ),
+            )
+            .with_code(ErrorCode::REQUEST_TOO_LARGE)
+        } else {
+            HarnessError::new(
+                ErrorCategory::Configuration,
+                format!("the request body could not be read: {rejection}"),
+            )
+            .with_code(ErrorCode::REQUEST_INVALID)
+        };
+        ApiError::new(error)
+    })
+}
+
+/// `T` from JSON, the error naming where it went wrong (`requiredCapabilities[0]: ...`).
+fn parse<T: serde::de::DeserializeOwned>(what: &str, value: Value) -> Result<T, ApiError> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if path == "." {
+            ApiError::invalid(format!("{what}: {inner}"))
+        } else {
+            ApiError::invalid(format!("{what}: `{path}`: {inner}"))
+        }
+    })
+}
+
+fn json_object(bytes: &[u8], what: &str) -> Result<serde_json::Map<String, Value>, ApiError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(serde_json::Map::new());
+    }
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => Err(ApiError::invalid(format!("{what} must be a JSON object"))),
+        Err(e) => Err(ApiError::invalid(format!("{what} is not JSON: {e}"))),
+    }
+}
+
+/// The record of `id` if `caller` owns it; `404` alike for a missing id and another
+/// principal's execution.
+async fn owned(state: &State, caller: &CallerId, id: &str) -> Result<ExecutionRecord, ApiError> {
+    let Ok(parsed) = id.parse::<ExecutionId>() else {
+        return Err(ApiError::not_found(id));
+    };
+    let instance = state.any().ok_or_else(|| ApiError::not_found(id))?;
+    match instance.control.record(&parsed).await? {
+        Some(record) if record.principal == caller.as_str() => Ok(record),
+        _ => Err(ApiError::not_found(id)),
+    }
+}
+
+fn header_text<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, ApiError> {
+    headers
+        .get(name)
+        .map(|v| {
+            v.to_str()
+                .map_err(|_| ApiError::invalid(format!("the `{name}` header is not text")))
+        })
+        .transpose()
+}
+
+async fn start(
+    Extract(state): Extract<Shared>,
+    Caller(caller): Caller,
+    headers: HeaderMap,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Response {
+    let bytes = match body(&state, bytes) {
+        Ok(bytes) => bytes,
+        Err(e) => return fail(&state, e),
+    };
+    match start_execution(&state, caller, &headers, &bytes).await {
+        Ok(response) => response,
+        Err(e) => fail(&state, e),
+    }
+}
+
+async fn start_execution(
+    state: &Shared,
+    caller: CallerId,
+    headers: &HeaderMap,
+    bytes: &[u8],
+) -> Result<Response, ApiError> {
+    let mut body = json_object(bytes, "the request body")?;
+    let names = || {
+        state
+            .instances
+            .keys()
+            .map(|id| format!("`{id}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let adapter = match body.remove("adapter") {
+        Some(Value::String(adapter)) => adapter,
+        Some(_) => return Err(ApiError::invalid("`adapter` must be a string")),
+        None => {
+            return Err(ApiError::invalid(format!(
+                "`adapter` is missing: name the adapter instance to run, one of {}",
+                names()
+            )));
+        }
+    };
+    let instance = adapter
+        .parse()
+        .ok()
+        .and_then(|id| state.instances.get(&id))
+        .ok_or_else(|| {
+            let shown: String = adapter.chars().take(64).collect();
+            ApiError::new(
+                HarnessError::new(
+                    ErrorCategory::Configuration,
+                    format!(
+                        "no adapter instance `{shown}`: this server offers {}",
+                        names()
+                    ),
+                )
+                .with_code(ErrorCode::ADAPTER_NOT_FOUND),
+            )
+        })?;
+    let mut request: ExecutionRequest = parse("the request body", Value::Object(body))?;
+    if let Some(key) = header_text(headers, "idempotency-key")? {
+        let key: IdempotencyKey = key
+            .parse()
+            .map_err(|e| ApiError::invalid(format!("the `Idempotency-Key` header: {e}")))?;
+        if request.idempotency_key.as_ref().is_some_and(|k| *k != key) {
+            return Err(ApiError::invalid(
+                "the `Idempotency-Key` header and the body's `idempotencyKey` differ: send one",
+            ));
+        }
+        request.idempotency_key = Some(key);
+    }
+    if let Some(traceparent) = header_text(headers, "traceparent")? {
+        let trace: TraceContext = traceparent
+            .parse()
+            .map_err(|e| ApiError::invalid(format!("the `traceparent` header: {e}")))?;
+        request.trace_context = Some(trace);
+    }
+    request.extensions.insert(caller);
+    let handle = instance.admission.clone().oneshot(request).await?;
+    if !handle.state().is_terminal() {
+        state.hold(&handle);
+    }
+    let record = instance
+        .control
+        .record(handle.id())
+        .await?
+        .ok_or_else(|| ApiError::not_found(handle.id().as_str()))?;
+    let status = if handle.is_replay() {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    let view = ExecutionView::of_handle(&record, &handle);
+    let location = format!("/v1/executions/{}", handle.id());
+    Ok((status, [(header::LOCATION, location)], Json(view)).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    limit: Option<usize>,
+    before: Option<String>,
+}
+
+/// The most a page of `GET /v1/executions` holds.
+const MAX_LIST: usize = 200;
+
+async fn list(
+    Extract(state): Extract<Shared>,
+    Caller(caller): Caller,
+    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let result = async {
+        let Query(query) = query.map_err(|e| ApiError::invalid(format!("the query: {e}")))?;
+        let limit = query.limit.unwrap_or(50);
+        if !(1..=MAX_LIST).contains(&limit) {
+            return Err(ApiError::invalid(format!(
+                "`limit` is {limit}: use 1 to {MAX_LIST}"
+            )));
+        }
+        let before = query
+            .before
+            .map(|b| {
+                b.parse::<u64>().map_err(|_| {
+                    ApiError::invalid("`before` is not a cursor: pass a page's `next` as it is")
+                })
+            })
+            .transpose()?;
+        let Some(instance) = state.any() else {
+            return Ok(Json(json!({"executions": [], "next": null})));
+        };
+        let page = instance
+            .control
+            .list(caller.as_str(), before, limit)
+            .await?;
+        let next = (page.len() == limit)
+            .then(|| page.last().map(|l| l.position.to_string()))
+            .flatten();
+        let executions: Vec<ExecutionSummary> = page
+            .iter()
+            .map(|l| ExecutionSummary::from(&l.record))
+            .collect();
+        Ok(Json(json!({"executions": executions, "next": next})))
+    }
+    .await;
+    result.map_or_else(|e| fail(&state, e), IntoResponse::into_response)
+}
+
+async fn read(
+    Extract(state): Extract<Shared>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+) -> Response {
+    let result = async {
+        let record = owned(&state, &caller, &id).await?;
+        let view = match state.local(&record.id) {
+            Some(handle) => ExecutionView::of_handle(&record, &handle),
+            None => {
+                let instance = state.any().ok_or_else(|| ApiError::not_found(&id))?;
+                ExecutionView::of_store(&record, &*instance.control).await?
+            }
+        };
+        Ok::<_, ApiError>(Json(view))
+    }
+    .await;
+    result.map_or_else(|e| fail(&state, e), IntoResponse::into_response)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EventsQuery {
+    after: Option<u64>,
+    limit: Option<usize>,
+}
+
+/// The most a JSON page of events holds.
+const MAX_EVENTS_PAGE: usize = events::PAGE;
+
+async fn events(
+    Extract(state): Extract<Shared>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let result = async {
+        let Query(query) = query.map_err(|e| {
+            ApiError::invalid(format!("the query: {e} (`after` and `limit` are numbers)"))
+        })?;
+        let record = owned(&state, &caller, &id).await?;
+        let last_event_id = header_text(&headers, "last-event-id")?
+            .map(|v| {
+                v.trim().parse::<u64>().map_err(|_| {
+                    ApiError::invalid(
+                        "the `Last-Event-ID` header is not an event id (a sequence number)",
+                    )
+                })
+            })
+            .transpose()?;
+        let after = last_event_id.or(query.after).unwrap_or(0);
+        let instance = state.any().ok_or_else(|| ApiError::not_found(&id))?;
+        let streaming = header_text(&headers, "accept")?
+            .is_some_and(|accept| accept.contains("text/event-stream"));
+        if streaming {
+            let frames = match state.local(&record.id) {
+                Some(handle) => events::frames(handle.events(Cursor::after_seq(after))).boxed(),
+                None => events::frames(events::stored(
+                    Arc::clone(&instance.control),
+                    record.id.clone(),
+                    after,
+                ))
+                .boxed(),
+            };
+            let sse = Sse::new(frames).keep_alive(KeepAlive::new().interval(KEEP_ALIVE));
+            return Ok(sse.into_response());
+        }
+        let limit = query.limit.unwrap_or(1000);
+        if !(1..=MAX_EVENTS_PAGE).contains(&limit) {
+            return Err(ApiError::invalid(format!(
+                "`limit` is {limit}: use 1 to {MAX_EVENTS_PAGE}"
+            )));
+        }
+        let page = instance
+            .control
+            .read_events(&record.id, Cursor::after_seq(after), limit)
+            .await?;
+        let ended = page.last().is_some_and(|e| e.payload().is_terminal())
+            || (page.is_empty() && record.state.is_terminal());
+        let next = page.last().map_or(after, |e| e.seq().get());
+        Ok(Json(json!({"events": page, "next": next, "ended": ended})).into_response())
+    }
+    .await;
+    result.unwrap_or_else(|e| fail(&state, e))
+}
+
+async fn answer(
+    Extract(state): Extract<Shared>,
+    Caller(caller): Caller,
+    Path((id, action)): Path<(String, String)>,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Response {
+    let bytes = match body(&state, bytes) {
+        Ok(bytes) => bytes,
+        Err(e) => return fail(&state, e),
+    };
+    let result = async {
+        let record = owned(&state, &caller, &id).await?;
+        let action: ActionId = action.parse().map_err(|_| {
+            ApiError::new(
+                HarnessError::new(
+                    ErrorCategory::Configuration,
+                    "no pending action has that id",
+                )
+                .with_code(ErrorCode::ACTION_NOT_FOUND),
+            )
+        })?;
+        let mut body = json_object(&bytes, "the answer")?;
+        match body.get("actionId") {
+            None => {
+                body.insert("actionId".into(), Value::String(action.to_string()));
+            }
+            Some(Value::String(named)) if *named == action.as_str() => {}
+            Some(_) => {
+                return Err(ApiError::invalid(
+                    "the answer's `actionId` is not the action of the path: leave it out",
+                ));
+            }
+        }
+        let response: ActionResponse = parse("the answer", Value::Object(body))?;
+        match state.local(&record.id) {
+            Some(handle) => handle.respond(response).await?,
+            None => {
+                let instance = state.any().ok_or_else(|| ApiError::not_found(&id))?;
+                instance.control.respond_to(&record.id, response).await?;
+            }
+        }
+        Ok::<_, ApiError>(Json(
+            json!({"executionId": record.id, "actionId": action, "accepted": true}),
+        ))
+    }
+    .await;
+    result.map_or_else(|e| fail(&state, e), IntoResponse::into_response)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CancelBody {
+    reason: Option<String>,
+}
+
+/// The longest cancel reason kept.
+const MAX_REASON: usize = 512;
+
+async fn cancel(
+    Extract(state): Extract<Shared>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Response {
+    let bytes = match body(&state, bytes) {
+        Ok(bytes) => bytes,
+        Err(e) => return fail(&state, e),
+    };
+    let result = async {
+        let record = owned(&state, &caller, &id).await?;
+        let body: CancelBody = parse(
+            "the cancel request",
+            Value::Object(json_object(&bytes, "the cancel request")?),
+        )?;
+        let reason = body
+            .reason
+            .unwrap_or_else(|| "cancelled by the caller".into());
+        if reason.chars().count() > MAX_REASON {
+            return Err(ApiError::invalid(format!(
+                "`reason` is longer than {MAX_REASON} characters"
+            )));
+        }
+        // The reason is the caller's text, and it will be in the log: redacted like the rest.
+        let reason = state.redactor.redact_str(&reason).into_owned();
+        let status = match state.local(&record.id) {
+            Some(handle) => match handle.cancel(CancelReason::new(reason)) {
+                CancelStatus::Accepted => "requested",
+                CancelStatus::AlreadyRequested => "already_requested",
+                CancelStatus::AlreadyEnded(_) => "already_ended",
+            },
+            None if record.state.is_terminal() => "already_ended",
+            None => {
+                let instance = state.any().ok_or_else(|| ApiError::not_found(&id))?;
+                if instance.control.request_cancel(&record.id, &reason).await? {
+                    "requested"
+                } else {
+                    "already_requested"
+                }
+            }
+        };
+        Ok::<_, ApiError>((
+            StatusCode::ACCEPTED,
+            Json(json!({"executionId": record.id, "status": status})),
+        ))
+    }
+    .await;
+    result.map_or_else(|e| fail(&state, e), IntoResponse::into_response)
+}
+
+async fn adapters(Extract(state): Extract<Shared>, Caller(_): Caller) -> Json<Value> {
+    let adapters: Vec<&Value> = state.instances.values().map(|i| i.manifest()).collect();
+    Json(json!({ "adapters": adapters }))
+}
+
+async fn adapter(
+    Extract(state): Extract<Shared>,
+    Caller(_): Caller,
+    Path(id): Path<String>,
+) -> Response {
+    match id.parse().ok().and_then(|id| state.instances.get(&id)) {
+        Some(instance) => Json(instance.manifest().clone()).into_response(),
+        None => fail(
+            &state,
+            HarnessError::new(
+                ErrorCategory::Configuration,
+                "no adapter instance of that id",
+            )
+            .with_code(ErrorCode::ADAPTER_NOT_FOUND),
+        ),
+    }
+}
+
+async fn ready(Extract(state): Extract<Shared>) -> Response {
+    let Some(health) = &state.health else {
+        return Json(json!({"ready": true, "reasons": []})).into_response();
+    };
+    let readiness = health.check().await;
+    let status = if readiness.ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    let reasons: Vec<String> = readiness
+        .reasons()
+        .iter()
+        .map(|r| state.redactor.redact_str(r).into_owned())
+        .collect();
+    (
+        status,
+        Json(json!({"ready": readiness.ready, "reasons": reasons})),
+    )
+        .into_response()
+}
+
+async fn metrics(Extract(state): Extract<Shared>) -> Response {
+    match &state.metrics {
+        Some(endpoint) => (
+            [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+            endpoint.render(),
+        )
+            .into_response(),
+        None => (StatusCode::NOT_FOUND, "no metrics are exported here\n").into_response(),
+    }
+}

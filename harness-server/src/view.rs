@@ -1,0 +1,141 @@
+//! What the API returns for an execution.
+
+use std::collections::BTreeMap;
+
+use harness_core::action::ActionRequest;
+use harness_core::artifact::ArtifactDescriptor;
+use harness_core::event::{Event, EventPayload};
+use harness_core::id::{ActionId, Cursor, ExecutionId};
+use harness_core::lifecycle::ExecutionState;
+use harness_core::service::ExecutionHandle;
+use harness_core::store::ExecutionRecord;
+use harness_core::time::Timestamp;
+use serde::{Deserialize, Serialize};
+
+use crate::error::ApiError;
+use crate::events::PAGE;
+use crate::instance::Control;
+
+/// One execution as `GET /v1/executions/{id}` returns it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct ExecutionView {
+    /// The execution.
+    pub id: ExecutionId,
+    /// The adapter instance that runs it.
+    pub adapter: String,
+    /// Its state.
+    pub state: ExecutionState,
+    /// When it was created.
+    pub created_at: Timestamp,
+    /// Whether a cancel was requested.
+    pub cancel_requested: bool,
+    /// The actions awaiting an answer.
+    pub pending_actions: Vec<ActionRequest>,
+    /// Its artifacts, in creation order.
+    pub artifacts: Vec<ArtifactDescriptor>,
+    /// Its terminal event, once it has ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<Event>,
+    /// The sequence number of its last event (0 before any).
+    pub last_seq: u64,
+}
+
+/// One execution of a `GET /v1/executions` page.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct ExecutionSummary {
+    /// The execution.
+    pub id: ExecutionId,
+    /// The adapter instance that runs it.
+    pub adapter: String,
+    /// Its state, as last stored.
+    pub state: ExecutionState,
+    /// When it was created.
+    pub created_at: Timestamp,
+    /// Whether a cancel was requested.
+    pub cancel_requested: bool,
+}
+
+impl From<&ExecutionRecord> for ExecutionSummary {
+    fn from(record: &ExecutionRecord) -> Self {
+        Self {
+            id: record.id.clone(),
+            adapter: record.adapter.clone(),
+            state: record.state,
+            created_at: record.created_at,
+            cancel_requested: record.cancel_requested.is_some(),
+        }
+    }
+}
+
+impl ExecutionView {
+    /// From this process's handle on it.
+    pub(crate) fn of_handle(record: &ExecutionRecord, handle: &ExecutionHandle) -> Self {
+        let last = handle.log().last();
+        Self {
+            id: record.id.clone(),
+            adapter: record.adapter.clone(),
+            state: handle.state(),
+            created_at: record.created_at,
+            cancel_requested: record.cancel_requested.is_some(),
+            pending_actions: handle.pending_actions(),
+            artifacts: handle.artifacts(),
+            last_seq: last.as_ref().map_or(0, |e| e.seq().get()),
+            outcome: last
+                .filter(|e| e.payload().is_terminal())
+                .map(|e| Event::clone(&e)),
+        }
+    }
+
+    /// From the stored log, read page by page (memory: the pending actions and artifacts).
+    pub(crate) async fn of_store(
+        record: &ExecutionRecord,
+        control: &dyn Control,
+    ) -> Result<Self, ApiError> {
+        let mut pending: BTreeMap<ActionId, ActionRequest> = BTreeMap::new();
+        let mut artifacts = Vec::new();
+        let mut outcome = None;
+        let mut state = record.state;
+        let mut after = 0;
+        loop {
+            let page = control
+                .read_events(&record.id, Cursor::after_seq(after), PAGE)
+                .await?;
+            let Some(last) = page.last() else { break };
+            after = last.seq().get();
+            for event in page {
+                if let Some(implied) = event.payload().implied_state() {
+                    state = implied;
+                }
+                match event.payload() {
+                    EventPayload::ActionRequested(request) => {
+                        pending.insert(request.id.clone(), (**request).clone());
+                    }
+                    EventPayload::ActionResolved(resolution) => {
+                        pending.remove(&resolution.action_id);
+                    }
+                    EventPayload::ArtifactCreated(artifact) => artifacts.push((**artifact).clone()),
+                    payload if payload.is_terminal() => {
+                        pending.clear();
+                        outcome = Some(event.clone());
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(Self {
+            id: record.id.clone(),
+            adapter: record.adapter.clone(),
+            state,
+            created_at: record.created_at,
+            cancel_requested: record.cancel_requested.is_some(),
+            pending_actions: pending.into_values().collect(),
+            artifacts,
+            outcome,
+            last_seq: after,
+        })
+    }
+}

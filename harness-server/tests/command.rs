@@ -1,0 +1,355 @@
+//! The `harness` command as a user runs it: `serve` from a configuration file and with
+//! none, and the client verbs against it (`run` answering on stdin, `list`, `events`,
+//! `show`, `cancel`, Ctrl-C cancelling a run).
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_harness");
+const TOKEN: &str = "alice-command-token-0123456789";
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("harness-command-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A running `harness serve`, killed when dropped.
+struct Serving {
+    child: Child,
+    url: String,
+    /// Everything it printed up to its address (the last line of its banner).
+    banner: Vec<String>,
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve(dir: &Path, args: &[&str]) -> Serving {
+    let mut child = Command::new(BIN)
+        .arg("serve")
+        .args(args)
+        .args(["--listen", "127.0.0.1:0"])
+        .current_dir(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut banner = Vec::new();
+    let url = loop {
+        let line = lines.next().expect("serve printed its address").unwrap();
+        banner.push(line.clone());
+        if let Some(url) = line.strip_prefix("harness serving on ") {
+            break url.to_owned();
+        }
+    };
+    // Keep draining stdout so the server never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    Serving { child, url, banner }
+}
+
+fn client(serving: &Serving, token: &str) -> Command {
+    let mut command = Command::new(BIN);
+    command
+        .env("HARNESS_URL", &serving.url)
+        .env("HARNESS_TOKEN", token)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    command
+}
+
+fn config(dir: &Path) -> PathBuf {
+    let script = dir.join("approve.json");
+    std::fs::write(
+        &script,
+        r#"{"steps": [
+            {"type": "text", "text": "Hello from the script. "},
+            {"type": "approval", "calls": [{"callId": "call_1", "tool": "write_file",
+              "arguments": {"path": "out.txt"}}]},
+            {"type": "text", "text": "Wrote it."},
+            {"type": "complete", "summary": "done"}
+        ]}"#,
+    )
+    .unwrap();
+    let path = dir.join("harness.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[store]\nkind = \"memory\"\n\n[[tokens]]\nprincipal = \"alice\"\nsha256 = \"{}\"\n\n\
+             [scripted]\nscript = \"approve.json\"\n",
+            harness_server::auth::digest(TOKEN)
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn run_with_stdin(mut command: Command, stdin: &str) -> std::process::Output {
+    use std::io::Write;
+    let mut child = command.spawn().unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    wait(child, Duration::from_secs(60))
+}
+
+/// Waits for `child`, killing it (and failing) past `limit`.
+fn wait(mut child: Child, limit: Duration) -> std::process::Output {
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            panic!("the command did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn run_streams_the_text_and_asks_on_stdin_then_the_other_verbs_see_the_execution() {
+    let dir = scratch("run");
+    let serving = serve(&dir, &["--config", config(&dir).to_str().unwrap()]);
+    assert!(
+        serving
+            .banner
+            .iter()
+            .any(|l| l == "store: memory (lost on exit)"),
+        "{:?}",
+        serving.banner
+    );
+    // The configuration names tokens: no development token is made up.
+    assert!(
+        !serving
+            .banner
+            .iter()
+            .any(|l| l.contains("development token")),
+        "{:?}",
+        serving.banner
+    );
+
+    let mut run = client(&serving, TOKEN);
+    run.args(["run", "scripted", "write it"]);
+    let out = run_with_stdin(run, "y\n");
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    // The text as it streamed, a line break where the prompt came between.
+    assert_eq!(
+        stdout.trim_end(),
+        "Hello from the script. \nWrote it.",
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("? approve write_file {\"path\":\"out.txt\"}"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("approve? [y]es / [n]o / [e]dit / [d]ismiss"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("succeeded: done"), "{stderr}");
+    let id = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("execution "))
+        .unwrap()
+        .to_owned();
+
+    let mut list = client(&serving, TOKEN);
+    list.arg("list");
+    let listed = text(&wait(list.spawn().unwrap(), Duration::from_secs(30)).stdout);
+    assert!(
+        listed.contains(&id) && listed.contains("succeeded"),
+        "{listed}"
+    );
+
+    let mut events = client(&serving, TOKEN);
+    events.args(["events", &id]);
+    let lines = text(&wait(events.spawn().unwrap(), Duration::from_secs(30)).stdout);
+    let kinds: Vec<String> = lines
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["kind"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(kinds.first().map(String::as_str), Some("run.queued"));
+    assert_eq!(kinds.last().map(String::as_str), Some("run.succeeded"));
+    assert!(kinds.iter().any(|k| k == "action.resolved"), "{kinds:?}");
+
+    // From a cursor, following: the suffix only.
+    let mut follow = client(&serving, TOKEN);
+    follow.args([
+        "events",
+        &id,
+        "--follow",
+        "--after",
+        &(kinds.len() - 1).to_string(),
+    ]);
+    let suffix = text(&wait(follow.spawn().unwrap(), Duration::from_secs(30)).stdout);
+    assert_eq!(suffix.lines().count(), 1, "{suffix}");
+    assert!(suffix.contains("run.succeeded"));
+
+    let mut show = client(&serving, TOKEN);
+    show.args(["show", &id]);
+    let shown: Value =
+        serde_json::from_slice(&wait(show.spawn().unwrap(), Duration::from_secs(30)).stdout)
+            .unwrap();
+    assert_eq!(shown["state"], "succeeded");
+
+    // A wrong token is refused with the server's message.
+    let mut refused = client(&serving, "wrong-token-0000000000");
+    refused.arg("list");
+    let out = wait(refused.spawn().unwrap(), Duration::from_secs(30));
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("CREDENTIAL_INVALID"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn ctrl_c_cancels_a_run_and_cancel_answers_for_an_ended_one() {
+    let dir = scratch("cancel");
+    let serving = serve(&dir, &["--config", config(&dir).to_str().unwrap()]);
+    let mut run = client(&serving, TOKEN);
+    run.args([
+        "run",
+        "scripted",
+        "wait",
+        "--options",
+        r#"{"script": {"steps": [{"type": "text", "text": "waiting"}, {"type": "hang"}]}}"#,
+    ]);
+    let child = run.spawn().unwrap();
+    // Wait until it is running (the text arrived), then interrupt it as Ctrl-C would.
+    std::thread::sleep(Duration::from_millis(800));
+    let pid = rustix::process::Pid::from_raw(i32::try_from(child.id()).unwrap()).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
+    let out = wait(child, Duration::from_secs(30));
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(stdout.contains("waiting"), "{stdout}");
+    assert!(
+        stderr.contains("cancelled: interrupted from the terminal"),
+        "{stderr}"
+    );
+    let id = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("execution "))
+        .unwrap()
+        .to_owned();
+    let mut cancel = client(&serving, TOKEN);
+    cancel.args(["cancel", &id]);
+    let again = text(&wait(cancel.spawn().unwrap(), Duration::from_secs(30)).stdout);
+    assert_eq!(again.trim(), "already_ended");
+}
+
+#[test]
+fn serve_without_configuration_offers_the_embedded_default_with_a_development_token() {
+    let dir = scratch("default");
+    let serving = serve(&dir, &[]);
+    assert!(
+        serving.url.starts_with("http://127.0.0.1:"),
+        "{}",
+        serving.url
+    );
+    let token = serving
+        .banner
+        .iter()
+        .find_map(|l| l.strip_prefix("development token (principal `dev`): "))
+        .expect("a development token")
+        .to_owned();
+    assert!(
+        serving.banner.iter().any(|l| l == "adapters: scripted"),
+        "{:?}",
+        serving.banner
+    );
+    assert!(
+        serving
+            .banner
+            .iter()
+            .any(|l| l == "store: sqlite harness.db"),
+        "{:?}",
+        serving.banner
+    );
+    assert!(
+        dir.join("harness.db").exists(),
+        "the embedded store is a file in the working directory"
+    );
+    let mut run = client(&serving, &token);
+    run.args(["run", "scripted", "Summarize my notes", "--yes"]);
+    let out = wait(run.spawn().unwrap(), Duration::from_secs(60));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("summary"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+#[test]
+fn bad_arguments_and_configuration_are_refused_with_a_reason() {
+    let out = Command::new(BIN)
+        .args(["run", "scripted"])
+        .env_remove("HARNESS_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("run needs an adapter and a message"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = Command::new(BIN).args(["frobnicate"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("unknown command `frobnicate`"));
+    let dir = scratch("badconfig");
+    let path = dir.join("harness.toml");
+    std::fs::write(&path, "lisen = \"127.0.0.1:1\"\n").unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--config", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("unknown field `lisen`"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = Command::new(BIN).args(["token", "carol"]).output().unwrap();
+    let printed = text(&out.stdout);
+    let token = printed
+        .lines()
+        .next()
+        .unwrap()
+        .strip_prefix("token: ")
+        .unwrap();
+    assert!(
+        printed.contains(&format!(
+            "sha256 = \"{}\"",
+            harness_server::auth::digest(token)
+        )),
+        "{printed}"
+    );
+    assert!(printed.contains("principal = \"carol\""));
+}
