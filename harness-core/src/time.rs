@@ -32,6 +32,17 @@ impl Timestamp {
         self.0.as_millisecond()
     }
 
+    /// Microseconds since the Unix epoch (what latencies are measured in).
+    ///
+    /// ```
+    /// let t: harness_core::time::Timestamp = "1970-01-01T00:00:01.000002Z".parse().unwrap();
+    /// assert_eq!(t.as_micros(), 1_000_002);
+    /// ```
+    #[must_use]
+    pub fn as_micros(self) -> i64 {
+        self.0.as_microsecond()
+    }
+
     /// The timestamp `millis` milliseconds after the Unix epoch, if representable.
     #[must_use]
     pub fn from_millis(millis: i64) -> Option<Self> {

@@ -42,6 +42,7 @@
 //! | `GET /v1/executions/{id}/events` | with `Accept: text/event-stream`, server-sent events: `id: <seq>`, `event: <kind>`, `data: <event JSON>`, from after `Last-Event-ID` (else `?after=`, else the start), keep-alive comments every 15 s, the stream ending after the terminal event. Otherwise a JSON page: `?after=`, `?limit=` (up to 8,192; 1,000 by default) |
 //! | `POST /v1/executions/{id}/actions/{actionId}` | answers an action: an [`ActionResponse`](harness_core::action::ActionResponse) (its `actionId` may be left out) |
 //! | `POST /v1/executions/{id}/cancel` | requests cancellation (`{"reason": ...}` optional): `202`, confirmed by `run.cancelled` on the stream |
+//! | `POST /v1/agui/{adapter}` | the [AG-UI face](agui): a `RunAgentInput` in, AG-UI events out as server-sent events; actions are interrupts, resumed by the next run |
 //! | `GET /v1/adapters`, `GET /v1/adapters/{id}` | the instances' manifests, options schemas included |
 //! | `GET /healthz` | `200` while the process serves |
 //! | `GET /readyz` | `200` when every required health check passes, else `503` with the sanitized reasons |
@@ -69,6 +70,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod agui;
 pub mod auth;
 pub mod client;
 pub mod config;

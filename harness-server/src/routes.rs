@@ -38,6 +38,7 @@ pub(crate) fn router(state: Shared) -> Router {
         .route("/v1/executions/{id}/events", get(events))
         .route("/v1/executions/{id}/actions/{action}", post(answer))
         .route("/v1/executions/{id}/cancel", post(cancel))
+        .route("/v1/agui/{adapter}", post(agui_run))
         .route("/v1/adapters", get(adapters))
         .route("/v1/adapters/{id}", get(adapter))
         .route("/healthz", get(|| async { "ok" }))
@@ -162,6 +163,66 @@ async fn start(
     }
 }
 
+/// The instance `adapter`, or `404 ADAPTER_NOT_FOUND` naming the ones there are.
+fn instance_named<'a>(state: &'a State, adapter: &str) -> Result<&'a crate::Instance, ApiError> {
+    adapter
+        .parse()
+        .ok()
+        .and_then(|id| state.instances.get(&id))
+        .ok_or_else(|| {
+            let shown: String = adapter.chars().take(64).collect();
+            ApiError::new(
+                HarnessError::new(
+                    ErrorCategory::Configuration,
+                    format!(
+                        "no adapter instance `{shown}`: this server offers {}",
+                        state
+                            .instances
+                            .keys()
+                            .map(|id| format!("`{id}`"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                )
+                .with_code(ErrorCode::ADAPTER_NOT_FOUND),
+            )
+        })
+}
+
+/// The events of `id` after `after`: from the process's own log while it runs here, else
+/// from the store.
+fn event_source(
+    state: &State,
+    id: &ExecutionId,
+    after: u64,
+) -> Result<futures_util::stream::BoxStream<'static, Arc<harness_core::event::Event>>, ApiError> {
+    if let Some(handle) = state.local(id) {
+        return Ok(handle.events(Cursor::after_seq(after)).boxed());
+    }
+    let instance = state
+        .any()
+        .ok_or_else(|| ApiError::not_found(id.as_str()))?;
+    Ok(events::stored(Arc::clone(&instance.control), id.clone(), after).boxed())
+}
+
+/// Answers an action of `record`: through this process's handle when it runs here, else
+/// through the store.
+async fn respond(
+    state: &State,
+    record: &ExecutionRecord,
+    response: ActionResponse,
+) -> Result<(), ApiError> {
+    match state.local(&record.id) {
+        Some(handle) => Ok(handle.respond(response).await?),
+        None => {
+            let instance = state
+                .any()
+                .ok_or_else(|| ApiError::not_found(record.id.as_str()))?;
+            Ok(instance.control.respond_to(&record.id, response).await?)
+        }
+    }
+}
+
 async fn start_execution(
     state: &Shared,
     caller: CallerId,
@@ -187,23 +248,7 @@ async fn start_execution(
             )));
         }
     };
-    let instance = adapter
-        .parse()
-        .ok()
-        .and_then(|id| state.instances.get(&id))
-        .ok_or_else(|| {
-            let shown: String = adapter.chars().take(64).collect();
-            ApiError::new(
-                HarnessError::new(
-                    ErrorCategory::Configuration,
-                    format!(
-                        "no adapter instance `{shown}`: this server offers {}",
-                        names()
-                    ),
-                )
-                .with_code(ErrorCode::ADAPTER_NOT_FOUND),
-            )
-        })?;
+    let instance = instance_named(state, &adapter)?;
     let mut request: ExecutionRequest = parse("the request body", Value::Object(body))?;
     if let Some(key) = header_text(headers, "idempotency-key")? {
         let key: IdempotencyKey = key
@@ -349,15 +394,7 @@ async fn events(
         let streaming = header_text(&headers, "accept")?
             .is_some_and(|accept| accept.contains("text/event-stream"));
         if streaming {
-            let frames = match state.local(&record.id) {
-                Some(handle) => events::frames(handle.events(Cursor::after_seq(after))).boxed(),
-                None => events::frames(events::stored(
-                    Arc::clone(&instance.control),
-                    record.id.clone(),
-                    after,
-                ))
-                .boxed(),
-            };
+            let frames = events::frames(event_source(&state, &record.id, after)?);
             let sse = Sse::new(frames).keep_alive(KeepAlive::new().interval(KEEP_ALIVE));
             return Ok(sse.into_response());
         }
@@ -414,13 +451,7 @@ async fn answer(
             }
         }
         let response: ActionResponse = parse("the answer", Value::Object(body))?;
-        match state.local(&record.id) {
-            Some(handle) => handle.respond(response).await?,
-            None => {
-                let instance = state.any().ok_or_else(|| ApiError::not_found(&id))?;
-                instance.control.respond_to(&record.id, response).await?;
-            }
-        }
+        respond(&state, &record, response).await?;
         Ok::<_, ApiError>(Json(
             json!({"executionId": record.id, "actionId": action, "accepted": true}),
         ))
@@ -487,6 +518,142 @@ async fn cancel(
     }
     .await;
     result.map_or_else(|e| fail(&state, e), IntoResponse::into_response)
+}
+
+async fn agui_run(
+    Extract(state): Extract<Shared>,
+    Caller(caller): Caller,
+    Path(adapter): Path<String>,
+    headers: HeaderMap,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Response {
+    let bytes = match body(&state, bytes) {
+        Ok(bytes) => bytes,
+        Err(e) => return fail(&state, e),
+    };
+    match agui_stream(&state, caller, &adapter, &headers, &bytes).await {
+        Ok(response) => response,
+        Err(e) => fail(&state, e),
+    }
+}
+
+/// See [`crate::agui`].
+async fn agui_stream(
+    state: &Shared,
+    caller: CallerId,
+    adapter: &str,
+    headers: &HeaderMap,
+    bytes: &[u8],
+) -> Result<Response, ApiError> {
+    let input = json_object(bytes, "the RunAgentInput")?;
+    let text = |key: &str| {
+        input
+            .get(key)
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .ok_or_else(|| {
+                ApiError::invalid(format!(
+                    "the RunAgentInput's `{key}` is missing: an AG-UI run names its thread \
+                     (`threadId`) and itself (`runId`)"
+                ))
+            })
+    };
+    let (thread, run) = (text("threadId")?, text("runId")?);
+    let resume = header_text(headers, "last-event-id")?
+        .map(|v| {
+            crate::agui::Resume::parse(v).ok_or_else(|| {
+                ApiError::invalid("the `Last-Event-ID` header is not an AG-UI frame id (<seq>:<n>)")
+            })
+        })
+        .transpose()?;
+    let instance = instance_named(state, adapter)?;
+    let entries = input
+        .get("resume")
+        .and_then(Value::as_array)
+        .filter(|entries| !entries.is_empty());
+    let (id, from) = match entries {
+        Some(entries) => {
+            let mut continued = None;
+            for entry in entries {
+                let named = entry["interruptId"]
+                    .as_str()
+                    .ok_or_else(|| ApiError::invalid("a resume entry needs `interruptId`"))?;
+                let (execution, action) =
+                    crate::agui::interrupt(named).ok_or_else(|| ApiError::not_found(named))?;
+                let record = owned(state, &caller, execution.as_str()).await?;
+                let view = match state.local(&record.id) {
+                    Some(handle) => ExecutionView::of_handle(&record, &handle),
+                    None => ExecutionView::of_store(&record, &*instance.control).await?,
+                };
+                // Pending: answered now. Not pending any more: a retried resume, which only
+                // streams again.
+                if let Some(request) = view.pending_actions.iter().find(|r| r.id == action) {
+                    let response =
+                        crate::agui::answer(entry, request).map_err(ApiError::invalid)?;
+                    match respond(state, &record, response).await {
+                        Err(e) if e.public().code == ErrorCode::ACTION_ALREADY_RESOLVED => {}
+                        other => other?,
+                    }
+                }
+                let mut stored = Vec::new();
+                let mut after = 0;
+                loop {
+                    let page = instance
+                        .control
+                        .read_events(&record.id, Cursor::after_seq(after), events::PAGE)
+                        .await?;
+                    let Some(last) = page.last() else { break };
+                    after = last.seq().get();
+                    stored.extend(page);
+                }
+                let from = crate::agui::requested_at(&stored, &action).ok_or_else(|| {
+                    ApiError::new(
+                        HarnessError::new(ErrorCategory::Configuration, "no action has that id")
+                            .with_code(ErrorCode::ACTION_NOT_FOUND),
+                    )
+                })?;
+                if continued.as_ref().is_some_and(|(id, _)| *id != record.id) {
+                    return Err(ApiError::invalid(
+                        "the resume entries name interrupts of several executions: one run \
+                         resumes one",
+                    ));
+                }
+                continued = Some((record.id, from));
+            }
+            continued.ok_or_else(|| ApiError::invalid("`resume` is empty"))?
+        }
+        None => {
+            let message = crate::agui::last_user_message(&input).ok_or_else(|| {
+                ApiError::invalid(
+                    "the RunAgentInput's `messages` hold no user message with text to run",
+                )
+            })?;
+            let mut request = ExecutionRequest::new(message);
+            request.idempotency_key = Some(run.parse().map_err(|e| {
+                ApiError::invalid(format!("the `runId` is used as an idempotency key: {e}"))
+            })?);
+            request.conversation_id = thread.parse().ok();
+            request.extensions.insert(caller);
+            let handle = instance.admission.clone().oneshot(request).await?;
+            if !handle.state().is_terminal() {
+                state.hold(&handle);
+            }
+            (handle.id().clone(), 0)
+        }
+    };
+    let converter = crate::agui::Converter::new(thread, run, id.clone());
+    let frames = crate::agui::frames(converter, event_source(state, &id, from)?, from, resume).map(
+        |(id, event)| {
+            Ok::<_, std::convert::Infallible>(
+                axum::response::sse::Event::default()
+                    .id(id)
+                    .data(event.to_string()),
+            )
+        },
+    );
+    Ok(Sse::new(frames)
+        .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
+        .into_response())
 }
 
 async fn adapters(Extract(state): Extract<Shared>, Caller(_): Caller) -> Json<Value> {
