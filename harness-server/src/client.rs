@@ -315,34 +315,41 @@ impl SseParser {
     /// Takes `chunk`; returns the data of every event it completed.
     pub fn push(&mut self, chunk: &[u8]) -> Vec<String> {
         let mut out = Vec::new();
-        for &byte in chunk {
-            if byte != b'\n' {
-                self.line.push(byte);
-                continue;
-            }
-            let mut line = std::mem::take(&mut self.line);
-            if line.last() == Some(&b'\r') {
-                line.pop();
-            }
-            if line.is_empty() {
-                if let Some(data) = self.data.take() {
-                    out.push(data);
-                }
-                continue;
-            }
-            let text = String::from_utf8_lossy(&line);
-            if let Some(value) = text.strip_prefix("data:") {
-                let value = value.strip_prefix(' ').unwrap_or(value);
-                match &mut self.data {
-                    Some(data) => {
-                        data.push('\n');
-                        data.push_str(value);
-                    }
-                    None => self.data = Some(value.to_owned()),
-                }
+        let mut rest = chunk;
+        while let Some(end) = rest.iter().position(|&b| b == b'\n') {
+            let piece = &rest[..end];
+            rest = &rest[end + 1..];
+            if self.line.is_empty() {
+                self.take_line(piece, &mut out);
+            } else {
+                self.line.extend_from_slice(piece);
+                let line = std::mem::take(&mut self.line);
+                self.take_line(&line, &mut out);
             }
         }
+        self.line.extend_from_slice(rest);
         out
+    }
+
+    fn take_line(&mut self, line: &[u8], out: &mut Vec<String>) {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            if let Some(data) = self.data.take() {
+                out.push(data);
+            }
+            return;
+        }
+        if let Some(value) = line.strip_prefix(b"data:") {
+            let value = value.strip_prefix(b" ").unwrap_or(value);
+            let value = String::from_utf8_lossy(value);
+            match &mut self.data {
+                Some(data) => {
+                    data.push('\n');
+                    data.push_str(&value);
+                }
+                None => self.data = Some(value.into_owned()),
+            }
+        }
     }
 }
 

@@ -6,7 +6,9 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::response::sse::Event as Frame;
+use axum::body::{Body, Bytes};
+use axum::http::header;
+use axum::response::Response;
 use futures_util::{Stream, StreamExt};
 use harness_core::event::Event;
 use harness_core::id::{Cursor, ExecutionId};
@@ -102,18 +104,67 @@ pub(crate) fn stored(
     })
 }
 
-/// The SSE frame of `event`: `id: <seq>`, `event: <kind>`, `data: <event JSON>`.
-pub(crate) fn frame(event: &Event) -> Result<Frame, Infallible> {
-    let data = serde_json::to_string(event).unwrap_or_default();
-    Ok(Frame::default()
-        .id(event.seq().get().to_string())
-        .event(event.kind().as_str())
-        .data(data))
+/// One server-sent event: its id, its name (if any) and its one-line data.
+pub(crate) struct Frame {
+    pub(crate) id: String,
+    pub(crate) event: Option<&'static str>,
+    pub(crate) data: String,
 }
 
-/// `events` as SSE frames.
-pub(crate) fn frames(
-    events: impl Stream<Item = Arc<Event>> + Send + 'static,
-) -> impl Stream<Item = Result<Frame, Infallible>> + Send + 'static {
-    events.map(|event| frame(&event))
+impl Frame {
+    /// The frame of `event`: `id: <seq>`, `event: <kind>`, `data: <event JSON>`.
+    pub(crate) fn of(event: &Event) -> Self {
+        Self {
+            id: event.seq().get().to_string(),
+            event: Some(event.kind().as_str()),
+            data: serde_json::to_string(event).unwrap_or_default(),
+        }
+    }
+
+    fn write(&self, out: &mut String) {
+        out.push_str("id: ");
+        out.push_str(&self.id);
+        out.push('\n');
+        if let Some(event) = self.event {
+            out.push_str("event: ");
+            out.push_str(event);
+            out.push('\n');
+        }
+        // JSON written compactly holds no line break: one `data` line.
+        out.push_str("data: ");
+        out.push_str(&self.data);
+        out.push_str("\n\n");
+    }
+}
+
+/// The most frames written as one chunk.
+const BATCH: usize = 512;
+
+/// The `text/event-stream` response of `frames`. The frames ready at once are written as
+/// one chunk (a reader far behind, or a burst, costs one write per batch, not per event);
+/// a keep-alive comment goes out after `keep_alive` without a frame. The body ends when
+/// `frames` does.
+pub(crate) fn response(
+    frames: impl Stream<Item = Frame> + Send + 'static,
+    keep_alive: Duration,
+) -> Response {
+    let batches = Box::pin(frames.ready_chunks(BATCH));
+    let body = futures_util::stream::unfold(batches, move |mut batches| async move {
+        match tokio::time::timeout(keep_alive, batches.next()).await {
+            Ok(Some(batch)) => {
+                let mut out = String::with_capacity(batch.iter().map(|f| f.data.len() + 48).sum());
+                for frame in &batch {
+                    frame.write(&mut out);
+                }
+                Some((Ok::<_, Infallible>(Bytes::from(out)), batches))
+            }
+            Ok(None) => None,
+            Err(_) => Some((Ok(Bytes::from_static(b": keep-alive\n\n")), batches)),
+        }
+    });
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(Body::from_stream(body))
+        .unwrap_or_else(|_| Response::new(Body::empty()))
 }

@@ -39,7 +39,7 @@
 //! | `POST /v1/executions` | starts an execution: the [`ExecutionRequest`](harness_core::service::ExecutionRequest) fields and `adapter` (the instance id); `Idempotency-Key` and `traceparent` headers. `201` with the execution, `200` when the key returned an earlier one, `409 IDEMPOTENCY_CONFLICT` when it was used for a different request |
 //! | `GET /v1/executions` | the caller's executions, newest first: `?limit=` (1 to 200, 50 by default), `?before=` the `next` of the previous page |
 //! | `GET /v1/executions/{id}` | state, pending actions, artifacts, outcome, last sequence number |
-//! | `GET /v1/executions/{id}/events` | with `Accept: text/event-stream`, server-sent events: `id: <seq>`, `event: <kind>`, `data: <event JSON>`, from after `Last-Event-ID` (else `?after=`, else the start), keep-alive comments every 15 s, the stream ending after the terminal event. Otherwise a JSON page: `?after=`, `?limit=` (up to 8,192; 1,000 by default) |
+//! | `GET /v1/executions/{id}/events` | with `Accept: text/event-stream`, server-sent events: `id: <seq>`, `event: <kind>`, `data: <event JSON>`, from after `Last-Event-ID` (else `?after=`, else the start), keep-alive comments after 15 s without a frame ([`ServerBuilder::keep_alive`]), frames ready together written as one chunk, the stream ending after the terminal event. Otherwise a JSON page: `?after=`, `?limit=` (up to 8,192; 1,000 by default) |
 //! | `POST /v1/executions/{id}/actions/{actionId}` | answers an action: an [`ActionResponse`](harness_core::action::ActionResponse) (its `actionId` may be left out) |
 //! | `POST /v1/executions/{id}/cancel` | requests cancellation (`{"reason": ...}` optional): `202`, confirmed by `run.cancelled` on the stream |
 //! | `POST /v1/agui/{adapter}` | the [AG-UI face](agui): a `RunAgentInput` in, AG-UI events out as server-sent events; actions are interrupts, resumed by the next run |
@@ -98,7 +98,8 @@ pub use crate::view::{ExecutionSummary, ExecutionView};
 /// The default bound on a request body: 1 MiB.
 pub const DEFAULT_BODY_LIMIT: usize = 1 << 20;
 
-/// The interval of SSE keep-alive comments.
+/// The default interval of SSE keep-alive comments (a comment line after this long
+/// without a frame keeps proxies from closing an idle stream).
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 /// The Runtime API over a set of adapter instances; [`router`](Self::router) is its axum
@@ -115,6 +116,7 @@ pub(crate) struct State {
     pub(crate) health: Option<Health>,
     pub(crate) metrics: Option<PrometheusEndpoint>,
     pub(crate) body_limit: usize,
+    pub(crate) keep_alive: Duration,
     /// The executions this process started, until their terminal event: answered and
     /// streamed from the process's own log, and kept answerable when their callers go.
     pub(crate) local: Mutex<HashMap<ExecutionId, ExecutionHandle>>,
@@ -201,6 +203,7 @@ pub struct ServerBuilder {
     health: Option<Health>,
     metrics: Option<PrometheusEndpoint>,
     body_limit: Option<usize>,
+    keep_alive: Option<Duration>,
 }
 
 impl std::fmt::Debug for ServerBuilder {
@@ -250,6 +253,13 @@ impl ServerBuilder {
         self
     }
 
+    /// How long a stream may go without a frame before a keep-alive comment is sent
+    /// ([`KEEP_ALIVE`] by default).
+    pub fn keep_alive(mut self, interval: Duration) -> Self {
+        self.keep_alive = Some(interval);
+        self
+    }
+
     /// The server.
     ///
     /// # Errors
@@ -289,6 +299,7 @@ impl ServerBuilder {
                 health: self.health,
                 metrics: self.metrics,
                 body_limit: self.body_limit.unwrap_or(DEFAULT_BODY_LIMIT),
+                keep_alive: self.keep_alive.unwrap_or(KEEP_ALIVE),
                 local: Mutex::new(HashMap::new()),
             }),
         })

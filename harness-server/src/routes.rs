@@ -7,7 +7,6 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{FromRequestParts, Path, Query, State as Extract};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::sse::{KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -23,10 +22,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
+use crate::State;
 use crate::error::ApiError;
 use crate::events;
 use crate::view::{ExecutionSummary, ExecutionView};
-use crate::{KEEP_ALIVE, State};
 
 type Shared = Arc<State>;
 
@@ -394,9 +393,8 @@ async fn events(
         let streaming = header_text(&headers, "accept")?
             .is_some_and(|accept| accept.contains("text/event-stream"));
         if streaming {
-            let frames = events::frames(event_source(&state, &record.id, after)?);
-            let sse = Sse::new(frames).keep_alive(KeepAlive::new().interval(KEEP_ALIVE));
-            return Ok(sse.into_response());
+            let frames = event_source(&state, &record.id, after)?.map(|e| events::Frame::of(&e));
+            return Ok(events::response(frames, state.keep_alive));
         }
         let limit = query.limit.unwrap_or(1000);
         if !(1..=MAX_EVENTS_PAGE).contains(&limit) {
@@ -643,17 +641,13 @@ async fn agui_stream(
     };
     let converter = crate::agui::Converter::new(thread, run, id.clone());
     let frames = crate::agui::frames(converter, event_source(state, &id, from)?, from, resume).map(
-        |(id, event)| {
-            Ok::<_, std::convert::Infallible>(
-                axum::response::sse::Event::default()
-                    .id(id)
-                    .data(event.to_string()),
-            )
+        |(id, event)| events::Frame {
+            id,
+            event: None,
+            data: event.to_string(),
         },
     );
-    Ok(Sse::new(frames)
-        .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
-        .into_response())
+    Ok(events::response(frames, state.keep_alive))
 }
 
 async fn adapters(Extract(state): Extract<Shared>, Caller(_): Caller) -> Json<Value> {

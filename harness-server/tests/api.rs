@@ -43,6 +43,7 @@ async fn serve(store: Arc<MemoryStore>, replica: &str) -> Running {
                 .unwrap(),
         )
         .body_limit(64 * 1024)
+        .keep_alive(Duration::from_millis(100))
         .build()
         .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -744,4 +745,33 @@ async fn adapters_list_their_manifests_with_options_schemas() {
         .call(reqwest::Method::GET, "/v1/adapters/nope", Some(ALICE), None)
         .await;
     assert_eq!((status, error_code(&body)), (404, "ADAPTER_NOT_FOUND"));
+}
+
+#[tokio::test]
+async fn an_idle_stream_gets_keep_alive_comments() {
+    let s = server().await;
+    let id = s
+        .start(ALICE, Script::builder().text("working").hang().build())
+        .await;
+    let mut body = s
+        .http
+        .get(format!("{}/v1/executions/{id}/events", s.url))
+        .bearer_auth(ALICE)
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap()
+        .bytes_stream();
+    let mut text = String::new();
+    // The frames so far, then comments while nothing happens (every 100 ms here).
+    while text.matches(": keep-alive\n\n").count() < 2 {
+        let chunk = tokio::time::timeout(Duration::from_secs(5), body.next())
+            .await
+            .expect("a keep-alive comment within 5 s")
+            .unwrap()
+            .unwrap();
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(text.contains("event: message.delta"), "{text}");
+    s.client(ALICE).cancel(&id, None).await.unwrap();
 }
