@@ -162,6 +162,56 @@ async fn start(
     }
 }
 
+/// The instances' ids, for messages: `` `scripted`, `acp` ``.
+fn offered(state: &State) -> String {
+    state
+        .instances
+        .keys()
+        .map(|id| format!("`{id}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The view of `record`: from this process's handle while it runs here, else from the
+/// store.
+async fn view_of(state: &State, record: &ExecutionRecord) -> Result<ExecutionView, ApiError> {
+    match state.local(&record.id) {
+        Some(handle) => Ok(ExecutionView::of_handle(record, &handle)),
+        None => {
+            let instance = state
+                .any()
+                .ok_or_else(|| ApiError::not_found(record.id.as_str()))?;
+            ExecutionView::of_store(record, &*instance.control).await
+        }
+    }
+}
+
+/// The sequence number of the event that requested `action` of `id`, read from the store
+/// page by page.
+async fn requested_at(
+    state: &State,
+    id: &ExecutionId,
+    action: &ActionId,
+) -> Result<Option<u64>, ApiError> {
+    let instance = state
+        .any()
+        .ok_or_else(|| ApiError::not_found(id.as_str()))?;
+    let mut after = 0;
+    loop {
+        let page = instance
+            .control
+            .read_events(id, Cursor::after_seq(after), events::PAGE)
+            .await?;
+        let Some(last) = page.last() else {
+            return Ok(None);
+        };
+        after = last.seq().get();
+        if let Some(seq) = crate::agui::requested_at(&page, action) {
+            return Ok(Some(seq));
+        }
+    }
+}
+
 /// The instance `adapter`, or `404 ADAPTER_NOT_FOUND` naming the ones there are.
 fn instance_named<'a>(state: &'a State, adapter: &str) -> Result<&'a crate::Instance, ApiError> {
     adapter
@@ -175,12 +225,7 @@ fn instance_named<'a>(state: &'a State, adapter: &str) -> Result<&'a crate::Inst
                     ErrorCategory::Configuration,
                     format!(
                         "no adapter instance `{shown}`: this server offers {}",
-                        state
-                            .instances
-                            .keys()
-                            .map(|id| format!("`{id}`"))
-                            .collect::<Vec<_>>()
-                            .join(", ")
+                        offered(state)
                     ),
                 )
                 .with_code(ErrorCode::ADAPTER_NOT_FOUND),
@@ -229,21 +274,13 @@ async fn start_execution(
     bytes: &[u8],
 ) -> Result<Response, ApiError> {
     let mut body = json_object(bytes, "the request body")?;
-    let names = || {
-        state
-            .instances
-            .keys()
-            .map(|id| format!("`{id}`"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
     let adapter = match body.remove("adapter") {
         Some(Value::String(adapter)) => adapter,
         Some(_) => return Err(ApiError::invalid("`adapter` must be a string")),
         None => {
             return Err(ApiError::invalid(format!(
                 "`adapter` is missing: name the adapter instance to run, one of {}",
-                names()
+                offered(state)
             )));
         }
     };
@@ -344,14 +381,7 @@ async fn read(
 ) -> Response {
     let result = async {
         let record = owned(&state, &caller, &id).await?;
-        let view = match state.local(&record.id) {
-            Some(handle) => ExecutionView::of_handle(&record, &handle),
-            None => {
-                let instance = state.any().ok_or_else(|| ApiError::not_found(&id))?;
-                ExecutionView::of_store(&record, &*instance.control).await?
-            }
-        };
-        Ok::<_, ApiError>(Json(view))
+        Ok::<_, ApiError>(Json(view_of(&state, &record).await?))
     }
     .await;
     result.map_or_else(|e| fail(&state, e), IntoResponse::into_response)
@@ -571,54 +601,55 @@ async fn agui_stream(
         .filter(|entries| !entries.is_empty());
     let (id, from) = match entries {
         Some(entries) => {
-            let mut continued = None;
+            // Every entry is checked before any is answered: one execution, the caller's,
+            // each entry naming an action it requested and an answer that parses.
+            let mut named = Vec::new();
             for entry in entries {
-                let named = entry["interruptId"]
+                let id = entry["interruptId"]
                     .as_str()
                     .ok_or_else(|| ApiError::invalid("a resume entry needs `interruptId`"))?;
                 let (execution, action) =
-                    crate::agui::interrupt(named).ok_or_else(|| ApiError::not_found(named))?;
-                let record = owned(state, &caller, execution.as_str()).await?;
-                let view = match state.local(&record.id) {
-                    Some(handle) => ExecutionView::of_handle(&record, &handle),
-                    None => ExecutionView::of_store(&record, &*instance.control).await?,
-                };
-                // Pending: answered now. Not pending any more: a retried resume, which only
-                // streams again.
-                if let Some(request) = view.pending_actions.iter().find(|r| r.id == action) {
-                    let response =
-                        crate::agui::answer(entry, request).map_err(ApiError::invalid)?;
-                    match respond(state, &record, response).await {
-                        Err(e) if e.public().code == ErrorCode::ACTION_ALREADY_RESOLVED => {}
-                        other => other?,
-                    }
-                }
-                let mut stored = Vec::new();
-                let mut after = 0;
-                loop {
-                    let page = instance
-                        .control
-                        .read_events(&record.id, Cursor::after_seq(after), events::PAGE)
-                        .await?;
-                    let Some(last) = page.last() else { break };
-                    after = last.seq().get();
-                    stored.extend(page);
-                }
-                let from = crate::agui::requested_at(&stored, &action).ok_or_else(|| {
-                    ApiError::new(
-                        HarnessError::new(ErrorCategory::Configuration, "no action has that id")
-                            .with_code(ErrorCode::ACTION_NOT_FOUND),
-                    )
-                })?;
-                if continued.as_ref().is_some_and(|(id, _)| *id != record.id) {
+                    crate::agui::interrupt(id).ok_or_else(|| ApiError::not_found(id))?;
+                if named
+                    .first()
+                    .is_some_and(|(first, _, _)| *first != execution)
+                {
                     return Err(ApiError::invalid(
                         "the resume entries name interrupts of several executions: one run \
                          resumes one",
                     ));
                 }
-                continued = Some((record.id, from));
+                named.push((execution, action, entry));
             }
-            continued.ok_or_else(|| ApiError::invalid("`resume` is empty"))?
+            let record = owned(state, &caller, named[0].0.as_str()).await?;
+            let view = view_of(state, &record).await?;
+            let mut from = 0;
+            let mut answers = Vec::new();
+            for (_, action, entry) in &named {
+                let at = requested_at(state, &record.id, action)
+                    .await?
+                    .ok_or_else(|| {
+                        ApiError::new(
+                            HarnessError::new(
+                                ErrorCategory::Configuration,
+                                "no action has that id",
+                            )
+                            .with_code(ErrorCode::ACTION_NOT_FOUND),
+                        )
+                    })?;
+                from = from.max(at);
+                // Not pending any more: a retried resume, which only streams again.
+                if let Some(request) = view.pending_actions.iter().find(|r| r.id == *action) {
+                    answers.push(crate::agui::answer(entry, request).map_err(ApiError::invalid)?);
+                }
+            }
+            for response in answers {
+                match respond(state, &record, response).await {
+                    Err(e) if e.public().code == ErrorCode::ACTION_ALREADY_RESOLVED => {}
+                    other => other?,
+                }
+            }
+            (record.id, from)
         }
         None => {
             let message = crate::agui::last_user_message(&input).ok_or_else(|| {

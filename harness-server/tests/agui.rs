@@ -218,3 +218,53 @@ async fn a_repeated_run_resumes_after_its_last_event_id_and_strangers_cannot_res
         "{body}"
     );
 }
+
+#[tokio::test]
+async fn a_resume_naming_two_executions_is_refused_and_answers_neither() {
+    let url = serve().await;
+    let mut interrupts = Vec::new();
+    for n in 0..2 {
+        let input = json!({
+            "threadId": format!("thread-two-{n}"),
+            "runId": format!("run-two-{n}"),
+            "messages": [{"id": "m1", "role": "user", "content": "Summarize my notes"}],
+        });
+        let (_, frames) = post(&url, ALICE, &input, None).await;
+        interrupts.push(frames.last().unwrap().1["outcome"]["interrupts"][0].clone());
+    }
+    let resume = json!({
+        "threadId": "thread-two-0",
+        "runId": "run-two-resume",
+        "messages": [],
+        "resume": [
+            {"interruptId": interrupts[0]["id"], "status": "cancelled"},
+            {"interruptId": interrupts[1]["id"], "status": "cancelled"},
+        ],
+    });
+    let response = reqwest::Client::new()
+        .post(format!("{url}/v1/agui/scripted"))
+        .bearer_auth(ALICE)
+        .json(&resume)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    // Both still wait for their answers: nothing was half-applied.
+    for interrupt in &interrupts {
+        let execution = interrupt["metadata"]["executionId"].as_str().unwrap();
+        let view: Value = reqwest::Client::new()
+            .get(format!("{url}/v1/executions/{execution}"))
+            .bearer_auth(ALICE)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(
+            view["pendingActions"].as_array().unwrap().len(),
+            1,
+            "{view}"
+        );
+    }
+}
