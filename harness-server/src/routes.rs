@@ -136,6 +136,18 @@ async fn owned(state: &State, caller: &CallerId, id: &str) -> Result<ExecutionRe
     }
 }
 
+/// A page size: `given`, else `default`; `400` outside 1 to `max`.
+fn page_size(given: Option<usize>, default: usize, max: usize) -> Result<usize, ApiError> {
+    let limit = given.unwrap_or(default);
+    if (1..=max).contains(&limit) {
+        Ok(limit)
+    } else {
+        Err(ApiError::invalid(format!(
+            "`limit` is {limit}: use 1 to {max}"
+        )))
+    }
+}
+
 fn header_text<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, ApiError> {
     headers
         .get(name)
@@ -338,14 +350,9 @@ async fn list(
     Caller(caller): Caller,
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
-    let result = async {
+    let result: Result<_, ApiError> = async {
         let Query(query) = query.map_err(|e| ApiError::invalid(format!("the query: {e}")))?;
-        let limit = query.limit.unwrap_or(50);
-        if !(1..=MAX_LIST).contains(&limit) {
-            return Err(ApiError::invalid(format!(
-                "`limit` is {limit}: use 1 to {MAX_LIST}"
-            )));
-        }
+        let limit = page_size(query.limit, 50, MAX_LIST)?;
         let before = query
             .before
             .map(|b| {
@@ -404,7 +411,7 @@ async fn events(
     headers: HeaderMap,
     query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
-    let result = async {
+    let result: Result<_, ApiError> = async {
         let Query(query) = query.map_err(|e| {
             ApiError::invalid(format!("the query: {e} (`after` and `limit` are numbers)"))
         })?;
@@ -426,12 +433,7 @@ async fn events(
             let frames = event_source(&state, &record.id, after)?.map(|e| events::Frame::of(&e));
             return Ok(events::response(frames, state.keep_alive));
         }
-        let limit = query.limit.unwrap_or(1000);
-        if !(1..=MAX_EVENTS_PAGE).contains(&limit) {
-            return Err(ApiError::invalid(format!(
-                "`limit` is {limit}: use 1 to {MAX_EVENTS_PAGE}"
-            )));
-        }
+        let limit = page_size(query.limit, 1000, MAX_EVENTS_PAGE)?;
         let page = instance
             .control
             .read_events(&record.id, Cursor::after_seq(after), limit)

@@ -3,42 +3,24 @@
 //! face's own promises over plain HTTP (frame ids, resuming after `Last-Event-ID`, who may
 //! resume what).
 
+mod support;
+
 use std::path::Path;
 use std::sync::Arc;
 
-use harness_core::store::{MemoryStore, ReplicaId};
-use harness_layers::stack::HarnessStack;
-use harness_scripted::ScriptedAdapter;
-use harness_server::auth::BearerTokens;
-use harness_server::{Instance, Server};
+use harness_core::store::MemoryStore;
 use serde_json::{Value, json};
 
 const ALICE: &str = "alice-agui-token-0123456789";
 const BOB: &str = "bob-agui-token-0123456789ab";
 
 async fn serve() -> String {
-    let adapter = ScriptedAdapter::quickstart();
-    let stack = HarnessStack::defaults_for(&adapter).unwrap();
-    let server = Server::builder()
-        .instance(Instance::new(
-            &stack,
-            adapter,
-            Arc::new(MemoryStore::new()),
-            ReplicaId::new("r"),
-        ))
-        .authenticate(
-            BearerTokens::new()
-                .with_token("alice", ALICE)
-                .unwrap()
-                .with_token("bob", BOB)
-                .unwrap(),
-        )
-        .build()
-        .unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, server.router()).await });
-    url
+    support::serve(
+        Arc::new(MemoryStore::new()),
+        "r",
+        &[("alice", ALICE), ("bob", BOB)],
+    )
+    .await
 }
 
 fn types(events: &Value) -> Vec<&str> {

@@ -6,14 +6,13 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod support;
+
 use futures_util::StreamExt;
 use harness_core::event::{Event, EventPayload};
-use harness_core::store::{MemoryStore, ReplicaId};
-use harness_layers::stack::HarnessStack;
-use harness_scripted::{ApprovalCall, Script, ScriptedAdapter, ScriptedOptions};
-use harness_server::auth::BearerTokens;
+use harness_core::store::MemoryStore;
+use harness_scripted::{ApprovalCall, Script, ScriptedOptions};
 use harness_server::client::{Client, SseParser};
-use harness_server::{Instance, Server};
 use serde_json::{Value, json};
 
 const ALICE: &str = "alice-token-0123456789";
@@ -26,31 +25,8 @@ struct Running {
 }
 
 async fn serve(store: Arc<MemoryStore>, replica: &str) -> Running {
-    let adapter = ScriptedAdapter::quickstart();
-    let stack = HarnessStack::defaults_for(&adapter).unwrap();
-    let server = Server::builder()
-        .instance(Instance::new(
-            &stack,
-            adapter,
-            store,
-            ReplicaId::new(replica),
-        ))
-        .authenticate(
-            BearerTokens::new()
-                .with_token("alice", ALICE)
-                .unwrap()
-                .with_token("bob", BOB)
-                .unwrap(),
-        )
-        .body_limit(64 * 1024)
-        .keep_alive(Duration::from_millis(100))
-        .build()
-        .unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, server.router()).await });
     Running {
-        url,
+        url: support::serve(store, replica, &[("alice", ALICE), ("bob", BOB)]).await,
         http: reqwest::Client::new(),
     }
 }
