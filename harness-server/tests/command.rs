@@ -353,3 +353,88 @@ fn bad_arguments_and_configuration_are_refused_with_a_reason() {
     );
     assert!(printed.contains("principal = \"carol\""));
 }
+
+/// A script whose one approval allows editing the call's arguments.
+const EDITABLE: &str = r#"{"script": {"steps": [
+    {"type": "approval", "calls": [{"callId": "call_1", "tool": "write_file",
+      "arguments": {"path": "a.txt"}, "allowed": ["approve", "reject", "edit"]}]},
+    {"type": "complete", "summary": "done"}
+]}}"#;
+
+/// The `action.resolved` event of execution `id`, as `harness events` prints it.
+fn resolution(serving: &Serving, id: &str) -> Value {
+    let mut events = client(serving, TOKEN);
+    events.args(["events", id]);
+    let lines = text(&wait(events.spawn().unwrap(), Duration::from_secs(30)).stdout);
+    lines
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|e| e["kind"] == "action.resolved")
+        .expect("the action was resolved")
+}
+
+#[test]
+fn run_edits_the_arguments_and_answer_approves_from_another_terminal() {
+    let dir = scratch("edit");
+    let serving = serve(&dir, &["--config", config(&dir).to_str().unwrap()]);
+
+    // `e`, then the new arguments: the call is decided as an edit.
+    let mut run = client(&serving, TOKEN);
+    run.args(["run", "scripted", "edit it", "--options", EDITABLE]);
+    let out = run_with_stdin(run, "e\n{\"path\": \"b.txt\"}\n");
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("new arguments for write_file (JSON)"),
+        "{stderr}"
+    );
+    let id = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("execution "))
+        .unwrap()
+        .to_owned();
+    let resolved = resolution(&serving, &id);
+    assert_eq!(
+        resolved["data"]["outcome"]["calls"][0]["decision"], "edit",
+        "{resolved}"
+    );
+
+    // A run left waiting (its stdin closes unanswered), answered by `harness answer`.
+    let mut run = client(&serving, TOKEN);
+    run.args(["run", "scripted", "wait for me", "--options", EDITABLE]);
+    let out = run_with_stdin(run, "");
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("stdin closed while an answer was awaited"),
+        "{stderr}"
+    );
+    let id = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("execution "))
+        .unwrap()
+        .to_owned();
+    let mut show = client(&serving, TOKEN);
+    show.args(["show", &id]);
+    let shown: Value =
+        serde_json::from_slice(&wait(show.spawn().unwrap(), Duration::from_secs(30)).stdout)
+            .unwrap();
+    let action = shown["pendingActions"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut answer = client(&serving, TOKEN);
+    answer.args(["answer", &id, &action, "approve"]);
+    let out = wait(answer.spawn().unwrap(), Duration::from_secs(30));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), format!("answered {action}"));
+    // Answered once: a second answer is refused with the server's code.
+    let mut again = client(&serving, TOKEN);
+    again.args(["answer", &id, &action, "approve"]);
+    let out = wait(again.spawn().unwrap(), Duration::from_secs(30));
+    assert!(!out.status.success());
+    let resolved = resolution(&serving, &id);
+    assert_eq!(
+        resolved["data"]["outcome"]["calls"][0]["decision"], "approve",
+        "{resolved}"
+    );
+}
