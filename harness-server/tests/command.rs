@@ -120,6 +120,22 @@ fn wait(mut child: Child, limit: Duration) -> std::process::Output {
     child.wait_with_output().unwrap()
 }
 
+/// The id `harness run` printed (`execution <id>` on stderr).
+fn execution_id(stderr: &str) -> String {
+    stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("execution "))
+        .expect("run printed its execution id")
+        .to_owned()
+}
+
+/// What a client verb with `args` printed on stdout.
+fn stdout_of(serving: &Serving, args: &[&str]) -> String {
+    let mut command = client(serving, TOKEN);
+    command.args(args);
+    text(&wait(command.spawn().unwrap(), Duration::from_secs(30)).stdout)
+}
+
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -166,23 +182,15 @@ fn run_streams_the_text_and_asks_on_stdin_then_the_other_verbs_see_the_execution
         "{stderr}"
     );
     assert!(stderr.contains("succeeded: done"), "{stderr}");
-    let id = stderr
-        .lines()
-        .find_map(|l| l.strip_prefix("execution "))
-        .unwrap()
-        .to_owned();
+    let id = execution_id(&stderr);
 
-    let mut list = client(&serving, TOKEN);
-    list.arg("list");
-    let listed = text(&wait(list.spawn().unwrap(), Duration::from_secs(30)).stdout);
+    let listed = stdout_of(&serving, &["list"]);
     assert!(
         listed.contains(&id) && listed.contains("succeeded"),
         "{listed}"
     );
 
-    let mut events = client(&serving, TOKEN);
-    events.args(["events", &id]);
-    let lines = text(&wait(events.spawn().unwrap(), Duration::from_secs(30)).stdout);
+    let lines = stdout_of(&serving, &["events", &id]);
     let kinds: Vec<String> = lines
         .lines()
         .map(|l| {
@@ -197,23 +205,20 @@ fn run_streams_the_text_and_asks_on_stdin_then_the_other_verbs_see_the_execution
     assert!(kinds.iter().any(|k| k == "action.resolved"), "{kinds:?}");
 
     // From a cursor, following: the suffix only.
-    let mut follow = client(&serving, TOKEN);
-    follow.args([
-        "events",
-        &id,
-        "--follow",
-        "--after",
-        &(kinds.len() - 1).to_string(),
-    ]);
-    let suffix = text(&wait(follow.spawn().unwrap(), Duration::from_secs(30)).stdout);
+    let suffix = stdout_of(
+        &serving,
+        &[
+            "events",
+            &id,
+            "--follow",
+            "--after",
+            &(kinds.len() - 1).to_string(),
+        ],
+    );
     assert_eq!(suffix.lines().count(), 1, "{suffix}");
     assert!(suffix.contains("run.succeeded"));
 
-    let mut show = client(&serving, TOKEN);
-    show.args(["show", &id]);
-    let shown: Value =
-        serde_json::from_slice(&wait(show.spawn().unwrap(), Duration::from_secs(30)).stdout)
-            .unwrap();
+    let shown: Value = serde_json::from_str(&stdout_of(&serving, &["show", &id])).unwrap();
     assert_eq!(shown["state"], "succeeded");
 
     // A wrong token is refused with the server's message.
@@ -253,14 +258,8 @@ fn ctrl_c_cancels_a_run_and_cancel_answers_for_an_ended_one() {
         stderr.contains("cancelled: interrupted from the terminal"),
         "{stderr}"
     );
-    let id = stderr
-        .lines()
-        .find_map(|l| l.strip_prefix("execution "))
-        .unwrap()
-        .to_owned();
-    let mut cancel = client(&serving, TOKEN);
-    cancel.args(["cancel", &id]);
-    let again = text(&wait(cancel.spawn().unwrap(), Duration::from_secs(30)).stdout);
+    let id = execution_id(&stderr);
+    let again = stdout_of(&serving, &["cancel", &id]);
     assert_eq!(again.trim(), "already_ended");
 }
 
@@ -363,10 +362,7 @@ const EDITABLE: &str = r#"{"script": {"steps": [
 
 /// The `action.resolved` event of execution `id`, as `harness events` prints it.
 fn resolution(serving: &Serving, id: &str) -> Value {
-    let mut events = client(serving, TOKEN);
-    events.args(["events", id]);
-    let lines = text(&wait(events.spawn().unwrap(), Duration::from_secs(30)).stdout);
-    lines
+    stdout_of(serving, &["events", id])
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
         .find(|e| e["kind"] == "action.resolved")
@@ -388,11 +384,7 @@ fn run_edits_the_arguments_and_answer_approves_from_another_terminal() {
         stderr.contains("new arguments for write_file (JSON)"),
         "{stderr}"
     );
-    let id = stderr
-        .lines()
-        .find_map(|l| l.strip_prefix("execution "))
-        .unwrap()
-        .to_owned();
+    let id = execution_id(&stderr);
     let resolved = resolution(&serving, &id);
     assert_eq!(
         resolved["data"]["outcome"]["calls"][0]["decision"], "edit",
@@ -408,16 +400,8 @@ fn run_edits_the_arguments_and_answer_approves_from_another_terminal() {
         stderr.contains("stdin closed while an answer was awaited"),
         "{stderr}"
     );
-    let id = stderr
-        .lines()
-        .find_map(|l| l.strip_prefix("execution "))
-        .unwrap()
-        .to_owned();
-    let mut show = client(&serving, TOKEN);
-    show.args(["show", &id]);
-    let shown: Value =
-        serde_json::from_slice(&wait(show.spawn().unwrap(), Duration::from_secs(30)).stdout)
-            .unwrap();
+    let id = execution_id(&stderr);
+    let shown: Value = serde_json::from_str(&stdout_of(&serving, &["show", &id])).unwrap();
     let action = shown["pendingActions"][0]["id"]
         .as_str()
         .unwrap()
