@@ -1,17 +1,16 @@
 //! One execution, 1,000 SSE clients on their own connections, all joined while it runs:
 //! every client sees every event, in order, exactly once, the same as the stored log.
 
+mod support;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use harness_core::event::Event;
-use harness_core::store::{MemoryStore, ReplicaId};
-use harness_layers::stack::HarnessStack;
-use harness_scripted::{Script, ScriptedAdapter, ScriptedOptions};
-use harness_server::auth::BearerTokens;
+use harness_core::store::MemoryStore;
+use harness_scripted::{Script, ScriptedOptions};
 use harness_server::client::SseParser;
-use harness_server::{Instance, Server};
 use serde_json::json;
 
 const TOKEN: &str = "fanout-token-0123456789";
@@ -37,21 +36,7 @@ fn enough_descriptors() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_sse_clients_all_see_every_event() {
     enough_descriptors();
-    let adapter = ScriptedAdapter::quickstart();
-    let stack = HarnessStack::defaults_for(&adapter).unwrap();
-    let server = Server::builder()
-        .instance(Instance::new(
-            &stack,
-            adapter,
-            Arc::new(MemoryStore::new()),
-            ReplicaId::new("r"),
-        ))
-        .authenticate(BearerTokens::new().with_token("alice", TOKEN).unwrap())
-        .build()
-        .unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, server.router()).await });
+    let url = support::serve(Arc::new(MemoryStore::new()), "r", &[("alice", TOKEN)]).await;
 
     // Waits while the clients connect, then streams.
     let mut script = Script::builder()
