@@ -75,3 +75,39 @@ fn every_schema_is_a_valid_2020_12_schema() {
         );
     }
 }
+
+/// A validated string type's schema pattern says what its parser takes: for each sample,
+/// the schema accepts it exactly when deserialization does (schemathesis, given the API's
+/// document, sends both kinds and expects each to be answered accordingly).
+fn agrees<T: serde::de::DeserializeOwned + schemars::JsonSchema>(samples: &[&str]) {
+    let schema = serde_json::to_value(harness::schema::schema_for::<T>()).unwrap();
+    let validator = jsonschema::draft202012::new(&schema).unwrap();
+    for sample in samples {
+        let value = serde_json::Value::String((*sample).to_owned());
+        let parsed = serde_json::from_value::<T>(value.clone()).is_ok();
+        assert_eq!(
+            validator.is_valid(&value),
+            parsed,
+            "{}: the schema and the parser disagree on {sample:?}",
+            std::any::type_name::<T>()
+        );
+    }
+}
+
+#[test]
+fn string_type_patterns_agree_with_their_parsers() {
+    let long = format!("text/{}", "x".repeat(128));
+    agrees::<harness::artifact::MediaType>(&[
+        "text/plain",
+        " text/plain ; charset=utf-8",
+        "application/vnd.api+json",
+        "\u{2003}text/plain",
+        "text/plain\u{85}",
+        "text/plain; a=\u{7}",
+        "text",
+        "/plain",
+        "0/0",
+        &long,
+    ]);
+    agrees::<harness::id::IdempotencyKey>(&["order-42/attempt", "", "has space", "é"]);
+}

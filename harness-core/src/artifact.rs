@@ -104,14 +104,15 @@ impl MediaType {
 impl FromStr for MediaType {
     type Err = ArtifactError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let essence = s.split(';').next().unwrap_or_default().trim();
+        // Spaces only around the essence (what the schema's pattern says, too).
+        let essence = s.split(';').next().unwrap_or_default().trim_matches(' ');
         let ok = s.len() <= 255
             && !s.chars().any(char::is_control)
             && essence
                 .split_once('/')
                 .is_some_and(|(t, st)| is_token(t) && is_token(st));
         if ok {
-            Ok(Self(s.trim().into()))
+            Ok(Self(s.trim_matches(' ').into()))
         } else {
             Err(ArtifactError::MediaType(s.chars().take(80).collect()))
         }
@@ -150,7 +151,7 @@ impl JsonSchema for MediaType {
     fn json_schema(_: &mut SchemaGenerator) -> Schema {
         json_schema!({
             "type": "string",
-            "pattern": "^[A-Za-z0-9!#$&^_.+-]+/[A-Za-z0-9!#$&^_.+-]+",
+            "pattern": "^ *[A-Za-z0-9!#$&^_.+-]{1,127}/[A-Za-z0-9!#$&^_.+-]{1,127} *(;[^\\u0000-\\u001f\\u007f-\\u009f]*)?$",
             "maxLength": 255
         })
     }

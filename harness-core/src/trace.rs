@@ -160,6 +160,24 @@ impl<'de> Deserialize<'de> for TraceContext {
     }
 }
 
+/// The JSON Schema of a `traceparent` this crate accepts: version `00`, lowercase hex, trace
+/// and parent ids not all zero (said with `not` rather than a lookahead, which not every
+/// pattern engine or test generator supports).
+///
+/// ```
+/// let schema = harness_core::trace::traceparent_schema();
+/// assert_eq!(schema["pattern"], "^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$");
+/// assert!(schema["not"].is_object());
+/// ```
+#[must_use]
+pub fn traceparent_schema() -> serde_json::Value {
+    serde_json::json!({
+        "type": "string",
+        "pattern": "^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$",
+        "not": {"anyOf": [{"pattern": "^00-0{32}-"}, {"pattern": "^00-[0-9a-f]{32}-0{16}-"}]}
+    })
+}
+
 impl JsonSchema for TraceContext {
     fn schema_name() -> Cow<'static, str> {
         "TraceContext".into()
@@ -168,8 +186,11 @@ impl JsonSchema for TraceContext {
         json_schema!({
             "type": "object",
             "properties": {
-                "traceparent": { "type": "string", "pattern": "^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$" },
-                "tracestate": { "type": "string", "maxLength": 512 }
+                "traceparent": traceparent_schema(),
+                "tracestate": {
+                    "type": "string",
+                    "description": "Kept when at most 512 characters without control characters; otherwise dropped, not refused (W3C: an invalid tracestate is discarded)."
+                }
             },
             "required": ["traceparent"],
             "additionalProperties": false

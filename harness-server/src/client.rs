@@ -14,7 +14,7 @@ use harness_core::error::{ErrorCategory, HarnessError, PublicError};
 use harness_core::event::Event;
 use serde_json::{Value, json};
 
-use crate::view::ExecutionView;
+use crate::view::{CancelAnswer, CancelOutcome, EventPage, ExecutionPage, ExecutionView};
 
 /// A client of one server, authenticated by a bearer token.
 #[derive(Debug, Clone)]
@@ -122,11 +122,15 @@ impl Client {
         serde_json::from_value(self.send(call).await?).map_err(transport)
     }
 
-    /// A page of the caller's executions (`{"executions": [...], "next": ...}`).
+    /// A page of the caller's executions, newest first.
     ///
     /// # Errors
     /// What the server answers, or a transport failure.
-    pub async fn list(&self, before: Option<&str>, limit: usize) -> Result<Value, ClientError> {
+    pub async fn list(
+        &self,
+        before: Option<&str>,
+        limit: usize,
+    ) -> Result<ExecutionPage, ClientError> {
         let mut call = self
             .http
             .get(self.url("/v1/executions"))
@@ -134,10 +138,10 @@ impl Client {
         if let Some(before) = before {
             call = call.query(&[("before", before)]);
         }
-        self.send(call).await
+        serde_json::from_value(self.send(call).await?).map_err(transport)
     }
 
-    /// A JSON page of `id`'s stored events after `after` (`{"events", "next", "ended"}`).
+    /// A JSON page of `id`'s stored events after `after`.
     ///
     /// # Errors
     /// What the server answers, or a transport failure.
@@ -146,12 +150,12 @@ impl Client {
         id: &str,
         after: u64,
         limit: usize,
-    ) -> Result<Value, ClientError> {
+    ) -> Result<EventPage, ClientError> {
         let call = self
             .http
             .get(self.url(&format!("/v1/executions/{id}/events")))
             .query(&[("after", after.to_string()), ("limit", limit.to_string())]);
-        self.send(call).await
+        serde_json::from_value(self.send(call).await?).map_err(transport)
     }
 
     /// Answers an action.
@@ -167,19 +171,23 @@ impl Client {
         self.send(call).await.map(drop)
     }
 
-    /// Requests cancellation; returns the server's status (`requested`, `already_requested`,
-    /// `already_ended`).
+    /// Requests cancellation; returns what the request did.
     ///
     /// # Errors
     /// What the server answers, or a transport failure.
-    pub async fn cancel(&self, id: &str, reason: Option<&str>) -> Result<String, ClientError> {
+    pub async fn cancel(
+        &self,
+        id: &str,
+        reason: Option<&str>,
+    ) -> Result<CancelOutcome, ClientError> {
         let body = reason.map_or_else(|| json!({}), |r| json!({ "reason": r }));
         let call = self
             .http
             .post(self.url(&format!("/v1/executions/{id}/cancel")))
             .json(&body);
-        let answer = self.send(call).await?;
-        Ok(answer["status"].as_str().unwrap_or_default().to_owned())
+        let answer: CancelAnswer =
+            serde_json::from_value(self.send(call).await?).map_err(transport)?;
+        Ok(answer.status)
     }
 
     /// The events of `id` after sequence `after`, live, ending after the terminal event;

@@ -5,7 +5,6 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use harness_core::error::{ErrorCategory, ErrorCode, HarnessError, PublicError};
 use harness_layers::redaction::Redactor;
-use serde::Serialize;
 
 /// An error the API answers with: `{"error": <public error>}`, its status from
 /// [`status_of`], `Retry-After` (whole seconds, rounded up) when a retry should wait. Only
@@ -15,11 +14,6 @@ use serde::Serialize;
 pub struct ApiError {
     error: HarnessError,
     redactor: Option<std::sync::Arc<Redactor>>,
-}
-
-#[derive(Serialize)]
-struct Body<'a> {
-    error: &'a PublicError,
 }
 
 impl ApiError {
@@ -143,13 +137,16 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let public = self.public();
         let status = status_of(&public);
-        let body = serde_json::to_vec(&Body { error: &public }).unwrap_or_default();
+        let category = public.category;
+        let retry_after_ms = public.retry_after_ms;
+        let body =
+            serde_json::to_vec(&crate::view::ErrorBody { error: public }).unwrap_or_default();
         let mut response =
             (status, [(header::CONTENT_TYPE, "application/json")], body).into_response();
-        let wait = match public.category {
+        let wait = match category {
             // Capacity frees up as executions end: a second is a fair first wait.
-            ErrorCategory::Capacity => Some(public.retry_after_ms.unwrap_or(1000)),
-            ErrorCategory::Throttled => public.retry_after_ms,
+            ErrorCategory::Capacity => Some(retry_after_ms.unwrap_or(1000)),
+            ErrorCategory::Throttled => retry_after_ms,
             _ => None,
         };
         if let Some(ms) = wait

@@ -36,7 +36,7 @@
 //!
 //! | method and path | what |
 //! |---|---|
-//! | `POST /v1/executions` | starts an execution: the [`ExecutionRequest`](harness_core::service::ExecutionRequest) fields and `adapter` (the instance id); `Idempotency-Key` and `traceparent` headers. `201` with the execution, `200` when the key returned an earlier one, `409 IDEMPOTENCY_CONFLICT` when it was used for a different request |
+//! | `POST /v1/executions` | starts an execution: the [`ExecutionRequest`](harness_core::service::ExecutionRequest) fields and `adapter` (the instance id); the `Idempotency-Key` header (not a body field) and `traceparent` (ignored when malformed, as W3C Trace Context says). `201` with the execution, `200` when the key returned an earlier one, `409 IDEMPOTENCY_CONFLICT` when it was used for a different request |
 //! | `GET /v1/executions` | the caller's executions, newest first: `?limit=` (1 to 200, 50 by default), `?before=` the `next` of the previous page |
 //! | `GET /v1/executions/{id}` | state, pending actions, artifacts, outcome, last sequence number |
 //! | `GET /v1/executions/{id}/events` | with `Accept: text/event-stream`, server-sent events: `id: <seq>`, `event: <kind>`, `data: <event JSON>`, from after `Last-Event-ID` (else `?after=`, else the start), keep-alive comments after 15 s without a frame ([`ServerBuilder::keep_alive`]), frames ready together written as one chunk, the stream ending after the terminal event. Otherwise a JSON page: `?after=`, `?limit=` (up to 8,192; 1,000 by default) |
@@ -44,6 +44,7 @@
 //! | `POST /v1/executions/{id}/cancel` | requests cancellation (`{"reason": ...}` optional): `202`, confirmed by `run.cancelled` on the stream |
 //! | `POST /v1/agui/{adapter}` | the [AG-UI face](agui): a `RunAgentInput` in, AG-UI events out as server-sent events; actions are interrupts, resumed by the next run |
 //! | `GET /v1/adapters`, `GET /v1/adapters/{id}` | the instances' manifests, options schemas included |
+//! | `GET /v1/openapi.json` | the [OpenAPI document](openapi) (no token needed) |
 //! | `GET /healthz` | `200` while the process serves |
 //! | `GET /readyz` | `200` when every required health check passes, else `503` with the sanitized reasons |
 //! | `GET /metrics` | the Prometheus exposition, when the server was given one |
@@ -77,6 +78,7 @@ pub mod config;
 pub mod error;
 mod events;
 mod instance;
+pub mod openapi;
 mod routes;
 mod view;
 
@@ -93,7 +95,10 @@ use harness_observe::health::Health;
 use harness_observe::prometheus::PrometheusEndpoint;
 
 pub use crate::instance::Instance;
-pub use crate::view::{ExecutionSummary, ExecutionView};
+pub use crate::view::{
+    Answered, CancelAnswer, CancelOutcome, ErrorBody, EventPage, ExecutionPage, ExecutionSummary,
+    ExecutionView, Readiness,
+};
 
 /// The default bound on a request body: 1 MiB.
 pub const DEFAULT_BODY_LIMIT: usize = 1 << 20;

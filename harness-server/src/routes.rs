@@ -25,7 +25,10 @@ use tower::ServiceExt;
 use crate::State;
 use crate::error::ApiError;
 use crate::events;
-use crate::view::{ExecutionSummary, ExecutionView};
+use crate::view::{
+    Answered, CancelAnswer, CancelOutcome, EventPage, ExecutionPage, ExecutionSummary,
+    ExecutionView, Readiness,
+};
 
 type Shared = Arc<State>;
 
@@ -40,6 +43,7 @@ pub(crate) fn router(state: Shared) -> Router {
         .route("/v1/agui/{adapter}", post(agui_run))
         .route("/v1/adapters", get(adapters))
         .route("/v1/adapters/{id}", get(adapter))
+        .route("/v1/openapi.json", get(openapi))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))
         .route("/metrics", get(metrics))
@@ -99,8 +103,34 @@ fn body(state: &State, body: Result<Bytes, BytesRejection>) -> Result<Bytes, Api
     })
 }
 
+/// Numbers with a zero fraction (`3.0`) as integers, as JSON Schema reads them, except under
+/// the keys whose values the server passes on as they are (adapter options, client context,
+/// an action's answer: their owners' schemas judge them).
+fn integral(value: &mut Value) {
+    const OPAQUE: [&str; 3] = ["options", "clientContext", "answer"];
+    match value {
+        Value::Number(n) => {
+            if let Some(f) = n.as_f64().filter(|f| n.is_f64() && f.fract() == 0.0) {
+                // Exactly representable integers only (|f| < 2^53).
+                if f.abs() < 9_007_199_254_740_992.0 {
+                    #[allow(clippy::cast_possible_truncation)]
+                    let i = f as i64;
+                    *value = Value::from(i);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(integral),
+        Value::Object(map) => map
+            .iter_mut()
+            .filter(|(key, _)| !OPAQUE.contains(&key.as_str()))
+            .for_each(|(_, v)| integral(v)),
+        _ => {}
+    }
+}
+
 /// `T` from JSON, the error naming where it went wrong (`requiredCapabilities[0]: ...`).
-fn parse<T: serde::de::DeserializeOwned>(what: &str, value: Value) -> Result<T, ApiError> {
+fn parse<T: serde::de::DeserializeOwned>(what: &str, mut value: Value) -> Result<T, ApiError> {
+    integral(&mut value);
     serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
@@ -297,22 +327,23 @@ async fn start_execution(
         }
     };
     let instance = instance_named(state, &adapter)?;
+    // One place for the key, the HTTP one: a body that also named it could disagree.
+    if body.contains_key("idempotencyKey") {
+        return Err(ApiError::invalid(
+            "`idempotencyKey` goes in the `Idempotency-Key` header over HTTP, not in the body",
+        ));
+    }
     let mut request: ExecutionRequest = parse("the request body", Value::Object(body))?;
     if let Some(key) = header_text(headers, "idempotency-key")? {
         let key: IdempotencyKey = key
             .parse()
             .map_err(|e| ApiError::invalid(format!("the `Idempotency-Key` header: {e}")))?;
-        if request.idempotency_key.as_ref().is_some_and(|k| *k != key) {
-            return Err(ApiError::invalid(
-                "the `Idempotency-Key` header and the body's `idempotencyKey` differ: send one",
-            ));
-        }
         request.idempotency_key = Some(key);
     }
-    if let Some(traceparent) = header_text(headers, "traceparent")? {
-        let trace: TraceContext = traceparent
-            .parse()
-            .map_err(|e| ApiError::invalid(format!("the `traceparent` header: {e}")))?;
+    // W3C Trace Context: a `traceparent` that does not parse is ignored (the execution
+    // starts a trace of its own), not refused.
+    let traceparent = headers.get("traceparent").and_then(|v| v.to_str().ok());
+    if let Some(trace) = traceparent.and_then(|t| t.parse::<TraceContext>().ok()) {
         request.trace_context = Some(trace);
     }
     request.extensions.insert(caller);
@@ -362,7 +393,10 @@ async fn list(
             })
             .transpose()?;
         let Some(instance) = state.any() else {
-            return Ok(Json(json!({"executions": [], "next": null})));
+            return Ok(Json(ExecutionPage {
+                executions: Vec::new(),
+                next: None,
+            }));
         };
         let page = instance
             .control
@@ -375,7 +409,7 @@ async fn list(
             .iter()
             .map(|l| ExecutionSummary::from(&l.record))
             .collect();
-        Ok(Json(json!({"executions": executions, "next": next})))
+        Ok(Json(ExecutionPage { executions, next }))
     }
     .await;
     result.map_or_else(|e| fail(&state, e), IntoResponse::into_response)
@@ -441,7 +475,12 @@ async fn events(
         let ended = page.last().is_some_and(|e| e.payload().is_terminal())
             || (page.is_empty() && record.state.is_terminal());
         let next = page.last().map_or(after, |e| e.seq().get());
-        Ok(Json(json!({"events": page, "next": next, "ended": ended})).into_response())
+        Ok(Json(EventPage {
+            events: page,
+            next,
+            ended,
+        })
+        .into_response())
     }
     .await;
     result.unwrap_or_else(|e| fail(&state, e))
@@ -482,9 +521,11 @@ async fn answer(
         }
         let response: ActionResponse = parse("the answer", Value::Object(body))?;
         respond(&state, &record, response).await?;
-        Ok::<_, ApiError>(Json(
-            json!({"executionId": record.id, "actionId": action, "accepted": true}),
-        ))
+        Ok::<_, ApiError>(Json(Answered {
+            execution_id: record.id,
+            action_id: action,
+            accepted: true,
+        }))
     }
     .await;
     result.map_or_else(|e| fail(&state, e), IntoResponse::into_response)
@@ -527,23 +568,26 @@ async fn cancel(
         let reason = state.redactor.redact_str(&reason).into_owned();
         let status = match state.local(&record.id) {
             Some(handle) => match handle.cancel(CancelReason::new(reason)) {
-                CancelStatus::Accepted => "requested",
-                CancelStatus::AlreadyRequested => "already_requested",
-                CancelStatus::AlreadyEnded(_) => "already_ended",
+                CancelStatus::Accepted => CancelOutcome::Requested,
+                CancelStatus::AlreadyRequested => CancelOutcome::AlreadyRequested,
+                CancelStatus::AlreadyEnded(_) => CancelOutcome::AlreadyEnded,
             },
-            None if record.state.is_terminal() => "already_ended",
+            None if record.state.is_terminal() => CancelOutcome::AlreadyEnded,
             None => {
                 let instance = state.any().ok_or_else(|| ApiError::not_found(&id))?;
                 if instance.control.request_cancel(&record.id, &reason).await? {
-                    "requested"
+                    CancelOutcome::Requested
                 } else {
-                    "already_requested"
+                    CancelOutcome::AlreadyRequested
                 }
             }
         };
         Ok::<_, ApiError>((
             StatusCode::ACCEPTED,
-            Json(json!({"executionId": record.id, "status": status})),
+            Json(CancelAnswer {
+                execution_id: record.id,
+                status,
+            }),
         ))
     }
     .await;
@@ -589,6 +633,28 @@ async fn agui_stream(
             })
     };
     let (thread, run) = (text("threadId")?, text("runId")?);
+    let key: IdempotencyKey = run.parse().map_err(|e| {
+        ApiError::invalid(format!("the `runId` is used as an idempotency key: {e}"))
+    })?;
+    if let Some(messages) = input.get("messages") {
+        let well_formed = messages
+            .as_array()
+            .is_some_and(|all| all.iter().all(|m| m["role"].is_string()));
+        if !well_formed {
+            return Err(ApiError::invalid(
+                "the RunAgentInput's `messages` must be an array of messages, each with a `role`",
+            ));
+        }
+    }
+    let entries = match input.get("resume") {
+        None => None,
+        Some(Value::Array(entries)) => Some(entries).filter(|entries| !entries.is_empty()),
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "the RunAgentInput's `resume` must be an array of `{interruptId, payload}`",
+            ));
+        }
+    };
     let resume = header_text(headers, "last-event-id")?
         .map(|v| {
             crate::agui::Resume::parse(v).ok_or_else(|| {
@@ -597,10 +663,6 @@ async fn agui_stream(
         })
         .transpose()?;
     let instance = instance_named(state, adapter)?;
-    let entries = input
-        .get("resume")
-        .and_then(Value::as_array)
-        .filter(|entries| !entries.is_empty());
     let (id, from) = match entries {
         Some(entries) => {
             // Every entry is checked before any is answered: one execution, the caller's,
@@ -660,9 +722,7 @@ async fn agui_stream(
                 )
             })?;
             let mut request = ExecutionRequest::new(message);
-            request.idempotency_key = Some(run.parse().map_err(|e| {
-                ApiError::invalid(format!("the `runId` is used as an idempotency key: {e}"))
-            })?);
+            request.idempotency_key = Some(key);
             request.conversation_id = thread.parse().ok();
             request.extensions.insert(caller);
             let handle = instance.admission.clone().oneshot(request).await?;
@@ -708,7 +768,11 @@ async fn adapter(
 
 async fn ready(Extract(state): Extract<Shared>) -> Response {
     let Some(health) = &state.health else {
-        return Json(json!({"ready": true, "reasons": []})).into_response();
+        return Json(Readiness {
+            ready: true,
+            reasons: Vec::new(),
+        })
+        .into_response();
     };
     let readiness = health.check().await;
     let status = if readiness.ready {
@@ -723,7 +787,23 @@ async fn ready(Extract(state): Extract<Shared>) -> Response {
         .collect();
     (
         status,
-        Json(json!({"ready": readiness.ready, "reasons": reasons})),
+        Json(Readiness {
+            ready: readiness.ready,
+            reasons,
+        }),
+    )
+        .into_response()
+}
+
+/// The OpenAPI document, built once.
+async fn openapi() -> Response {
+    static DOCUMENT: std::sync::OnceLock<Bytes> = std::sync::OnceLock::new();
+    let document = DOCUMENT.get_or_init(|| {
+        Bytes::from(serde_json::to_vec(&crate::openapi::document()).unwrap_or_default())
+    });
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        document.clone(),
     )
         .into_response()
 }
@@ -736,5 +816,27 @@ async fn metrics(Extract(state): Extract<Shared>) -> Response {
         )
             .into_response(),
         None => (StatusCode::NOT_FOUND, "no metrics are exported here\n").into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integral_floats_become_integers_outside_what_the_server_passes_on() {
+        let mut value = json!({
+            "revision": 2.0,
+            "list": [3.0, 2.5, -4.0, 1e300],
+            "options": {"temperature": 1.0},
+            "clientContext": {"n": 1.0},
+            "answer": {"values": {"n": 1.0}},
+        });
+        integral(&mut value);
+        assert!(value["revision"].is_i64(), "{value}");
+        assert_eq!(value["list"], json!([3, 2.5, -4, 1e300]));
+        assert!(value["options"]["temperature"].is_f64());
+        assert!(value["clientContext"]["n"].is_f64());
+        assert!(value["answer"]["values"]["n"].is_f64());
     }
 }

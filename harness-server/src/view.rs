@@ -4,12 +4,14 @@ use std::collections::BTreeMap;
 
 use harness_core::action::ActionRequest;
 use harness_core::artifact::ArtifactDescriptor;
+use harness_core::error::PublicError;
 use harness_core::event::{Event, EventPayload};
 use harness_core::id::{ActionId, Cursor, ExecutionId};
 use harness_core::lifecycle::ExecutionState;
 use harness_core::service::ExecutionHandle;
 use harness_core::store::ExecutionRecord;
 use harness_core::time::Timestamp;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ApiError;
@@ -17,7 +19,7 @@ use crate::events::PAGE;
 use crate::instance::Control;
 
 /// One execution as `GET /v1/executions/{id}` returns it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct ExecutionView {
@@ -43,7 +45,7 @@ pub struct ExecutionView {
 }
 
 /// One execution of a `GET /v1/executions` page.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct ExecutionSummary {
@@ -57,6 +59,85 @@ pub struct ExecutionSummary {
     pub created_at: Timestamp,
     /// Whether a cancel was requested.
     pub cancel_requested: bool,
+}
+
+/// A page of `GET /v1/executions`: the caller's executions, newest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
+pub struct ExecutionPage {
+    /// The executions of this page.
+    pub executions: Vec<ExecutionSummary>,
+    /// The `before` of the next page; absent (`null`) on the last one.
+    pub next: Option<String>,
+}
+
+/// A JSON page of `GET /v1/executions/{id}/events`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
+pub struct EventPage {
+    /// The stored events after the cursor, in order.
+    pub events: Vec<Event>,
+    /// The `after` of the next page: the last event's sequence number (the cursor itself when
+    /// the page is empty).
+    pub next: u64,
+    /// Whether the terminal event has been read: no page after this one holds anything.
+    pub ended: bool,
+}
+
+/// What `POST /v1/executions/{id}/actions/{actionId}` answers once the answer is applied.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct Answered {
+    /// The execution.
+    pub execution_id: ExecutionId,
+    /// The action answered.
+    pub action_id: ActionId,
+    /// Always `true`: a refused answer is an error instead.
+    pub accepted: bool,
+}
+
+/// What `POST /v1/executions/{id}/cancel` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum CancelOutcome {
+    /// This request asked for cancellation: `run.cancelled` on the stream confirms it, unless
+    /// the execution was already ending on its own.
+    Requested,
+    /// An earlier request had asked already.
+    AlreadyRequested,
+    /// The execution had ended.
+    AlreadyEnded,
+}
+
+/// The `202` of `POST /v1/executions/{id}/cancel`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct CancelAnswer {
+    /// The execution.
+    pub execution_id: ExecutionId,
+    /// What the request did.
+    pub status: CancelOutcome,
+}
+
+/// What `GET /readyz` answers (`200` when ready, else `503`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
+pub struct Readiness {
+    /// Whether every required check passes.
+    pub ready: bool,
+    /// Why not, sanitized.
+    pub reasons: Vec<String>,
+}
+
+/// Every error the API answers: `{"error": <public error>}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
+pub struct ErrorBody {
+    /// The error's public projection.
+    pub error: PublicError,
 }
 
 impl From<&ExecutionRecord> for ExecutionSummary {

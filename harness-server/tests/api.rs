@@ -12,6 +12,7 @@ use futures_util::StreamExt;
 use harness_core::event::{Event, EventPayload};
 use harness_core::store::MemoryStore;
 use harness_scripted::{ApprovalCall, Script, ScriptedOptions};
+use harness_server::CancelOutcome;
 use harness_server::client::{Client, SseParser};
 use serde_json::{Value, json};
 
@@ -224,7 +225,7 @@ async fn another_principal_gets_404_on_every_endpoint_and_an_empty_list() {
         .unwrap();
     assert_eq!(response.status(), 404);
     let page = s.client(BOB).list(None, 50).await.unwrap();
-    assert_eq!(page["executions"], json!([]), "{page}");
+    assert!(page.executions.is_empty(), "{page:?}");
     // Nothing Bob did reached the execution: it still awaits Alice's answer.
     let view = alice.execution(&id).await.unwrap();
     assert_eq!(view.pending_actions.len(), 1);
@@ -335,7 +336,76 @@ async fn bad_requests_name_what_is_wrong() {
     assert_eq!(error_code(&body), "ENDPOINT_NOT_FOUND");
     // Nothing was started by any of these.
     let page = s.client(ALICE).list(None, 50).await.unwrap();
-    assert_eq!(page["executions"], json!([]), "{page}");
+    assert!(page.executions.is_empty(), "{page:?}");
+}
+
+/// What schemathesis found the document and the handlers disagreeing on, each settled.
+#[tokio::test]
+async fn the_edges_schemathesis_found_are_settled() {
+    let s = server().await;
+    // W3C Trace Context: a malformed `traceparent` is ignored, not refused.
+    for traceparent in [
+        "0",
+        "",
+        "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+    ] {
+        let response = s
+            .http
+            .post(format!("{}/v1/executions", s.url))
+            .bearer_auth(ALICE)
+            .header("traceparent", traceparent)
+            .json(&json!({"adapter": "scripted", "message": "hi",
+                "options": ScriptedOptions::with_script(Script::builder().complete("ok").build()).to_value()}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 201, "traceparent {traceparent:?}");
+    }
+
+    // `1.0` is the integer 1 to JSON Schema, and so to the API.
+    let id = s.start(ALICE, script_with_approval()).await;
+    let alice = s.client(ALICE);
+    let request = loop {
+        let view = alice.execution(&id).await.unwrap();
+        if let Some(request) = view.pending_actions.first() {
+            break request.clone();
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let mut answer = serde_json::to_value(request.approve_all()).unwrap();
+    answer["revision"] = json!(f64::from(answer["revision"].as_u64().unwrap() as u32));
+    assert!(answer["revision"].is_f64());
+    let (status, body) = s
+        .call(
+            reqwest::Method::POST,
+            &format!("/v1/executions/{id}/actions/{}", request.id),
+            Some(ALICE),
+            Some(answer),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+
+    // An AG-UI input whose `resume` or `messages` is not an array is refused, whatever
+    // else it holds.
+    let agui = |input: Value| {
+        s.call(
+            reqwest::Method::POST,
+            "/v1/agui/scripted",
+            Some(ALICE),
+            Some(input),
+        )
+    };
+    let user = json!([{"id": "m1", "role": "user", "content": "hi"}]);
+    for input in [
+        json!({"threadId": "t", "runId": "r1", "messages": user, "resume": "yes"}),
+        json!({"threadId": "t", "runId": "r2", "messages": "hi"}),
+        json!({"threadId": "t", "runId": "r3", "messages": [{"content": "no role"}]}),
+        json!({"threadId": "t", "runId": "", "messages": user}),
+    ] {
+        let (status, body) = agui(input.clone()).await;
+        assert_eq!(status, 400, "{input} answered {body}");
+        assert_eq!(error_code(&body), "REQUEST_INVALID", "{body}");
+    }
 }
 
 #[tokio::test]
@@ -374,7 +444,7 @@ async fn an_idempotency_key_returns_the_original_per_principal_and_conflicts_oth
     let bobs: Value = bobs.json().await.unwrap();
     assert_ne!(bobs["id"], first["id"]);
     let page = s.client(ALICE).list(None, 50).await.unwrap();
-    assert_eq!(page["executions"].as_array().unwrap().len(), 1, "{page}");
+    assert_eq!(page.executions.len(), 1, "{page:?}");
 }
 
 #[tokio::test]
@@ -464,7 +534,7 @@ async fn a_cancel_is_confirmed_by_one_run_cancelled() {
     assert_eq!(cancelled.len(), 1, "{rest:?}");
     assert!(rest.last().unwrap().payload().is_terminal());
     let again = alice.cancel(&id, None).await.unwrap();
-    assert_eq!(again, "already_ended");
+    assert_eq!(again, CancelOutcome::AlreadyEnded);
 }
 
 #[tokio::test]
@@ -544,15 +614,15 @@ async fn a_resumed_stream_gives_exactly_the_missing_suffix_wherever_it_was_dropp
         &text[..80.min(text.len())]
     );
     let page = s.client(ALICE).events_page(&id, 3, 2).await.unwrap();
-    assert_eq!(page["events"][0]["seq"], 4, "{page}");
-    assert_eq!(page["next"], 5);
-    assert_eq!(page["ended"], false);
+    assert_eq!(page.events[0].seq().get(), 4, "{page:?}");
+    assert_eq!(page.next, 5);
+    assert!(!page.ended);
     let tail = s
         .client(ALICE)
         .events_page(&id, last - 1, 10)
         .await
         .unwrap();
-    assert_eq!(tail["ended"], true, "{tail}");
+    assert!(tail.ended, "{tail:?}");
 }
 
 #[tokio::test]
@@ -611,15 +681,10 @@ async fn listing_pages_newest_first_without_repeats() {
     let mut before: Option<String> = None;
     loop {
         let page = alice.list(before.as_deref(), 2).await.unwrap();
-        let executions = page["executions"].as_array().unwrap();
-        assert!(executions.len() <= 2);
-        seen.extend(
-            executions
-                .iter()
-                .map(|e| e["id"].as_str().unwrap().to_owned()),
-        );
-        match page["next"].as_str() {
-            Some(next) => before = Some(next.to_owned()),
+        assert!(page.executions.len() <= 2);
+        seen.extend(page.executions.iter().map(|e| e.id.to_string()));
+        match page.next {
+            Some(next) => before = Some(next),
             None => break,
         }
     }
@@ -680,7 +745,7 @@ async fn a_second_replica_reads_streams_answers_and_cancels_the_first_ones_execu
     }
     assert_eq!(
         on_b.cancel(&hanging, Some("from b")).await.unwrap(),
-        "requested"
+        CancelOutcome::Requested
     );
     let rest: Vec<Event> = events.map(Result::unwrap).collect().await;
     assert!(

@@ -430,14 +430,13 @@ async fn events(args: &Args) -> Result<ExitCode, String> {
             .events_page(id, after, 1000)
             .await
             .map_err(|e| e.to_string())?;
-        let events = page["events"].as_array().cloned().unwrap_or_default();
-        for event in &events {
-            println!("{event}");
+        for event in &page.events {
+            println!("{}", serde_json::to_string(event).unwrap_or_default());
         }
-        if events.is_empty() || page["ended"] == true {
+        if page.events.is_empty() || page.ended {
             return Ok(ExitCode::SUCCESS);
         }
-        after = page["next"].as_u64().unwrap_or(after);
+        after = page.next;
     }
 }
 
@@ -456,13 +455,13 @@ async fn list(args: &Args) -> Result<ExitCode, String> {
         .list(None, limit)
         .await
         .map_err(|e| e.to_string())?;
-    for execution in page["executions"].as_array().into_iter().flatten() {
+    for execution in &page.executions {
         println!(
             "{}  {:<18} {:<10} {}",
-            execution["id"].as_str().unwrap_or_default(),
-            execution["state"].as_str().unwrap_or_default(),
-            execution["adapter"].as_str().unwrap_or_default(),
-            execution["createdAt"].as_str().unwrap_or_default(),
+            execution.id,
+            execution.state.as_str(),
+            execution.adapter,
+            execution.created_at,
         );
     }
     Ok(ExitCode::SUCCESS)
@@ -530,6 +529,7 @@ async fn cancel(args: &Args) -> Result<ExitCode, String> {
         .cancel(id, args.value("--reason"))
         .await
         .map_err(|e| e.to_string())?;
-    println!("{status}");
+    let status = serde_json::to_value(status).unwrap_or_default();
+    println!("{}", status.as_str().unwrap_or_default());
     Ok(ExitCode::SUCCESS)
 }
