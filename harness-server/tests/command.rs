@@ -283,6 +283,13 @@ fn serve_without_configuration_offers_the_embedded_default_with_a_development_to
         "{:?}",
         serving.banner
     );
+    // The console's address signs in with the development token.
+    let console = format!("console: {}/console#token={token}", serving.url);
+    assert!(
+        serving.banner.contains(&console),
+        "{console} not in {:?}",
+        serving.banner
+    );
     assert!(
         serving
             .banner

@@ -208,9 +208,13 @@ async fn serve(args: &Args) -> Result<ExitCode, String> {
     // The address last: a script waiting for it has read everything else by then.
     println!("adapters: {}", adapters.join(", "));
     println!("store: {store}");
-    if let Some(token) = dev_token {
+    if let Some(token) = &dev_token {
         println!("development token (principal `dev`): {token}");
         println!("  export HARNESS_URL=http://{address} HARNESS_TOKEN={token}");
+        // The fragment signs the page in and never reaches the server.
+        println!("console: http://{address}/console#token={token}");
+    } else {
+        println!("console: http://{address}/console");
     }
     println!("harness serving on http://{address}");
     let _ = std::io::stdout().flush();
