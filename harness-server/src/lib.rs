@@ -45,7 +45,7 @@
 //! | `POST /v1/agui/{adapter}` | the [AG-UI face](agui): a `RunAgentInput` in, AG-UI events out as server-sent events; actions are interrupts, resumed by the next run |
 //! | `GET /v1/adapters`, `GET /v1/adapters/{id}` | the instances' manifests, options schemas included |
 //! | `GET /v1/openapi.json` | the [OpenAPI document](openapi) (no token needed) |
-//! | `GET /console` | the [console](console): a page over this API (it asks for a token) |
+//! | `GET /console` | the [console]: a page over this API (it asks for a token) |
 //! | `GET /healthz` | `200` while the process serves |
 //! | `GET /readyz` | `200` when every required health check passes, else `503` with the sanitized reasons |
 //! | `GET /metrics` | the Prometheus exposition, when the server was given one |
