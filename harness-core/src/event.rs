@@ -42,7 +42,7 @@ use crate::id::{ActionId, ExecutionId, Sequence, ToolCallId};
 use crate::time::Timestamp;
 
 /// One event of one execution: `(execution_id, seq)` identifies it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Event {
     execution_id: ExecutionId,
@@ -94,6 +94,242 @@ impl Event {
     #[must_use]
     pub fn kind(&self) -> EventKind {
         self.payload.kind()
+    }
+}
+
+/// One pass over the envelope: when `kind` comes before `data` (as this crate writes them)
+/// the data is decoded straight from the input, without the buffering a flattened,
+/// adjacently tagged derive does; `data` before `kind` is buffered and still read. Unknown
+/// envelope fields are ignored (see the [module docs](self)).
+///
+/// ```
+/// use harness_core::event::{Event, EventKind};
+/// let e: Event = serde_json::from_str(
+///     r#"{"data":{"text":"Hel"},"executionId":"exec_1","seq":3,"time":"2026-11-30T12:00:00Z","kind":"message.delta","later":1}"#,
+/// ).unwrap();
+/// assert_eq!(e.kind(), EventKind::MessageDelta);
+/// ```
+impl<'de> Deserialize<'de> for Event {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(envelope::EventVisitor)
+    }
+}
+
+/// [`Event`]'s one-pass deserialization.
+mod envelope {
+    use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
+    use serde::{Deserialize, Deserializer};
+    use serde_json::Value;
+
+    use super::{Event, EventKind, EventPayload};
+
+    enum Field {
+        ExecutionId,
+        Seq,
+        Time,
+        Kind,
+        Data,
+        Other,
+    }
+
+    impl<'de> Deserialize<'de> for Field {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct FieldVisitor;
+            impl Visitor<'_> for FieldVisitor {
+                type Value = Field;
+                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    f.write_str("an event field")
+                }
+                fn visit_str<E: de::Error>(self, v: &str) -> Result<Field, E> {
+                    Ok(match v {
+                        "executionId" => Field::ExecutionId,
+                        "seq" => Field::Seq,
+                        "time" => Field::Time,
+                        "kind" => Field::Kind,
+                        "data" => Field::Data,
+                        _ => Field::Other,
+                    })
+                }
+                fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Field, E> {
+                    self.visit_str(std::str::from_utf8(v).unwrap_or(""))
+                }
+            }
+            d.deserialize_identifier(FieldVisitor)
+        }
+    }
+
+    impl<'de> Deserialize<'de> for EventKind {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct KindVisitor;
+            impl Visitor<'_> for KindVisitor {
+                type Value = EventKind;
+                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    f.write_str("an event kind such as `message.delta`")
+                }
+                fn visit_str<E: de::Error>(self, v: &str) -> Result<EventKind, E> {
+                    EventKind::ALL
+                        .iter()
+                        .copied()
+                        .find(|k| k.as_str() == v)
+                        .ok_or_else(|| {
+                            let known: Vec<&str> =
+                                EventKind::ALL.iter().map(|k| k.as_str()).collect();
+                            E::custom(format!(
+                                "unknown event kind `{}`: expected one of {}",
+                                v.chars().take(64).collect::<String>(),
+                                known.join(", ")
+                            ))
+                        })
+                }
+            }
+            d.deserialize_str(KindVisitor)
+        }
+    }
+
+    pub(super) struct EventVisitor;
+
+    impl<'de> Visitor<'de> for EventVisitor {
+        type Value = Event;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("an event: {executionId, seq, time, kind, data?}")
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Event, A::Error> {
+            let mut execution_id = None;
+            let mut seq = None;
+            let mut time = None;
+            let mut kind: Option<EventKind> = None;
+            let mut payload: Option<EventPayload> = None;
+            let mut early: Option<Value> = None;
+            let mut seen_data = false;
+            while let Some(field) = map.next_key::<Field>()? {
+                match field {
+                    Field::ExecutionId if execution_id.is_none() => {
+                        execution_id = Some(map.next_value()?);
+                    }
+                    Field::Seq if seq.is_none() => seq = Some(map.next_value()?),
+                    Field::Time if time.is_none() => time = Some(map.next_value()?),
+                    Field::Kind if kind.is_none() => kind = Some(map.next_value()?),
+                    Field::Data if !seen_data => {
+                        seen_data = true;
+                        match kind {
+                            // The common order: decode the data in place.
+                            Some(k) => {
+                                payload = Some(EventPayload::deserialize(Adjacent {
+                                    kind: k.as_str(),
+                                    data: Data::Next(&mut map),
+                                })?);
+                            }
+                            None => early = Some(map.next_value()?),
+                        }
+                    }
+                    Field::Other => {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                    Field::ExecutionId => return Err(de::Error::duplicate_field("executionId")),
+                    Field::Seq => return Err(de::Error::duplicate_field("seq")),
+                    Field::Time => return Err(de::Error::duplicate_field("time")),
+                    Field::Kind => return Err(de::Error::duplicate_field("kind")),
+                    Field::Data => return Err(de::Error::duplicate_field("data")),
+                }
+            }
+            let payload = match payload {
+                Some(payload) => payload,
+                None => {
+                    let kind = kind.ok_or_else(|| de::Error::missing_field("kind"))?;
+                    let data = early.map_or(Data::Absent, Data::Buffered);
+                    EventPayload::deserialize(Adjacent::<A> {
+                        kind: kind.as_str(),
+                        data,
+                    })?
+                }
+            };
+            Ok(Event {
+                execution_id: execution_id
+                    .ok_or_else(|| de::Error::missing_field("executionId"))?,
+                seq: seq.ok_or_else(|| de::Error::missing_field("seq"))?,
+                time: time.ok_or_else(|| de::Error::missing_field("time"))?,
+                payload,
+            })
+        }
+    }
+
+    /// Where the payload's `data` is: the outer map's next value, buffered, or absent.
+    enum Data<'a, A> {
+        Next(&'a mut A),
+        Buffered(Value),
+        Absent,
+    }
+
+    /// `{"kind": kind, "data": data}` as a map, for the derived adjacently tagged
+    /// deserialization of [`EventPayload`], with `data` read from wherever it is.
+    struct Adjacent<'a, A> {
+        kind: &'static str,
+        data: Data<'a, A>,
+    }
+
+    impl<'de, A: MapAccess<'de>> Deserializer<'de> for Adjacent<'_, A> {
+        type Error = A::Error;
+
+        fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, A::Error> {
+            visitor.visit_map(AdjacentMap {
+                kind: Some(self.kind),
+                data: self.data,
+                next_is_data: false,
+            })
+        }
+
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
+            byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map
+            struct enum identifier ignored_any
+        }
+    }
+
+    struct AdjacentMap<'a, A> {
+        kind: Option<&'static str>,
+        data: Data<'a, A>,
+        next_is_data: bool,
+    }
+
+    impl<'de, A: MapAccess<'de>> MapAccess<'de> for AdjacentMap<'_, A> {
+        type Error = A::Error;
+
+        fn next_key_seed<K: DeserializeSeed<'de>>(
+            &mut self,
+            seed: K,
+        ) -> Result<Option<K::Value>, A::Error> {
+            use serde::de::value::BorrowedStrDeserializer;
+            if self.kind.is_some() {
+                self.next_is_data = false;
+                return seed
+                    .deserialize(BorrowedStrDeserializer::new("kind"))
+                    .map(Some);
+            }
+            if matches!(self.data, Data::Absent) {
+                return Ok(None);
+            }
+            self.next_is_data = true;
+            seed.deserialize(BorrowedStrDeserializer::new("data"))
+                .map(Some)
+        }
+
+        fn next_value_seed<V: DeserializeSeed<'de>>(
+            &mut self,
+            seed: V,
+        ) -> Result<V::Value, A::Error> {
+            use serde::de::value::BorrowedStrDeserializer;
+            if !self.next_is_data {
+                let kind = self.kind.take().unwrap_or_default();
+                return seed.deserialize(BorrowedStrDeserializer::new(kind));
+            }
+            match std::mem::replace(&mut self.data, Data::Absent) {
+                Data::Next(map) => map.next_value_seed(seed),
+                Data::Buffered(value) => seed.deserialize(value).map_err(de::Error::custom),
+                Data::Absent => Err(de::Error::custom("no event data to read")),
+            }
+        }
     }
 }
 
@@ -775,6 +1011,107 @@ mod tests {
         let v = serde_json::to_value(&unit).unwrap();
         assert_eq!(v["kind"], "run.queued");
         assert_eq!(serde_json::from_value::<Event>(v).unwrap(), unit);
+    }
+
+    /// The derive the one-pass deserializer replaces: the reference it must agree with.
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Derived {
+        execution_id: ExecutionId,
+        seq: Sequence,
+        time: Timestamp,
+        #[serde(flatten)]
+        payload: EventPayload,
+    }
+
+    fn permutations(fields: &[(&str, Value)]) -> Vec<String> {
+        if fields.len() <= 1 {
+            return vec![
+                fields
+                    .iter()
+                    .map(|(k, v)| format!("{k:?}:{v}"))
+                    .collect::<String>(),
+            ];
+        }
+        let mut out = Vec::new();
+        for i in 0..fields.len() {
+            let mut rest = fields.to_vec();
+            let first = rest.remove(i);
+            for tail in permutations(&rest) {
+                out.push(format!("{:?}:{},{tail}", first.0, first.1));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn the_one_pass_deserializer_agrees_with_the_derive_in_every_key_order() {
+        let envelope = [
+            ("executionId", json!("exec_1")),
+            ("seq", json!(7)),
+            ("time", json!("2026-11-30T12:00:00.5Z")),
+        ];
+        let payloads = [
+            json!({"kind": "message.delta", "data": {"text": "Hel\"lo\n"}}),
+            json!({"kind": "run.queued"}),
+            json!({"kind": "run.queued", "data": null}),
+            json!({"kind": "run.failed", "data": {"error": {"category": "timeout", "code": "TIMEOUT",
+                "message": "slow", "retryable": true, "sideEffectsMayHaveOccurred": false}}}),
+            json!({"kind": "usage", "data": {"inputTokens": 3, "outputTokens": 4}}),
+            json!({"kind": "tool.call.started", "data": {"callId": "c1", "tool": "t", "arguments": {"a": [1, 2]}}}),
+            json!({"kind": "run.cancelled", "data": {"reason": "stop"}}),
+            // Refused alike: no data where data is needed, data of the wrong shape, an
+            // unknown kind, an unknown field inside data.
+            json!({"kind": "message.delta"}),
+            json!({"kind": "message.delta", "data": {"text": 5}}),
+            json!({"kind": "run.exploded", "data": {}}),
+            json!({"kind": "message.delta", "data": {"text": "x", "extra": 1}}),
+        ];
+        let mut compared = 0;
+        for payload in payloads {
+            let mut fields: Vec<(&str, Value)> = envelope.to_vec();
+            for (k, v) in payload.as_object().unwrap() {
+                fields.push((if k == "kind" { "kind" } else { "data" }, v.clone()));
+            }
+            fields.push(("later", json!({"ignored": true})));
+            for text in permutations(&fields) {
+                let text = format!("{{{text}}}");
+                let ours = serde_json::from_str::<Event>(&text);
+                let derived = serde_json::from_str::<Derived>(&text)
+                    .map(|d| Event::new(d.execution_id, d.seq, d.time, d.payload));
+                match (&ours, &derived) {
+                    (Ok(a), Ok(b)) => assert_eq!(a, b, "{text}"),
+                    (Err(_), Err(_)) => {}
+                    _ => panic!("{text}: ours {ours:?}, derived {derived:?}"),
+                }
+                // The same through serde_json's Value (another deserializer).
+                let value: Value = serde_json::from_str(&text).unwrap();
+                assert_eq!(
+                    serde_json::from_value::<Event>(value).ok(),
+                    ours.as_ref().ok().cloned(),
+                    "{text}"
+                );
+                compared += 1;
+            }
+        }
+        assert!(compared > 5_000, "{compared}");
+    }
+
+    #[test]
+    fn a_repeated_envelope_field_or_a_missing_one_is_refused_by_name() {
+        let twice = r#"{"executionId":"exec_1","seq":1,"seq":2,"time":"2026-11-30T12:00:00Z","kind":"run.queued"}"#;
+        let err = serde_json::from_str::<Event>(twice).unwrap_err();
+        assert!(err.to_string().contains("duplicate field `seq`"), "{err}");
+        let missing = r#"{"executionId":"exec_1","seq":1,"kind":"run.queued"}"#;
+        let err = serde_json::from_str::<Event>(missing).unwrap_err();
+        assert!(err.to_string().contains("missing field `time`"), "{err}");
+        let unknown = r#"{"executionId":"exec_1","seq":1,"time":"2026-11-30T12:00:00Z","kind":"run.exploded"}"#;
+        let err = serde_json::from_str::<Event>(unknown).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("unknown event kind `run.exploded`: expected one of run.queued"),
+            "{err}"
+        );
     }
 
     #[test]

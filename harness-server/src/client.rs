@@ -324,7 +324,7 @@ impl SseParser {
     pub fn push(&mut self, chunk: &[u8]) -> Vec<String> {
         let mut out = Vec::new();
         let mut rest = chunk;
-        while let Some(end) = rest.iter().position(|&b| b == b'\n') {
+        while let Some(end) = memchr::memchr(b'\n', rest) {
             let piece = &rest[..end];
             rest = &rest[end + 1..];
             if self.line.is_empty() {
@@ -349,7 +349,11 @@ impl SseParser {
         }
         if let Some(value) = line.strip_prefix(b"data:") {
             let value = value.strip_prefix(b" ").unwrap_or(value);
-            let value = String::from_utf8_lossy(value);
+            // Valid UTF-8 (the usual case) is checked once and copied once.
+            let value = match std::str::from_utf8(value) {
+                Ok(text) => std::borrow::Cow::Borrowed(text),
+                Err(_) => String::from_utf8_lossy(value),
+            };
             match &mut self.data {
                 Some(data) => {
                     data.push('\n');

@@ -104,36 +104,58 @@ pub(crate) fn stored(
     })
 }
 
-/// One server-sent event: its id, its name (if any) and its one-line data.
-pub(crate) struct Frame {
+/// One server-sent event, written into a chunk of the stream.
+pub(crate) trait Frame: Send + 'static {
+    /// Appends `id: ...`, optionally `event: ...`, one `data: ...` line and the blank line.
+    fn write(&self, out: &mut Vec<u8>);
+
+    /// About how many bytes [`write`](Self::write) appends (for the chunk's capacity).
+    fn size_hint(&self) -> usize;
+}
+
+/// An execution's event: `id: <seq>`, `event: <kind>`, `data: <event JSON>`, the JSON
+/// written straight into the chunk (no string per frame).
+pub(crate) struct EventFrame(pub(crate) Arc<Event>);
+
+impl Frame for EventFrame {
+    fn write(&self, out: &mut Vec<u8>) {
+        use std::io::Write as _;
+        let event = &*self.0;
+        let _ = write!(
+            out,
+            "id: {}\nevent: {}\ndata: ",
+            event.seq().get(),
+            event.kind().as_str()
+        );
+        // Compact JSON holds no line break: one `data` line. An event always serializes;
+        // were it not to, the frame would still end and the stream stay well-formed.
+        let _ = serde_json::to_writer(&mut *out, event);
+        out.extend_from_slice(b"\n\n");
+    }
+
+    fn size_hint(&self) -> usize {
+        // Typical deltas are well under this; a larger event grows the chunk once.
+        192
+    }
+}
+
+/// A frame of prepared text: its id and its one-line data (the AG-UI face's).
+pub(crate) struct TextFrame {
     pub(crate) id: String,
-    pub(crate) event: Option<&'static str>,
     pub(crate) data: String,
 }
 
-impl Frame {
-    /// The frame of `event`: `id: <seq>`, `event: <kind>`, `data: <event JSON>`.
-    pub(crate) fn of(event: &Event) -> Self {
-        Self {
-            id: event.seq().get().to_string(),
-            event: Some(event.kind().as_str()),
-            data: serde_json::to_string(event).unwrap_or_default(),
-        }
+impl Frame for TextFrame {
+    fn write(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"id: ");
+        out.extend_from_slice(self.id.as_bytes());
+        out.extend_from_slice(b"\ndata: ");
+        out.extend_from_slice(self.data.as_bytes());
+        out.extend_from_slice(b"\n\n");
     }
 
-    fn write(&self, out: &mut String) {
-        out.push_str("id: ");
-        out.push_str(&self.id);
-        out.push('\n');
-        if let Some(event) = self.event {
-            out.push_str("event: ");
-            out.push_str(event);
-            out.push('\n');
-        }
-        // JSON written compactly holds no line break: one `data` line.
-        out.push_str("data: ");
-        out.push_str(&self.data);
-        out.push_str("\n\n");
+    fn size_hint(&self) -> usize {
+        self.id.len() + self.data.len() + 16
     }
 }
 
@@ -144,15 +166,15 @@ const BATCH: usize = 512;
 /// one chunk (a reader far behind, or a burst, costs one write per batch, not per event);
 /// a keep-alive comment goes out after `keep_alive` without a frame. The body ends when
 /// `frames` does.
-pub(crate) fn response(
-    frames: impl Stream<Item = Frame> + Send + 'static,
+pub(crate) fn response<F: Frame>(
+    frames: impl Stream<Item = F> + Send + 'static,
     keep_alive: Duration,
 ) -> Response {
     let batches = Box::pin(frames.ready_chunks(BATCH));
     let body = futures_util::stream::unfold(batches, move |mut batches| async move {
         match tokio::time::timeout(keep_alive, batches.next()).await {
             Ok(Some(batch)) => {
-                let mut out = String::with_capacity(batch.iter().map(|f| f.data.len() + 48).sum());
+                let mut out = Vec::with_capacity(batch.iter().map(Frame::size_hint).sum());
                 for frame in &batch {
                     frame.write(&mut out);
                 }

@@ -467,7 +467,7 @@ async fn events(
         let streaming = header_text(&headers, "accept")?
             .is_some_and(|accept| accept.contains("text/event-stream"));
         if streaming {
-            let frames = event_source(&state, &record.id, after)?.map(|e| events::Frame::of(&e));
+            let frames = event_source(&state, &record.id, after)?.map(events::EventFrame);
             return Ok(events::response(frames, state.keep_alive));
         }
         let limit = page_size(query.limit, 1000, MAX_EVENTS_PAGE)?;
@@ -737,9 +737,8 @@ async fn agui_stream(
     };
     let converter = crate::agui::Converter::new(thread, run, id.clone());
     let frames = crate::agui::frames(converter, event_source(state, &id, from)?, from, resume).map(
-        |(id, event)| events::Frame {
+        |(id, event)| events::TextFrame {
             id,
-            event: None,
             data: event.to_string(),
         },
     );
