@@ -16,7 +16,7 @@ use std::time::Duration;
 mod support;
 
 use harness_core::action::{FieldKind, FormField};
-use harness_core::event::{Event, EventPayload};
+use harness_core::event::{Event, EventKind, EventPayload};
 use harness_core::store::MemoryStore;
 use harness_scripted::{Script, ScriptedOptions};
 use harness_server::client::Client;
@@ -37,8 +37,14 @@ async fn start(client: &Client, script: Script) -> String {
         .to_string()
 }
 
-async fn events(client: &Client, id: &str) -> Vec<Event> {
-    client.events_page(id, 0, 1000).await.unwrap().events
+/// The data of `id`'s first event of `kind`, as JSON.
+async fn first(client: &Client, id: &str, kind: EventKind) -> Value {
+    let events: Vec<Event> = client.events_page(id, 0, 1000).await.unwrap().events;
+    let event = events
+        .iter()
+        .find(|e| e.kind() == kind)
+        .unwrap_or_else(|| panic!("{id} has no {kind} event"));
+    serde_json::to_value(event).unwrap()["data"].take()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -139,26 +145,12 @@ async fn a_user_signs_in_watches_answers_edits_and_cancels_in_chromium() {
     assert_eq!(steps["toolStatus"], "success");
     assert_eq!(steps["artifacts"].as_array().unwrap().len(), 1, "{steps}");
     let started = steps["startedId"].as_str().unwrap();
-    let resolved = events(&client, started)
-        .await
-        .into_iter()
-        .find_map(|e| match e.payload() {
-            EventPayload::ActionResolved(r) => Some(serde_json::to_value(&**r).unwrap()),
-            _ => None,
-        })
-        .expect("the approval was resolved");
+    let resolved = first(&client, started, EventKind::ActionResolved).await;
     assert_eq!(
         resolved["outcome"]["calls"][0]["decision"], "edit",
         "{resolved}"
     );
-    let completed = events(&client, started)
-        .await
-        .into_iter()
-        .find_map(|e| match e.payload() {
-            EventPayload::ToolCallCompleted(c) => Some(serde_json::to_value(&**c).unwrap()),
-            _ => None,
-        })
-        .unwrap();
+    let completed = first(&client, started, EventKind::ToolCallCompleted).await;
     assert_eq!(
         completed["outcome"]["output"]["arguments"]["path"], "notes/edited.md",
         "the edited arguments ran: {completed}"
@@ -173,14 +165,7 @@ async fn a_user_signs_in_watches_answers_edits_and_cancels_in_chromium() {
         "{steps}"
     );
     assert_eq!(steps["formOutcome"], "Succeeded: thanks");
-    let answered = events(&client, &form)
-        .await
-        .into_iter()
-        .find_map(|e| match e.payload() {
-            EventPayload::ActionResolved(r) => Some(serde_json::to_value(&**r).unwrap()),
-            _ => None,
-        })
-        .unwrap();
+    let answered = first(&client, &form, EventKind::ActionResolved).await;
     // The resolution names the fields submitted (values stay out of the log); the server
     // checked each against its kind, so `count` went as a number.
     assert_eq!(
