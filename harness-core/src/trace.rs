@@ -160,17 +160,10 @@ impl<'de> Deserialize<'de> for TraceContext {
     }
 }
 
-/// The JSON Schema of a `traceparent` this crate accepts: version `00`, lowercase hex, trace
-/// and parent ids not all zero (said with `not` rather than a lookahead, which not every
-/// pattern engine or test generator supports).
-///
-/// ```
-/// let schema = harness_core::trace::traceparent_schema();
-/// assert_eq!(schema["pattern"], "^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$");
-/// assert!(schema["not"].is_object());
-/// ```
-#[must_use]
-pub fn traceparent_schema() -> serde_json::Value {
+// The schema of a `traceparent` this crate accepts: version `00`, lowercase hex, trace and
+// parent ids not all zero (said with `not` rather than a lookahead, which not every pattern
+// engine or test generator supports).
+fn traceparent_schema() -> serde_json::Value {
     serde_json::json!({
         "type": "string",
         "pattern": "^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$",

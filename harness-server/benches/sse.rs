@@ -145,17 +145,12 @@ async fn sse(http: &reqwest::Client, url: &str, id: &str, mut each: impl FnMut(&
     let mut body = response.bytes_stream();
     let mut parser = SseParser::default();
     let mut n = 0;
-    let mut chunks = 0;
     while let Some(chunk) = body.next().await {
-        chunks += 1;
         for data in parser.push(&chunk.unwrap()) {
             let event: Event = serde_json::from_str(&data).unwrap();
             each(&event);
             n += 1;
         }
-    }
-    if std::env::var_os("SSE_BENCH_CHUNKS").is_some() {
-        eprintln!("    {n} frames in {chunks} chunks read");
     }
     n
 }
