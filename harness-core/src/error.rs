@@ -304,8 +304,16 @@ codes! {
     TOOL_ARGUMENTS_INVALID: None;
     /// A tool panicked; the panic text is not exposed.
     TOOL_PANICKED: None;
-    /// A tool call's deadline had passed before the tool was called; it was not called.
+    /// A tool call's deadline passed: before the tool was called (it was not), or while it
+    /// ran (it was stopped).
     TOOL_DEADLINE_EXCEEDED: None;
+    /// A tool call was stopped because its execution was cancelled.
+    TOOL_CANCELLED: None;
+    /// A tool's output was larger than its policy allows; the output was dropped.
+    TOOL_OUTPUT_TOO_LARGE: None;
+    /// A request selects a tool (or tool provider) the service does not offer, or a
+    /// provider does not offer a tool selected under it.
+    TOOL_NOT_FOUND: Some(C::Configuration);
 }
 
 impl ErrorCode {

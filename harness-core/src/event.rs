@@ -388,6 +388,10 @@ pub enum EventPayload {
     /// A tool call ended.
     #[serde(rename = "tool.call.completed")]
     ToolCallCompleted(Box<ToolCallCompleted>),
+    /// Tools the execution was to have are not available to it (a tool server down); it
+    /// runs with the others. Additive; consumers that ignore it lose nothing else.
+    #[serde(rename = "tool.unavailable")]
+    ToolUnavailable(Box<ToolUnavailable>),
     /// An action request was opened.
     #[serde(rename = "action.requested")]
     ActionRequested(Box<ActionRequest>),
@@ -441,6 +445,7 @@ impl EventPayload {
             Self::ToolCallStarted(_) => EventKind::ToolCallStarted,
             Self::ToolCallUpdated(_) => EventKind::ToolCallUpdated,
             Self::ToolCallCompleted(_) => EventKind::ToolCallCompleted,
+            Self::ToolUnavailable(_) => EventKind::ToolUnavailable,
             Self::ActionRequested(_) => EventKind::ActionRequested,
             Self::ActionResolved(_) => EventKind::ActionResolved,
             Self::ArtifactCreated(_) => EventKind::ArtifactCreated,
@@ -475,6 +480,8 @@ pub enum Content {
     ToolCallUpdated(ToolCall),
     /// `tool.call.completed`
     ToolCallCompleted(ToolCallCompleted),
+    /// `tool.unavailable`
+    ToolUnavailable(ToolUnavailable),
     /// `native`
     Native(NativeEvent),
 }
@@ -492,6 +499,7 @@ impl TryFrom<EventPayload> for Content {
             EventPayload::ToolCallStarted(t) => Self::ToolCallStarted(*t),
             EventPayload::ToolCallUpdated(t) => Self::ToolCallUpdated(*t),
             EventPayload::ToolCallCompleted(t) => Self::ToolCallCompleted(*t),
+            EventPayload::ToolUnavailable(t) => Self::ToolUnavailable(*t),
             EventPayload::Native(n) => Self::Native(*n),
             other => return Err(other),
         })
@@ -507,6 +515,7 @@ impl From<Content> for EventPayload {
             Content::ToolCallStarted(t) => Self::ToolCallStarted(Box::new(t)),
             Content::ToolCallUpdated(t) => Self::ToolCallUpdated(Box::new(t)),
             Content::ToolCallCompleted(t) => Self::ToolCallCompleted(Box::new(t)),
+            Content::ToolUnavailable(t) => Self::ToolUnavailable(Box::new(t)),
             Content::Native(n) => Self::Native(Box::new(n)),
         }
     }
@@ -555,6 +564,7 @@ event_kinds! {
     ToolCallStarted => "tool.call.started",
     ToolCallUpdated => "tool.call.updated",
     ToolCallCompleted => "tool.call.completed",
+    ToolUnavailable => "tool.unavailable",
     ActionRequested => "action.requested",
     ActionResolved => "action.resolved",
     ArtifactCreated => "artifact.created",
@@ -779,6 +789,23 @@ pub struct ToolCallCompleted {
     pub call_id: ToolCallId,
     /// How it ended.
     pub outcome: ToolCallOutcome,
+}
+
+/// Tools an execution was to have that are not available to it (`tool.unavailable`): a
+/// tool provider (an MCP server) that could not be reached or listed, or tools it does not
+/// offer. The execution runs with the tools that are available
+/// (`tool.partial_availability`); the adapter never sees the missing ones.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ToolUnavailable {
+    /// The provider (an MCP server's name) or, for one tool, its id.
+    pub source: String,
+    /// The ids of the tools missing, when they are known (the tools a request selected by
+    /// id); empty when every tool of `source` is missing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<String>,
+    /// Why, as the public projection of the error (never its diagnostic).
+    pub error: PublicError,
 }
 
 /// How a tool call ended.

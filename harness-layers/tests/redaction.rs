@@ -1328,6 +1328,20 @@ fn a_secret_in_any_string_of_any_item_is_redacted() {
         });
         covered += walk(&redactor, &EventPayload::from(done), content);
     }
+    let unavailable = harness_core::event::ToolUnavailable {
+        source: "srv".to_owned(),
+        tools: vec!["srv.echo".to_owned()],
+        error: harness_core::error::HarnessError::new(
+            harness_core::error::ErrorCategory::Unavailable,
+            "server down",
+        )
+        .public(),
+    };
+    covered += walk(
+        &redactor,
+        &EventPayload::from(Content::ToolUnavailable(unavailable)),
+        content,
+    );
     let native = NativeEvent::new("acp", "update", json!({"a": "b", "c": ["d"]})).unwrap();
     covered += walk(
         &redactor,

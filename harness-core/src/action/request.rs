@@ -402,6 +402,7 @@ impl ActionRequest {
             revision: response.revision,
             idempotency_key: response.idempotency_key,
             answer,
+            calls: Arc::clone(&approval.calls),
         })
     }
 

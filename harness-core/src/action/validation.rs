@@ -286,9 +286,52 @@ pub struct ValidatedApproval {
     pub(super) revision: Revision,
     pub(super) idempotency_key: Option<IdempotencyKey>,
     pub(super) answer: ApprovalAnswer,
+    /// The request's calls (shared with it), for [`approved`](Self::approved).
+    pub(super) calls: Arc<[ToolCallApproval]>,
+}
+
+/// A call the caller let run, from [`ValidatedApproval::approved`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ApprovedCall<'a> {
+    /// The tool's stable name, as the request named it.
+    pub tool: &'a str,
+    /// The arguments to run it with: the proposed ones when approved, the caller's (checked
+    /// against the tool's input schema) when edited.
+    pub arguments: &'a Value,
+    /// Whether the caller edited the arguments.
+    pub edited: bool,
 }
 
 impl ValidatedApproval {
+    /// The call `call_id` as the caller let it run; `None` when the caller rejected it, the
+    /// action was dismissed, or the request has no such call.
+    ///
+    /// ```
+    /// use harness_core::action::{ActionRequest, ApprovalRequest, ValidatedResponse};
+    /// use serde_json::json;
+    /// let request = ActionRequest::approval(
+    ///     ApprovalRequest::single("call_1".parse().unwrap(), "files.write", json!({"path": "a"}),
+    ///         json!({"type": "object"})).unwrap().allow_edit());
+    /// let edited = request.edit(&"call_1".parse().unwrap(), json!({"path": "b"}));
+    /// let ValidatedResponse::Approval(v) = request.validate(edited).unwrap() else { unreachable!() };
+    /// let call = v.approved(&"call_1".parse().unwrap()).unwrap();
+    /// assert_eq!((call.tool, call.arguments, call.edited), ("files.write", &json!({"path": "b"}), true));
+    /// ```
+    #[must_use]
+    pub fn approved(&self, call_id: &ToolCallId) -> Option<ApprovedCall<'_>> {
+        let call = self.calls.iter().find(|c| &c.call_id == call_id)?;
+        let (arguments, edited) = match self.decision_for(call_id)? {
+            Decision::Approve => (call.arguments(), false),
+            Decision::Edit { arguments } => (arguments, true),
+            Decision::Reject { .. } => return None,
+        };
+        Some(ApprovedCall {
+            tool: &call.tool,
+            arguments,
+            edited,
+        })
+    }
+
     /// The action answered.
     #[must_use]
     pub fn action_id(&self) -> &ActionId {

@@ -191,6 +191,14 @@ pub struct ExecutionRequest {
     /// The caller's W3C trace context.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_context: Option<TraceContext>,
+    /// Which of the service's tools the execution gets: tool ids, or a tool provider's name
+    /// for all of its tools (an MCP server's); every tool of the service when absent, none
+    /// when empty. An entry the service does not offer refuses the request
+    /// (`TOOL_NOT_FOUND`) before anything runs; so does a non-empty list for an adapter
+    /// that does not run portable tools (`tool.builtin` unsupported). See
+    /// [`ToolSet`](crate::tool::ToolSet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<crate::tool::ToolId>>,
     /// Caller data for the application's own layers (never on the wire; not part of the
     /// request's identity). No layer of this project puts a policy here: a layer that
     /// rebuilds the request cannot switch anything off.
@@ -250,6 +258,13 @@ impl ExecutionRequest {
         self.deadline = Some(deadline);
         self
     }
+
+    /// Selects the service's tools the execution gets (see [`tools`](Self::tools)).
+    #[must_use]
+    pub fn with_tools(mut self, tools: impl IntoIterator<Item = crate::tool::ToolId>) -> Self {
+        self.tools = Some(tools.into_iter().collect());
+        self
+    }
 }
 
 /// Timing knobs and bounds of the service.
@@ -292,6 +307,7 @@ struct ServiceInner<A> {
     stack: RuntimeStack,
     durable: Option<Durable>,
     thread_state: Arc<dyn ThreadStateStore>,
+    tools: Option<Arc<crate::tool::ToolSet>>,
 }
 
 /// The default [`AdapterServiceBuilder::memory_window`] of a durable service: the stored
@@ -350,6 +366,7 @@ pub struct AdapterServiceBuilder<A, L> {
     layers: ServiceBuilder<L>,
     durable: Option<Durable>,
     thread_state: Option<Arc<dyn ThreadStateStore>>,
+    tools: Option<Arc<crate::tool::ToolSet>>,
 }
 
 impl<A: HarnessAdapter, L> fmt::Debug for AdapterServiceBuilder<A, L> {
@@ -370,7 +387,45 @@ impl<A: HarnessAdapter, L> AdapterServiceBuilder<A, L> {
             layers: self.layers.layer(layer),
             durable: self.durable,
             thread_state: self.thread_state,
+            tools: self.tools,
         }
+    }
+
+    /// Offers `tools` to the service's executions: each gets them (or those its request
+    /// selects, [`ExecutionRequest::tools`]) as [`ToolHandle`](crate::tool::ToolHandle)s in
+    /// [`RuntimeContext::tools`], under each tool's policy and cancelled with the
+    /// execution. Providers (MCP servers) are asked for their tools when the execution's
+    /// runtime is created; one that fails is reported in the log (`tool.unavailable`) and
+    /// the execution runs with the rest. The caller's
+    /// [`CallerCredentials`](crate::tool::CallerCredentials), in the request's extensions,
+    /// reach only the providers they name.
+    ///
+    /// ```
+    /// use harness_core::tool::{FnTool, ToolSet};
+    /// # use harness_core::service::AdapterService;
+    /// # use harness_core::adapter::{BoxStream, EventResult, RunContext, Simple, SimpleAdapter};
+    /// # use harness_core::manifest::{ContractVersion, ExecutionMode, HarnessDescriptor};
+    /// # struct Nop(HarnessDescriptor);
+    /// # impl harness_core::manifest::Describe for Nop {
+    /// #     fn descriptor(&self) -> &HarnessDescriptor { &self.0 }
+    /// # }
+    /// # impl SimpleAdapter for Nop {
+    /// #     fn stream(&self, _: RunContext) -> BoxStream<'static, EventResult> { Box::pin(futures_util::stream::empty()) }
+    /// # }
+    /// # let adapter = Simple::new(Nop(HarnessDescriptor::builder("nop".parse().unwrap(), "0.1.0")
+    /// #     .contract_version(ContractVersion::V1).execution_mode(ExecutionMode::in_process()).build().unwrap()));
+    /// #[derive(serde::Deserialize, schemars::JsonSchema)]
+    /// struct City { name: String }
+    /// let weather = FnTool::new("weather.now".parse()?, "Current weather.", |c: City, _| async move {
+    ///     Ok::<_, String>(format!("sunny in {}", c.name))
+    /// })?;
+    /// let service = AdapterService::builder(adapter).tools(ToolSet::new().tool(weather)?).build();
+    /// # drop(service);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn tools(mut self, tools: crate::tool::ToolSet) -> Self {
+        self.tools = Some(Arc::new(tools));
+        self
     }
 
     /// Keeps every execution in `store`, as replica `replica`: its record, and each event
@@ -534,6 +589,7 @@ impl<A: HarnessAdapter, L> AdapterServiceBuilder<A, L> {
                 thread_state: self
                     .thread_state
                     .unwrap_or_else(|| Arc::new(InMemoryThreadStateStore::new())),
+                tools: self.tools,
             }),
         }
     }
@@ -560,6 +616,7 @@ impl<A: HarnessAdapter> AdapterService<A> {
             layers: ServiceBuilder::new(),
             durable: None,
             thread_state: None,
+            tools: None,
         }
     }
 
@@ -606,6 +663,7 @@ impl<A: HarnessAdapter> AdapterService<A> {
             model: None,
             conversation: request.conversation_id.clone(),
         };
+        self.check_tools(&request)?;
         if !request.required_capabilities.is_empty() {
             // The descriptor is the most the adapter can do: what it cannot meet is refused
             // before `evaluate`, which may do provider work (the ACP adapter starts its agent).
@@ -705,6 +763,38 @@ fn turn_of(id: ExecutionId, request: &ExecutionRequest) -> TurnInput {
 }
 
 impl<A: HarnessAdapter> AdapterService<A> {
+    /// Refuses a request that selects tools the service does not offer, or any tool for an
+    /// adapter that does not run portable tools.
+    fn check_tools(&self, request: &ExecutionRequest) -> Result<(), HarnessError> {
+        let Some(selection) = request.tools.as_deref().filter(|s| !s.is_empty()) else {
+            return Ok(());
+        };
+        let builtin = crate::capability::CapabilityKey::ToolBuiltin;
+        if !self
+            .inner
+            .adapter
+            .descriptor()
+            .capabilities()
+            .level(builtin)
+            .is_usable()
+        {
+            return Err(HarnessError::new(
+                ErrorCategory::Configuration,
+                format!(
+                    "the request selects tools, but adapter `{}` does not run portable tools                      (`tool.builtin` is unsupported): leave `tools` out",
+                    self.inner.adapter.descriptor().id()
+                ),
+            )
+            .with_code(ErrorCode::CAPABILITY_UNSUPPORTED));
+        }
+        let none = crate::tool::ToolSet::new();
+        self.inner
+            .tools
+            .as_deref()
+            .unwrap_or(&none)
+            .check_selection(selection)
+    }
+
     /// The driver of one execution: its runtime context, its turn, and (for one taken over
     /// while paused) what its runtime restores.
     fn driver(
@@ -736,6 +826,9 @@ impl<A: HarnessAdapter> AdapterService<A> {
             request.extensions,
             inner.config.cleanup_deadline,
         );
+        if let Some(tools) = &inner.tools {
+            execution = execution.with_tools(Arc::clone(tools), request.tools);
+        }
         let emitted = restored.is_some();
         if let Some(restored) = restored {
             execution = execution.with_restored(restored);

@@ -107,9 +107,10 @@ use crate::adapter::{
     ResumeDecision, RuntimeContext, TurnInput,
 };
 use crate::error::{ErrorCategory, ErrorCode, HarnessError};
-use crate::event::{CancelReason, CancelSource};
+use crate::event::{CancelReason, CancelSource, Content, ToolUnavailable};
 use crate::extensions::Extensions;
 use crate::id::{AdapterId, ExecutionId};
+use crate::tool::{CallerCredentials, ResolvedTools, ToolHandle, ToolId, ToolSet};
 
 /// A stream of adapter items that the driver reads one run segment from: what every service
 /// of the runtime stack returns.
@@ -315,6 +316,17 @@ pub(crate) struct ExecutionRuntime {
     /// Set for an execution taken over while paused: the first resume creates a runtime
     /// and restores the pause on it.
     restored: Option<Restored>,
+    /// The service's tools and the request's selection of them, when the service has tools.
+    tools: Option<(Arc<ToolSet>, Option<Vec<ToolId>>)>,
+    /// The tools resolved for this execution (once: every runtime of the execution gets the
+    /// same handles), and what was unavailable, until the first turn reports it.
+    resolved: tokio::sync::Mutex<Option<Resolved>>,
+}
+
+/// The tools of one execution, once resolved.
+struct Resolved {
+    handles: Vec<ToolHandle>,
+    unavailable: Vec<ToolUnavailable>,
 }
 
 /// The execution's current runtime and the attempt it was made for.
@@ -349,7 +361,60 @@ impl ExecutionRuntime {
                 attempt: 0,
             }),
             restored: None,
+            tools: None,
+            resolved: tokio::sync::Mutex::new(None),
         }
+    }
+
+    /// Gives the execution `tools` (those `selection` names, all when `None`).
+    pub(super) fn with_tools(
+        mut self,
+        tools: Arc<ToolSet>,
+        selection: Option<Vec<ToolId>>,
+    ) -> Self {
+        self.tools = Some((tools, selection));
+        self
+    }
+
+    /// The execution's tool handles, resolved on first use (providers asked then, with the
+    /// caller's credentials from the request's extensions); empty without tools.
+    async fn tool_handles(&self) -> Vec<ToolHandle> {
+        let Some((tools, selection)) = &self.tools else {
+            return Vec::new();
+        };
+        let mut resolved = self.resolved.lock().await;
+        if let Some(resolved) = &*resolved {
+            return resolved.handles.clone();
+        }
+        let ResolvedTools {
+            handles,
+            unavailable,
+        } = tools
+            .resolve(
+                selection.as_deref(),
+                &self.shared.id,
+                self.extensions.get::<CallerCredentials>(),
+                &self.context.cancellation,
+            )
+            .await;
+        *resolved = Some(Resolved {
+            handles: handles.clone(),
+            unavailable,
+        });
+        handles
+    }
+
+    /// What was unavailable of the execution's tools, once (for its first turn's stream).
+    async fn take_unavailable(&self) -> Vec<AdapterEvent> {
+        self.resolved
+            .lock()
+            .await
+            .as_mut()
+            .map(|r| std::mem::take(&mut r.unavailable))
+            .unwrap_or_default()
+            .into_iter()
+            .map(|u| AdapterEvent::Content(Content::ToolUnavailable(u)))
+            .collect()
     }
 
     /// For an execution taken over while paused on `restored.pending`.
@@ -389,7 +454,8 @@ impl ExecutionRuntime {
         if let Some(stale) = stale {
             stale.cleanup(self.cleanup_deadline, &self.shared.id).await;
         }
-        let context = self.context.clone();
+        let mut context = self.context.clone();
+        context.tools = self.tool_handles().await;
         // Inside the async block: a panic in the synchronous part of the call is caught too.
         let created = catch(async { adapter.create_runtime(context).await }).await??;
         let cell = Arc::new(RuntimeCell {
@@ -491,9 +557,8 @@ impl<A: HarnessAdapter> tower::Service<Segment> for RuntimeService<A> {
                 Work::Turn => {
                     let cell = execution.runtime_for(attempt, &*adapter).await?;
                     let turn = execution.turn.clone();
-                    Ok(AdapterStream::open(&cell.runtime, move |rt| {
-                        rt.stream(turn)
-                    }))
+                    let first = execution.take_unavailable().await;
+                    Ok(AdapterStream::open(&cell.runtime, move |rt| rt.stream(turn)).after(first))
                 }
                 Work::Resume(decision) => {
                     let cell = match (execution.current(), &execution.restored) {
@@ -542,6 +607,8 @@ type Items<'a> = BoxStream<'a, EventResult>;
 pub struct AdapterStream {
     lent: Option<Lent>,
     panicked: Option<HarnessError>,
+    /// Items the service yields before the runtime's (the execution's unavailable tools).
+    first: std::collections::VecDeque<AdapterEvent>,
 }
 
 impl fmt::Debug for AdapterStream {
@@ -562,12 +629,20 @@ impl AdapterStream {
             Ok(lent) => Self {
                 lent: Some(lent),
                 panicked: None,
+                first: std::collections::VecDeque::new(),
             },
             Err(panic) => Self {
                 lent: None,
                 panicked: Some(panic_error("opening its event stream", &*panic)),
+                first: std::collections::VecDeque::new(),
             },
         }
+    }
+
+    /// Yields `first` before the runtime's items.
+    fn after(mut self, first: Vec<AdapterEvent>) -> Self {
+        self.first = first.into();
+        self
     }
 }
 
@@ -576,6 +651,9 @@ impl Stream for AdapterStream {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<EventResult>> {
         let this = &mut *self;
+        if let Some(first) = this.first.pop_front() {
+            return Poll::Ready(Some(Ok(first)));
+        }
         if let Some(err) = this.panicked.take() {
             return Poll::Ready(Some(Err(err)));
         }

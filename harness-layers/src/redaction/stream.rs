@@ -505,6 +505,8 @@ impl Redactor {
                 self.redact_json(native.payload_mut());
                 Content::Native(native)
             }
+            // Its strings (the provider's error message among them) go through pass 2.
+            unavailable @ Content::ToolUnavailable(_) => unavailable,
         }
     }
 

@@ -81,20 +81,16 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use std::any::Any;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::future::Future;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::str::FromStr;
 use std::sync::Arc;
-use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 
 use jsonschema::error::ValidationErrorKind;
-use pin_project_lite::pin_project;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
@@ -103,6 +99,22 @@ use crate::action::ActionRequest;
 use crate::error::ErrorCode;
 use crate::id::{ExecutionId, InvalidId, ToolCallId};
 use crate::json_schema::CompiledSchema;
+
+mod function;
+mod handle;
+mod policy;
+mod set;
+
+pub use self::function::FnTool;
+pub use self::handle::{Approved, NotApproved, ToolHandle, ToolInvocation};
+pub use self::policy::{
+    DEFAULT_MAX_OUTPUT_BYTES, InvalidToolPolicy, MAX_OUTPUT_BYTES, MAX_TOOL_DEADLINE,
+    MAX_TOOL_RETRIES, ToolPolicy,
+};
+pub use self::set::{
+    CallerCredentials, Credential, ProvidedTool, ResolvedTools, ToolProvider, ToolScope, ToolSet,
+    ToolSetError,
+};
 
 /// A boxed, `Send` future: what object-safe async traits of this crate return.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -840,198 +852,6 @@ pub trait PortableTool: Send + Sync {
 
     /// Runs one call with arguments that already match the input schema.
     fn invoke(&self, arguments: Value, ctx: ToolCallContext) -> BoxFuture<'_, ToolOutcome>;
-}
-
-/// The only way an adapter calls a tool.
-///
-/// It snapshots the tool's descriptor (and its compiled schema) at construction; every
-/// [`invoke`](Self::invoke) first validates the arguments against it and returns a
-/// [`ErrorCode::TOOL_ARGUMENTS_INVALID`] failure listing every violation without calling the tool. So an
-/// adapter can neither replace the schema nor widen the allowed arguments. The handle exposes
-/// the descriptor read-only and nothing else of the tool: no accessor, no `Deref`, and `Debug`
-/// prints only the tool id. Cloning is cheap and keeps the same tool.
-#[derive(Clone)]
-pub struct ToolHandle {
-    tool: Arc<dyn PortableTool>,
-    descriptor: Arc<ToolDescriptor>,
-}
-
-impl ToolHandle {
-    /// Wraps `tool`, snapshotting its descriptor.
-    #[must_use]
-    pub fn new(tool: Arc<dyn PortableTool>) -> Self {
-        let descriptor = Arc::new(tool.descriptor().clone());
-        Self { tool, descriptor }
-    }
-
-    /// The descriptor the handle validates against.
-    #[must_use]
-    pub fn descriptor(&self) -> &ToolDescriptor {
-        &self.descriptor
-    }
-
-    /// The stable tool id.
-    #[must_use]
-    pub fn id(&self) -> &ToolId {
-        self.descriptor.id()
-    }
-
-    /// Calls the tool.
-    ///
-    /// Lazy: nothing happens until the returned future is polled. On first poll it fails with
-    /// [`ErrorCode::TOOL_DEADLINE_EXCEEDED`] if `ctx`'s deadline has passed, with
-    /// [`ErrorCode::TOOL_ARGUMENTS_INVALID`] if the arguments miss the schema (in both cases without
-    /// calling the tool), and otherwise runs the tool; a panic becomes a [`ErrorCode::TOOL_PANICKED`]
-    /// failure whose message does not include the panic text. The future borrows the handle;
-    /// clone the handle to move a call into a spawned task.
-    pub fn invoke(&self, arguments: Value, ctx: ToolCallContext) -> ToolInvocation<'_> {
-        ToolInvocation {
-            handle: self,
-            state: InvocationState::Start {
-                call: Some((arguments, ctx)),
-            },
-        }
-    }
-
-    fn begin(&self, arguments: Value, ctx: ToolCallContext) -> Begin<'_> {
-        if ctx.is_expired() {
-            return Begin::Done(ToolOutcome::Failure(
-                BoundedFailure::new(format!(
-                    "the deadline of the call to tool `{}` passed before it started",
-                    self.id()
-                ))
-                .with_code(ErrorCode::TOOL_DEADLINE_EXCEEDED),
-            ));
-        }
-        if let Err(invalid) = self.descriptor.validate_arguments(&arguments) {
-            return Begin::Done(ToolOutcome::Failure(invalid.to_failure()));
-        }
-        let tool = &*self.tool;
-        match catch_unwind(AssertUnwindSafe(|| tool.invoke(arguments, ctx))) {
-            Ok(future) => Begin::Running(future),
-            Err(payload) => Begin::Done(self.panicked(payload)),
-        }
-    }
-
-    fn panicked(&self, payload: Box<dyn Any + Send>) -> ToolOutcome {
-        drop(payload);
-        tracing::warn!(tool = %self.id(), "tool panicked; reported as a generic failure");
-        ToolOutcome::Failure(
-            BoundedFailure::new(format!("tool `{}` failed unexpectedly", self.id()))
-                .with_code(ErrorCode::TOOL_PANICKED),
-        )
-    }
-}
-
-impl From<Arc<dyn PortableTool>> for ToolHandle {
-    fn from(tool: Arc<dyn PortableTool>) -> Self {
-        Self::new(tool)
-    }
-}
-
-impl fmt::Debug for ToolHandle {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ToolHandle")
-            .field("id", &self.id().as_str())
-            .finish()
-    }
-}
-
-enum Begin<'a> {
-    Done(ToolOutcome),
-    Running(BoxFuture<'a, ToolOutcome>),
-}
-
-pin_project! {
-    /// The future of [`ToolHandle::invoke`].
-    ///
-    /// Polling it again after it completed returns `Pending` forever.
-    #[must_use = "futures do nothing unless polled"]
-    pub struct ToolInvocation<'a> {
-        handle: &'a ToolHandle,
-        #[pin]
-        state: InvocationState<'a>,
-    }
-}
-
-pin_project! {
-    #[project = InvocationStateProj]
-    enum InvocationState<'a> {
-        Start { call: Option<(Value, ToolCallContext)> },
-        Running { #[pin] future: CatchUnwind<BoxFuture<'a, ToolOutcome>> },
-        Finished,
-    }
-}
-
-impl Future for ToolInvocation<'_> {
-    type Output = ToolOutcome;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<ToolOutcome> {
-        let mut this = self.project();
-        loop {
-            match this.state.as_mut().project() {
-                InvocationStateProj::Start { call } => {
-                    let Some((arguments, ctx)) = call.take() else {
-                        this.state.set(InvocationState::Finished);
-                        continue;
-                    };
-                    match this.handle.begin(arguments, ctx) {
-                        Begin::Done(outcome) => {
-                            this.state.set(InvocationState::Finished);
-                            return Poll::Ready(outcome);
-                        }
-                        Begin::Running(future) => this.state.set(InvocationState::Running {
-                            future: CatchUnwind { future },
-                        }),
-                    }
-                }
-                InvocationStateProj::Running { future } => {
-                    let result = ready!(future.poll(cx));
-                    this.state.set(InvocationState::Finished);
-                    return Poll::Ready(match result {
-                        Ok(outcome) => outcome,
-                        Err(payload) => this.handle.panicked(payload),
-                    });
-                }
-                InvocationStateProj::Finished => return Poll::Pending,
-            }
-        }
-    }
-}
-
-impl fmt::Debug for ToolInvocation<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let state = match self.state {
-            InvocationState::Start { .. } => "start",
-            InvocationState::Running { .. } => "running",
-            InvocationState::Finished => "finished",
-        };
-        f.debug_struct("ToolInvocation")
-            .field("id", &self.handle.id().as_str())
-            .field("state", &state)
-            .finish()
-    }
-}
-
-pin_project! {
-    /// Turns a panic while polling `future` into `Err(payload)`.
-    struct CatchUnwind<F> {
-        #[pin]
-        future: F,
-    }
-}
-
-impl<F: Future> Future for CatchUnwind<F> {
-    type Output = Result<F::Output, Box<dyn Any + Send>>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let future = self.project().future;
-        match catch_unwind(AssertUnwindSafe(|| future.poll(cx))) {
-            Ok(Poll::Ready(output)) => Poll::Ready(Ok(output)),
-            Ok(Poll::Pending) => Poll::Pending,
-            Err(payload) => Poll::Ready(Err(payload)),
-        }
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
