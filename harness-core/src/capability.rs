@@ -134,7 +134,9 @@ capability_keys! {
     InterruptMultiTool => "interrupt.multi_tool",
     /// `tool.mcp`: MCP tools.
     ToolMcp => "tool.mcp",
-    /// `tool.builtin`: the provider's built-in tools.
+    /// `tool.builtin`: tools that run in the execution: the provider's own built-in tools,
+    /// and, where the capability's constraint [`PORTABLE_TOOLS`] is `true`, the execution's
+    /// portable tools (what the service hands the runtime).
     ToolBuiltin => "tool.builtin",
     /// `tool.caller_credentials`: tools acting with the caller's credentials.
     ToolCallerCredentials => "tool.caller_credentials",
@@ -503,6 +505,12 @@ impl TryFrom<String> for EvidenceId {
 
 crate::id::string_id_common!(EvidenceId, EVIDENCE_PATTERN, "A conformance evidence id.");
 
+/// The constraint of `tool.builtin` saying that the adapter runs the execution's portable
+/// tools ([`RuntimeContext::tools`](crate::adapter::RuntimeContext::tools)), not only the
+/// provider's own: `"portableTools": true`. The service refuses a request that selects
+/// tools for an adapter without it.
+pub const PORTABLE_TOOLS: &str = "portableTools";
+
 /// What an adapter declares about one capability: its level, machine-readable constraints, a
 /// human explanation and, when certified, the conformance evidence.
 ///
@@ -725,6 +733,26 @@ impl CapabilityReport {
     #[must_use]
     pub fn level(&self, key: CapabilityKey) -> SupportLevel {
         self.get(key).level
+    }
+
+    /// Whether the adapter runs the execution's portable tools: `tool.builtin` usable with
+    /// the constraint [`PORTABLE_TOOLS`] `true`.
+    ///
+    /// ```
+    /// use harness_core::capability::{Capability, CapabilityKey, CapabilityReport, PORTABLE_TOOLS};
+    /// let agent_tools = CapabilityReport::new().with(CapabilityKey::ToolBuiltin, Capability::native());
+    /// assert!(!agent_tools.runs_portable_tools());
+    /// let portable = CapabilityReport::new().with(
+    ///     CapabilityKey::ToolBuiltin,
+    ///     Capability::native().with_constraint(PORTABLE_TOOLS, true),
+    /// );
+    /// assert!(portable.runs_portable_tools());
+    /// ```
+    #[must_use]
+    pub fn runs_portable_tools(&self) -> bool {
+        let builtin = self.get(CapabilityKey::ToolBuiltin);
+        builtin.level.is_usable()
+            && builtin.constraints.get(PORTABLE_TOOLS) == Some(&serde_json::Value::Bool(true))
     }
 
     /// The declared capabilities, in contract order.

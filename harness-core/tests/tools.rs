@@ -597,10 +597,13 @@ impl Runner {
         let descriptor = HarnessDescriptor::builder("runner".parse().unwrap(), "0.1.0")
             .contract_version(ContractVersion::V1)
             .execution_mode(ExecutionMode::in_process())
-            .capabilities(CapabilityReport::new().with(
-                CapabilityKey::ToolBuiltin,
-                harness_core::capability::Capability::new(level),
-            ))
+            .capabilities(
+                CapabilityReport::new().with(
+                    CapabilityKey::ToolBuiltin,
+                    harness_core::capability::Capability::new(level)
+                        .with_constraint(harness_core::capability::PORTABLE_TOOLS, true),
+                ),
+            )
             .build()
             .unwrap();
         Self {
@@ -869,7 +872,7 @@ async fn a_request_selects_tools_and_is_refused_for_unknown_ones_or_an_adapter_w
         .await
         .unwrap_err();
     assert_eq!(*err.code(), ErrorCode::CAPABILITY_UNSUPPORTED);
-    assert!(err.message().contains("tool.builtin"), "{}", err.message());
+    assert!(err.message().contains("portableTools"), "{}", err.message());
     service.start(request(json!([]))).await.unwrap();
 
     // The selection is part of the wire request.

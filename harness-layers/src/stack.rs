@@ -124,6 +124,7 @@ pub struct HarnessStack {
     admission: AdmissionStack,
     runtime: RuntimeLayers,
     config: ServiceConfig,
+    tools: Option<harness_core::tool::ToolSet>,
 }
 
 macro_rules! setters {
@@ -244,6 +245,31 @@ impl HarnessStack {
         self
     }
 
+    /// Offers `tools` to the executions of the services this stack builds (see
+    /// [`AdapterServiceBuilder::tools`](harness_core::service::AdapterServiceBuilder::tools)).
+    pub fn tools(mut self, tools: harness_core::tool::ToolSet) -> Self {
+        self.tools = Some(tools);
+        self
+    }
+
+    /// The adapter service's builder with this stack's configuration, runtime layers and
+    /// tools.
+    fn builder<A: HarnessAdapter>(
+        &self,
+        adapter: A,
+    ) -> harness_core::service::AdapterServiceBuilder<
+        A,
+        tower::layer::util::Stack<RuntimeLayers, tower::layer::util::Identity>,
+    > {
+        let builder = AdapterService::builder(adapter)
+            .config(self.config)
+            .layer(self.runtime.clone());
+        match &self.tools {
+            Some(tools) => builder.tools(tools.clone()),
+            None => builder,
+        }
+    }
+
     /// The admission layers.
     pub fn admission(&self) -> &AdmissionStack {
         &self.admission
@@ -257,11 +283,7 @@ impl HarnessStack {
     /// The adapter service over `adapter`, with the runtime layers, inside the admission
     /// layers.
     pub fn service<A: HarnessAdapter>(&self, adapter: A) -> StackService {
-        let service = AdapterService::builder(adapter)
-            .config(self.config)
-            .layer(self.runtime.clone())
-            .build();
-        self.admission.layer(service)
+        self.admission.layer(self.builder(adapter).build())
     }
 
     /// [`service`](Self::service), durable: its executions and its conversations' thread
@@ -293,11 +315,7 @@ impl HarnessStack {
         A: HarnessAdapter,
         S: harness_core::store::ExecutionStore + harness_core::session::ThreadStateStore + 'static,
     {
-        let service = AdapterService::builder(adapter)
-            .config(self.config)
-            .layer(self.runtime.clone())
-            .durable(store, replica)
-            .build();
+        let service = self.builder(adapter).durable(store, replica).build();
         (self.admission.layer(service.clone()), service)
     }
 }

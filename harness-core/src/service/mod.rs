@@ -195,7 +195,8 @@ pub struct ExecutionRequest {
     /// for all of its tools (an MCP server's); every tool of the service when absent, none
     /// when empty. An entry the service does not offer refuses the request
     /// (`TOOL_NOT_FOUND`) before anything runs; so does a non-empty list for an adapter
-    /// that does not run portable tools (`tool.builtin` unsupported). See
+    /// that does not run portable tools
+    /// ([`PORTABLE_TOOLS`](crate::capability::PORTABLE_TOOLS)). See
     /// [`ToolSet`](crate::tool::ToolSet).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tools: Option<Vec<crate::tool::ToolId>>,
@@ -769,19 +770,18 @@ impl<A: HarnessAdapter> AdapterService<A> {
         let Some(selection) = request.tools.as_deref().filter(|s| !s.is_empty()) else {
             return Ok(());
         };
-        let builtin = crate::capability::CapabilityKey::ToolBuiltin;
         if !self
             .inner
             .adapter
             .descriptor()
             .capabilities()
-            .level(builtin)
-            .is_usable()
+            .runs_portable_tools()
         {
             return Err(HarnessError::new(
                 ErrorCategory::Configuration,
                 format!(
-                    "the request selects tools, but adapter `{}` does not run portable tools                      (`tool.builtin` is unsupported): leave `tools` out",
+                    "the request selects tools, but adapter `{}` does not run portable tools \
+                     (its `tool.builtin` does not declare `portableTools`): leave `tools` out",
                     self.inner.adapter.descriptor().id()
                 ),
             )
