@@ -1,0 +1,1039 @@
+//! [`OpenAiAdapter`] and its runtime: the model loop.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures_util::{Stream, StreamExt};
+use futures_util::stream::FuturesUnordered;
+use harness_core::action::{ActionRequest, ApprovalRequest};
+use harness_core::adapter::{
+    AdapterEvent, AgentConfig, BoxFuture, BoxStream, CancelResult, DeploymentContext,
+    EventResult, HarnessAdapter, HarnessRuntime, ResumeDecision, RuntimeContext,
+    RuntimeIdentity, RuntimeInit, TurnInput,
+};
+use harness_core::capability::CapabilityReport;
+use harness_core::error::{ErrorCategory, ErrorCode, HarnessError};
+use harness_core::event::{
+    CancelReason, Content, RunSucceeded, TextDelta, ToolCall, ToolCallCompleted, ToolCallOutcome,
+};
+use harness_core::id::{AdapterId, ExecutionId, ToolCallId};
+use harness_core::manifest::{Adapter as _, HarnessDescriptor};
+use harness_core::session::{ScopedThreadState, StateKey, Version};
+use harness_core::tool::{
+    Approved, ProviderNameRule, ProviderToolNames, ToolCallContext, ToolHandle, ToolOutcome,
+};
+use harness_core::trace::TraceContext;
+use harness_macros::Adapter;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{Endpoint, OpenAiOptions, invalid};
+use crate::error::{http_error, idle, protocol, transport_error};
+use crate::sse::SseDecoder;
+use crate::wire::{Call, FunctionSpec, Item, Piece, Round, RoundRequest, cut_short};
+
+/// The adapter's id.
+pub const ADAPTER_ID: &str = "openai";
+/// The name [`OpenAiAdapter::new`] registers its endpoint under: the endpoint a request that
+/// names none gets.
+pub const DEFAULT_ENDPOINT: &str = "default";
+/// Where a conversation's history lives in its thread state.
+pub const HISTORY_KEY: &str = "openai/history";
+/// The most bytes of an error response's body that are read.
+const ERROR_BODY_BYTES: usize = 64 * 1024;
+/// How many items a segment's producer may be ahead of its consumer.
+const AHEAD: usize = 64;
+
+/// A model loop over an OpenAI-compatible endpoint, running the execution's portable tools.
+///
+/// The operator registers endpoints ([`Endpoint`]: URL, API, model, key, instructions,
+/// limits); a request picks one by name at most, and a model and temperature among those the
+/// endpoint allows ([`OpenAiOptions`]). Each turn is a loop: the model streams a response
+/// (text and reasoning become `message.delta` and `reasoning.delta` as they arrive, usage
+/// becomes `usage`); when it calls tools, each call is a `tool.call.started`, the calls run
+/// through the execution's [`ToolHandle`]s (concurrently; those whose policy needs approval
+/// wait for one `tool_approval` action covering them all, approve / reject / edit per call,
+/// the edits checked against the tool's schema again), each ends with its
+/// `tool.call.completed`, the results go back to the model, and the next round starts. A
+/// round without tool calls ends the run. At most [`Endpoint::max_tool_rounds`] rounds.
+///
+/// A conversation's history (its user messages, the model's replies and calls, the tool
+/// results) is kept in the conversation's thread state under [`HISTORY_KEY`], written once
+/// when a turn succeeds (compare-and-set: of two turns of one conversation at once, the
+/// second to finish fails `STATE_VERSION_CONFLICT` rather than lose the first), and read
+/// back by the next turn on any replica. [`Endpoint::max_history_bytes`] bounds it (oldest
+/// turns dropped first).
+///
+/// ```
+/// use harness_openai::{Endpoint, OpenAiAdapter, OpenAiOptions, DEFAULT_ENDPOINT};
+/// let adapter = OpenAiAdapter::new(Endpoint::new("http://127.0.0.1:4010/v1", "gpt-4.1"))?
+///     .with_endpoint("local", Endpoint::new("http://127.0.0.1:11434/v1", "llama3.1"))?;
+/// assert_eq!(adapter.endpoints().collect::<Vec<_>>(), [DEFAULT_ENDPOINT, "local"]);
+/// // What a request sets to use the other endpoint.
+/// assert_eq!(OpenAiOptions::endpoint("local").to_value(), serde_json::json!({"endpoint": "local"}));
+/// # Ok::<(), harness_core::error::HarnessError>(())
+/// ```
+#[derive(Clone, Adapter)]
+#[adapter(
+    id = "openai",
+    name = "Model loop over an OpenAI-compatible API (Chat Completions or Responses)",
+    contract_versions = [1],
+    execution_mode = in_process(compatibility_only),
+    dependency(kind = service, name = "openai-compatible-api", version = "v1"),
+    options = OpenAiOptions,
+    capability(
+        "stream.text",
+        native,
+        explanation = "streamed content deltas (delta.content, response.output_text.delta) \
+            become message.delta as they arrive",
+    ),
+    capability(
+        "stream.reasoning",
+        native,
+        explanation = "streamed reasoning (delta.reasoning_content, reasoning summary and \
+            reasoning text deltas) becomes reasoning.delta, when the model sends it",
+        constraints(when = "the model streams reasoning"),
+    ),
+    capability(
+        "stream.usage",
+        native,
+        explanation = "each round's usage (stream_options.include_usage, response.completed) \
+            becomes one usage event",
+    ),
+    capability(
+        "session.multi_turn",
+        native,
+        explanation = "a conversation's history is kept in its thread state and sent again with \
+            the next turn",
+    ),
+    capability(
+        "session.clear",
+        native,
+        explanation = "a cleared session (a new epoch) has no history: its next turn starts afresh",
+    ),
+    capability(
+        "thread.eviction_restore",
+        native,
+        explanation = "the history is read back from the thread state by any runtime, process or \
+            replica",
+    ),
+    capability(
+        "thread.durable_commit",
+        native,
+        explanation = "a successful turn commits the whole history with one compare-and-set \
+            write; a concurrent turn's commit fails STATE_VERSION_CONFLICT",
+    ),
+    capability(
+        "interrupt.tool_approval",
+        native,
+        explanation = "calls of tools whose policy needs approval wait for one tool_approval \
+            action (approve, reject, or edit the arguments, checked against the tool's schema)",
+    ),
+    capability(
+        "interrupt.multi_tool",
+        native,
+        explanation = "the calls of one round that need approval are one action, decided per call",
+    ),
+    capability(
+        "tool.builtin",
+        native,
+        explanation = "the execution's portable tools are offered to the model as functions \
+            (reversible provider-safe names) and run through their handles",
+        constraints("portableTools" = true),
+    ),
+    capability(
+        "tool.mcp",
+        native,
+        explanation = "the tools of MCP servers the service offers (harness-mcp providers) are \
+            portable tools like any other",
+    ),
+    capability(
+        "tool.caller_credentials",
+        native,
+        explanation = "a caller's credential reaches only its tool provider through the service; \
+            this adapter never sees it",
+    ),
+    capability(
+        "tool.partial_availability",
+        native,
+        explanation = "a tool provider that is down is reported tool.unavailable and the model \
+            gets the other tools",
+    ),
+    capability(
+        "tool.cancellation",
+        native,
+        explanation = "cancelling the execution stops the tool calls in flight (their futures \
+            are dropped) and the model's stream",
+    ),
+    capability(
+        "observability.metrics",
+        native,
+        explanation = "every outcome reaches the execution's log, so the metrics layer counts and \
+            times each execution by outcome and its events by kind",
+    ),
+    capability(
+        "observability.tracing",
+        native,
+        explanation = "the loop runs inside the execution's stream: no task of its own",
+    ),
+    capability(
+        "observability.trace_propagation",
+        native,
+        explanation = "the turn's W3C trace context is sent as the traceparent and tracestate \
+            headers of every model request",
+        constraints(via = "HTTP headers"),
+    ),
+    capability(
+        "observability.redaction",
+        native,
+        explanation = "everything the model and the tools produce is yielded to the runtime \
+            stack, where redaction applies; the adapter logs no content",
+    ),
+    capability(
+        "runtime.cancel",
+        native,
+        explanation = "cancelling drops the model's HTTP stream (the connection closes) and the \
+            tool calls in flight",
+    ),
+    capability(
+        "runtime.restart",
+        native,
+        explanation = "the runtime holds no connection between segments: restart drops the turn \
+            in progress, and the history stays in the thread state",
+    ),
+    capability(
+        "runtime.bounded_cleanup",
+        native,
+        explanation = "cleanup cancels the turn in progress; nothing else is held",
+    ),
+    capability(
+        "runtime.lease_fencing",
+        native,
+        explanation = "a fenced replica cancels the run, which drops the model's stream",
+    ),
+)]
+pub struct OpenAiAdapter {
+    profiles: Arc<BTreeMap<String, Arc<Profile>>>,
+    client: reqwest::Client,
+}
+
+impl fmt::Debug for OpenAiAdapter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OpenAiAdapter")
+            .field("endpoints", &self.profiles.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+/// One endpoint, checked, with its key resolved.
+struct Profile {
+    endpoint: Endpoint,
+    key: Option<String>,
+}
+
+impl OpenAiAdapter {
+    /// The adapter with `endpoint` as [`DEFAULT_ENDPOINT`].
+    ///
+    /// # Errors
+    /// `configuration` (`OPTIONS_INVALID`) when [`Endpoint::check`] refuses it, its
+    /// `apiKeyEnv` is not set, or the HTTP client cannot be built.
+    pub fn new(endpoint: Endpoint) -> Result<Self, HarnessError> {
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_millis(endpoint.connect_timeout_ms))
+            .build()
+            .map_err(|e| invalid(format!("the HTTP client cannot be built: {e}")))?;
+        let adapter = Self {
+            profiles: Arc::new(BTreeMap::new()),
+            client,
+        };
+        adapter.with_endpoint(DEFAULT_ENDPOINT, endpoint)
+    }
+
+    /// Also offers `endpoint` under `name`, for requests whose options name it.
+    ///
+    /// # Errors
+    /// `configuration` (`OPTIONS_INVALID`) when `name` is taken or not 1 to 64 ASCII
+    /// letters, digits, `-`, `_` or `.`, or the endpoint is refused (see [`new`](Self::new)).
+    pub fn with_endpoint(
+        mut self,
+        name: impl Into<String>,
+        endpoint: Endpoint,
+    ) -> Result<Self, HarnessError> {
+        let name = name.into();
+        let valid = (1..=64).contains(&name.len())
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+        if !valid {
+            return Err(invalid(format!(
+                "invalid endpoint name {name:?}: use 1 to 64 ASCII letters, digits, `-`, `_` or `.`"
+            )));
+        }
+        if self.profiles.contains_key(&name) {
+            return Err(invalid(format!(
+                "the openai adapter already has an endpoint named `{name}`"
+            )));
+        }
+        endpoint.check()?;
+        let key = endpoint.resolve_key()?;
+        Arc::make_mut(&mut self.profiles).insert(name, Arc::new(Profile { endpoint, key }));
+        Ok(self)
+    }
+
+    /// The endpoint registered as `name`.
+    #[must_use]
+    pub fn endpoint(&self, name: &str) -> Option<&Endpoint> {
+        self.profiles.get(name).map(|p| &p.endpoint)
+    }
+
+    /// The names of the registered endpoints, in order.
+    pub fn endpoints(&self) -> impl Iterator<Item = &str> {
+        self.profiles.keys().map(String::as_str)
+    }
+
+    /// The endpoint and model a request's options pick.
+    fn pick(&self, options: &Value) -> Result<(Arc<Profile>, String, Option<f64>), HarnessError> {
+        let options = OpenAiOptions::from_value(options)?;
+        let name = options.endpoint.as_deref().unwrap_or(DEFAULT_ENDPOINT);
+        let profile = self.profiles.get(name).ok_or_else(|| {
+            let known: Vec<&str> = self.endpoints().collect();
+            invalid(format!(
+                "the openai adapter has no endpoint named {name:?}; its endpoints are: {}",
+                known.join(", ")
+            ))
+        })?;
+        let endpoint = &profile.endpoint;
+        let model = match options.model {
+            None => endpoint.model.clone(),
+            Some(m) if m == endpoint.model || endpoint.models.contains(&m) => m,
+            Some(m) => {
+                let mut allowed = vec![endpoint.model.as_str()];
+                allowed.extend(endpoint.models.iter().map(String::as_str));
+                return Err(invalid(format!(
+                    "endpoint `{name}` does not offer model {m:?}; it offers: {}",
+                    allowed.join(", ")
+                )));
+            }
+        };
+        Ok((Arc::clone(profile), model, options.temperature))
+    }
+}
+
+impl HarnessAdapter for OpenAiAdapter {
+    /// Checks the request's options (endpoint, model, temperature) without a network call,
+    /// and reports the descriptor's capabilities.
+    fn evaluate<'a>(
+        &'a self,
+        config: &'a AgentConfig,
+        _deployment: &'a DeploymentContext,
+    ) -> BoxFuture<'a, Result<CapabilityReport, HarnessError>> {
+        let picked = self.pick(&config.options);
+        Box::pin(async move {
+            picked?;
+            Ok(Self::static_descriptor().capabilities().clone())
+        })
+    }
+
+    fn create_runtime(
+        &self,
+        context: RuntimeContext,
+    ) -> BoxFuture<'_, Result<Box<dyn HarnessRuntime>, HarnessError>> {
+        let result = self.pick(&context.config.options).map(|(profile, model, temperature)| {
+            let names = ProviderToolNames::new(
+                context.tools.iter().map(ToolHandle::id),
+                ProviderNameRule::COMMON,
+            );
+            Box::new(OpenAiRuntime {
+                adapter: context.adapter.clone(),
+                execution_id: context.execution_id.clone(),
+                profile,
+                model,
+                temperature,
+                client: self.client.clone(),
+                prompt: context.prompt,
+                tools: context.tools,
+                names,
+                thread_state: context.thread_state,
+                cancellation: context.cancellation.child_token(),
+                turn: tokio::sync::Mutex::new(Turn::default()),
+                pending: Mutex::new(None),
+            }) as Box<dyn HarnessRuntime>
+        });
+        Box::pin(async move { result })
+    }
+}
+
+/// The operator's instructions, then the execution's rendered prompt, if any.
+fn instructions(operator: Option<&str>, prompt: Option<&str>) -> Option<String> {
+    match (operator, prompt) {
+        (Some(a), Some(b)) => Some(format!("{a}\n\n{b}")),
+        (Some(a), None) => Some(a.to_owned()),
+        (None, Some(b)) => Some(b.to_owned()),
+        (None, None) => None,
+    }
+}
+
+/// The static descriptor (also what `Describe` returns).
+#[must_use]
+pub fn descriptor() -> &'static HarnessDescriptor {
+    OpenAiAdapter::static_descriptor()
+}
+
+/// A conversation's history as its thread state keeps it.
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct History {
+    /// The format's version (1).
+    version: u32,
+    items: Vec<Item>,
+}
+
+fn history_key() -> StateKey {
+    HISTORY_KEY.parse().expect("a valid state key")
+}
+
+/// What a call of a round becomes.
+#[derive(Debug)]
+enum Plan {
+    /// It runs now, through tool `handle`.
+    Run { handle: usize, arguments: Value },
+    /// It waits for the caller's decision, through tool `handle`.
+    Approve { handle: usize, arguments: Value },
+    /// It cannot run: the result the model reads says why.
+    Refused { message: String },
+}
+
+#[derive(Debug)]
+struct Planned {
+    call_id: ToolCallId,
+    provider: Call,
+    plan: Plan,
+}
+
+/// A round paused on an approval: its calls, and the results of those already done.
+#[derive(Debug)]
+struct Awaiting {
+    calls: Vec<Planned>,
+    results: Vec<Option<String>>,
+}
+
+/// The state of the turn in progress.
+#[derive(Debug, Default)]
+struct Turn {
+    transcript: Vec<Item>,
+    /// The version of the history read when the turn started (`None`: none was stored).
+    history_version: Option<Version>,
+    rounds: u32,
+    trace: Option<TraceContext>,
+    awaiting: Option<Awaiting>,
+}
+
+struct OpenAiRuntime {
+    adapter: AdapterId,
+    execution_id: ExecutionId,
+    profile: Arc<Profile>,
+    model: String,
+    temperature: Option<f64>,
+    client: reqwest::Client,
+    /// The execution's rendered prompt, after the operator's instructions.
+    prompt: Option<String>,
+    tools: Vec<ToolHandle>,
+    names: ProviderToolNames,
+    thread_state: Option<ScopedThreadState>,
+    cancellation: CancellationToken,
+    turn: tokio::sync::Mutex<Turn>,
+    pending: Mutex<Option<ActionRequest>>,
+}
+
+impl fmt::Debug for OpenAiRuntime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OpenAiRuntime")
+            .field("execution_id", &self.execution_id)
+            .field("model", &self.model)
+            .field("tools", &self.tools)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where a segment's items go before its terminal one.
+struct Emit(mpsc::Sender<EventResult>);
+
+impl Emit {
+    async fn content(&self, content: Content) {
+        // A closed channel means the segment's stream was dropped: so is this future.
+        let _ = self.0.send(Ok(AdapterEvent::Content(content))).await;
+    }
+}
+
+fn cancelled() -> HarnessError {
+    HarnessError::new(ErrorCategory::Cancelled, "the execution was cancelled")
+}
+
+impl OpenAiRuntime {
+    fn endpoint(&self) -> &Endpoint {
+        &self.profile.endpoint
+    }
+
+    /// A new turn: the conversation's history, the user's message, then the rounds.
+    async fn run_turn(&self, emit: Emit, turn: TurnInput) -> EventResult {
+        let mut state = self.turn.lock().await;
+        *state = Turn {
+            trace: turn.trace_context.clone(),
+            ..Turn::default()
+        };
+        if let Some(thread) = &self.thread_state {
+            if let Some((history, version)) = thread.get_json::<History>(&history_key()).await? {
+                state.transcript = history.items;
+                state.history_version = Some(version);
+            }
+        }
+        state.transcript.push(Item::User { text: turn.message });
+        self.rounds(&emit, &mut state).await
+    }
+
+    /// The caller decided: the paused calls end as decided, then the rounds go on.
+    async fn run_resume(&self, emit: Emit, decision: ResumeDecision) -> EventResult {
+        let mut state = self.turn.lock().await;
+        let Some(awaiting) = state.awaiting.take() else {
+            return Err(protocol("resume was called, but no tool call awaits a decision"));
+        };
+        *lock(&self.pending) = None;
+        let Awaiting { calls, mut results } = awaiting;
+        for (planned, result) in calls.iter().zip(results.iter_mut()) {
+            let Plan::Approve { handle, .. } = &planned.plan else {
+                continue;
+            };
+            let ctx = ToolCallContext::new(planned.call_id.clone(), self.execution_id.clone());
+            let outcome = match self.tools[*handle].invoke_approved(&decision, ctx) {
+                Ok(Approved::Run {
+                    invocation,
+                    arguments,
+                    edited,
+                }) => {
+                    if edited {
+                        emit.content(Content::ToolCallUpdated(ToolCall {
+                            call_id: planned.call_id.clone(),
+                            tool: self.tools[*handle].id().to_string(),
+                            arguments,
+                        }))
+                        .await;
+                    }
+                    tokio::select! {
+                        biased;
+                        () = self.cancellation.cancelled() => return Err(cancelled()),
+                        outcome = invocation => Ok(outcome),
+                    }
+                }
+                Ok(Approved::Rejected { reason }) => Err(reason),
+                Err(e) => return Err(protocol(e.to_string())),
+            };
+            let (completed, text) = match outcome {
+                Ok(outcome) => completed_with(outcome),
+                Err(reason) => (
+                    ToolCallOutcome::Rejected {
+                        reason: reason.clone(),
+                    },
+                    json!({"error": "the user rejected this call", "reason": reason}).to_string(),
+                ),
+            };
+            emit.content(Content::ToolCallCompleted(ToolCallCompleted {
+                call_id: planned.call_id.clone(),
+                outcome: completed,
+            }))
+            .await;
+            *result = Some(text);
+        }
+        push_results(&mut state.transcript, &calls, results);
+        self.rounds(&emit, &mut state).await
+    }
+
+    /// Model rounds until one makes no tool call (the run succeeds) or some calls need the
+    /// caller's approval (the run pauses).
+    async fn rounds(&self, emit: &Emit, state: &mut Turn) -> EventResult {
+        loop {
+            let max = self.endpoint().max_tool_rounds;
+            if state.rounds >= max {
+                return Err(HarnessError::new(
+                    ErrorCategory::Configuration,
+                    format!(
+                        "the model was still calling tools after {max} rounds: raise the \
+                         endpoint's maxToolRounds, or give it less to do per execution"
+                    ),
+                )
+                .with_code(ErrorCode::from_static("TOOL_ROUNDS_EXHAUSTED")));
+            }
+            state.rounds += 1;
+            let (text, calls) = self.round(emit, &state.transcript, state.trace.as_ref()).await?;
+            state.transcript.push(Item::Assistant {
+                text,
+                calls: calls.clone(),
+            });
+            if calls.is_empty() {
+                self.commit(state).await?;
+                return Ok(AdapterEvent::Completed(RunSucceeded::default()));
+            }
+            let planned = self.plan(emit, calls).await;
+            let mut results: Vec<Option<String>> = vec![None; planned.len()];
+            let mut running = FuturesUnordered::new();
+            let mut approvals = Vec::new();
+            for (at, p) in planned.iter().enumerate() {
+                match &p.plan {
+                    Plan::Refused { message } => {
+                        emit.content(Content::ToolCallCompleted(ToolCallCompleted {
+                            call_id: p.call_id.clone(),
+                            outcome: ToolCallOutcome::Failure {
+                                message: message.clone(),
+                            },
+                        }))
+                        .await;
+                        results[at] = Some(json!({"error": message}).to_string());
+                    }
+                    Plan::Run { handle, arguments } => {
+                        let ctx = ToolCallContext::new(p.call_id.clone(), self.execution_id.clone());
+                        let call = self.tools[*handle].invoke(arguments.clone(), ctx);
+                        running.push(async move { (at, call.await) });
+                    }
+                    Plan::Approve { handle, arguments } => {
+                        match self.tools[*handle].approval_call(p.call_id.clone(), arguments.clone()) {
+                            Ok(call) => approvals.push(call),
+                            Err(e) => return Err(protocol(e.to_string())),
+                        }
+                    }
+                }
+            }
+            loop {
+                let next = tokio::select! {
+                    biased;
+                    () = self.cancellation.cancelled() => return Err(cancelled()),
+                    next = running.next() => next,
+                };
+                let Some((at, outcome)) = next else { break };
+                let (completed, text) = completed_with(outcome);
+                emit.content(Content::ToolCallCompleted(ToolCallCompleted {
+                    call_id: planned[at].call_id.clone(),
+                    outcome: completed,
+                }))
+                .await;
+                results[at] = Some(text);
+            }
+            drop(running);
+            if !approvals.is_empty() {
+                let request = ActionRequest::approval(
+                    ApprovalRequest::new(approvals).map_err(|e| protocol(e.to_string()))?,
+                );
+                *lock(&self.pending) = Some(request.clone());
+                state.awaiting = Some(Awaiting {
+                    calls: planned,
+                    results,
+                });
+                return Ok(AdapterEvent::Action(request));
+            }
+            push_results(&mut state.transcript, &planned, results);
+        }
+    }
+
+    /// Announces each call (`tool.call.started`) and decides what becomes of it.
+    async fn plan(&self, emit: &Emit, calls: Vec<Call>) -> Vec<Planned> {
+        let mut planned = Vec::with_capacity(calls.len());
+        for call in calls {
+            let call_id = ToolCallId::generate();
+            let handle = self
+                .names
+                .from_provider(&call.name)
+                .and_then(|id| self.tools.iter().position(|h| h.id() == id));
+            let parsed = parse_arguments(&call.arguments);
+            let tool = handle.map_or_else(|| call.name.clone(), |h| self.tools[h].id().to_string());
+            let shown = parsed
+                .clone()
+                .unwrap_or_else(|_| Value::String(call.arguments.clone()));
+            emit.content(Content::ToolCallStarted(ToolCall {
+                call_id: call_id.clone(),
+                tool: tool.clone(),
+                arguments: shown,
+            }))
+            .await;
+            let plan = match (handle, parsed) {
+                (None, _) => Plan::Refused {
+                    message: format!("there is no tool named `{}` in this execution", call.name),
+                },
+                (Some(_), Err(e)) => Plan::Refused {
+                    message: format!("the arguments for tool `{tool}` are not a JSON object: {e}"),
+                },
+                (Some(handle), Ok(arguments)) if self.tools[handle].requires_approval() => {
+                    Plan::Approve { handle, arguments }
+                }
+                (Some(handle), Ok(arguments)) => Plan::Run { handle, arguments },
+            };
+            planned.push(Planned {
+                call_id,
+                provider: call,
+                plan,
+            });
+        }
+        planned
+    }
+
+    /// One model round: the request, then the stream, read to its end.
+    async fn round(
+        &self,
+        emit: &Emit,
+        transcript: &[Item],
+        trace: Option<&TraceContext>,
+    ) -> Result<(String, Vec<Call>), HarnessError> {
+        let endpoint = self.endpoint();
+        let functions: Vec<FunctionSpec<'_>> = self
+            .tools
+            .iter()
+            .map(|h| FunctionSpec {
+                name: self.names.to_provider(h.id()).unwrap_or(h.id().as_str()),
+                description: h.descriptor().description(),
+                parameters: h.descriptor().input_schema(),
+            })
+            .collect();
+        let instructions = instructions(endpoint.instructions.as_deref(), self.prompt.as_deref());
+        let body = RoundRequest {
+            api: endpoint.api,
+            model: &self.model,
+            instructions: instructions.as_deref(),
+            functions: &functions,
+            max_output_tokens: endpoint.max_output_tokens,
+            temperature: self.temperature,
+        }
+        .body(transcript);
+        let body = serde_json::to_vec(&body).map_err(|e| protocol(e.to_string()))?;
+        let mut request = self
+            .client
+            .post(endpoint.url())
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .header(reqwest::header::ACCEPT, "text/event-stream")
+            .body(body);
+        if let Some(key) = &self.profile.key {
+            request = request.bearer_auth(key);
+        }
+        for (name, value) in &endpoint.headers {
+            request = request.header(name.as_str(), value.as_str());
+        }
+        if let Some(trace) = trace {
+            request = request.header("traceparent", trace.traceparent());
+            if let Some(state) = trace.tracestate() {
+                request = request.header("tracestate", state);
+            }
+        }
+        let quiet = Duration::from_millis(endpoint.idle_timeout_ms);
+        let response = self.bounded(quiet, request.send()).await?.map_err(|e| transport_error(&e))?;
+        let status = response.status();
+        if !status.is_success() {
+            let headers = response.headers().clone();
+            let body = self.read_bounded(quiet, response).await;
+            return Err(http_error(status.as_u16(), &headers, &body));
+        }
+        let content_type = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        if !content_type.starts_with("text/event-stream") {
+            let body = self.read_bounded(quiet, response).await;
+            return Err(protocol(format!(
+                "the model endpoint answered {content_type:?} instead of an event stream"
+            ))
+            .with_diagnostic(String::from_utf8_lossy(&body[..body.len().min(2048)]).into_owned()));
+        }
+        let mut bytes = response.bytes_stream();
+        let mut decoder = SseDecoder::default();
+        let mut round = Round::new(endpoint.api);
+        let mut events = Vec::new();
+        let mut pieces = Vec::new();
+        while !round.is_done() {
+            let chunk = self.bounded(quiet, bytes.next()).await?;
+            let ended = match chunk {
+                Some(Ok(chunk)) => {
+                    decoder.push(&chunk, &mut events).map_err(|e| protocol(e.to_string()))?;
+                    false
+                }
+                Some(Err(e)) => return Err(transport_error(&e)),
+                None => {
+                    decoder.finish(&mut events).map_err(|e| protocol(e.to_string()))?;
+                    true
+                }
+            };
+            for event in events.drain(..) {
+                round.apply(event.event.as_deref(), &event.data, &mut pieces)?;
+                for piece in pieces.drain(..) {
+                    emit.content(match piece {
+                        Piece::Text(text) => Content::MessageDelta(TextDelta::new(text)),
+                        Piece::Reasoning(text) => Content::ReasoningDelta(TextDelta::new(text)),
+                        Piece::Usage(usage) => Content::Usage(usage),
+                    })
+                    .await;
+                }
+            }
+            if ended {
+                break;
+            }
+        }
+        // A chat stream that said why it finished but closed before `[DONE]` is complete.
+        if !round.is_done() && round.finish.is_none() {
+            return Err(cut_short());
+        }
+        round.into_parts()
+    }
+
+    /// `future`, unless the execution is cancelled or it takes longer than `quiet`.
+    async fn bounded<T>(
+        &self,
+        quiet: Duration,
+        future: impl Future<Output = T>,
+    ) -> Result<T, HarnessError> {
+        tokio::select! {
+            biased;
+            () = self.cancellation.cancelled() => Err(cancelled()),
+            out = tokio::time::timeout(quiet, future) => out.map_err(|_| idle(quiet)),
+        }
+    }
+
+    /// At most [`ERROR_BODY_BYTES`] of a body (what could be read in time).
+    async fn read_bounded(&self, quiet: Duration, response: reqwest::Response) -> Vec<u8> {
+        let mut body = Vec::new();
+        let mut stream = response.bytes_stream();
+        while body.len() < ERROR_BODY_BYTES {
+            match self.bounded(quiet, stream.next()).await {
+                Ok(Some(Ok(chunk))) => {
+                    let room = ERROR_BODY_BYTES - body.len();
+                    body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                }
+                _ => break,
+            }
+        }
+        body
+    }
+
+    /// Commits the conversation's history (bounded): once per successful turn.
+    async fn commit(&self, state: &mut Turn) -> Result<(), HarnessError> {
+        let Some(thread) = &self.thread_state else {
+            return Ok(());
+        };
+        let items = bounded_history(&state.transcript, self.endpoint().max_history_bytes);
+        let history = History { version: 1, items };
+        let version = thread
+            .put_json(&history_key(), &history, state.history_version)
+            .await?;
+        state.history_version = Some(version);
+        Ok(())
+    }
+}
+
+/// The transcript's newest whole turns (each from a user message) within `limit` bytes.
+fn bounded_history(transcript: &[Item], limit: usize) -> Vec<Item> {
+    let mut size: usize = transcript.iter().map(Item::size).sum();
+    let mut start = 0;
+    while size > limit && start < transcript.len() {
+        // Drop the oldest turn: up to the next user message.
+        let next = transcript[start + 1..]
+            .iter()
+            .position(|i| matches!(i, Item::User { .. }))
+            .map_or(transcript.len(), |p| start + 1 + p);
+        size -= transcript[start..next].iter().map(Item::size).sum::<usize>();
+        start = next;
+    }
+    if start > 0 {
+        tracing::debug!(dropped = start, "the conversation's history was trimmed to its bound");
+    }
+    transcript[start..].to_vec()
+}
+
+/// The model's arguments for a call: a JSON object (empty text counts as `{}`).
+fn parse_arguments(raw: &str) -> Result<Value, String> {
+    if raw.trim().is_empty() {
+        return Ok(Value::Object(serde_json::Map::new()));
+    }
+    match serde_json::from_str::<Value>(raw) {
+        Ok(value @ Value::Object(_)) => Ok(value),
+        Ok(_) => Err("a JSON value that is not an object".to_owned()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The completion event of a call that ran, and the text the model reads.
+fn completed_with(outcome: ToolOutcome) -> (ToolCallOutcome, String) {
+    match outcome {
+        ToolOutcome::Success(output) => {
+            let text = match &output {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            (ToolCallOutcome::Success { output }, text)
+        }
+        ToolOutcome::Failure(f) => (
+            ToolCallOutcome::Failure {
+                message: f.message().to_owned(),
+            },
+            json!({"error": f.message()}).to_string(),
+        ),
+        ToolOutcome::Action(_) => {
+            let message = "the tool asked for the caller's input, which this adapter does not \
+                           support inside a tool call";
+            (
+                ToolCallOutcome::Failure {
+                    message: message.to_owned(),
+                },
+                json!({"error": message}).to_string(),
+            )
+        }
+    }
+}
+
+/// The round's results, in call order, for the model's next round.
+fn push_results(transcript: &mut Vec<Item>, calls: &[Planned], results: Vec<Option<String>>) {
+    for (planned, result) in calls.iter().zip(results) {
+        transcript.push(Item::ToolResult {
+            call_id: planned.provider.id.clone(),
+            output: result.unwrap_or_else(|| json!({"error": "no result"}).to_string()),
+        });
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl HarnessRuntime for OpenAiRuntime {
+    fn identity(&self) -> RuntimeIdentity {
+        RuntimeIdentity {
+            adapter: self.adapter.clone(),
+            execution_id: self.execution_id.clone(),
+            provider_session_id: None,
+        }
+    }
+
+    fn initialize(&self) -> BoxFuture<'_, Result<RuntimeInit, HarnessError>> {
+        Box::pin(async { Ok(RuntimeInit::default()) })
+    }
+
+    fn stream(&self, turn: TurnInput) -> BoxStream<'_, EventResult> {
+        let (tx, rx) = mpsc::channel(AHEAD);
+        Box::pin(Segment {
+            rx,
+            run: Some(Box::pin(self.run_turn(Emit(tx), turn))),
+            last: None,
+        })
+    }
+
+    fn resume(&self, decision: ResumeDecision) -> BoxStream<'_, EventResult> {
+        let (tx, rx) = mpsc::channel(AHEAD);
+        Box::pin(Segment {
+            rx,
+            run: Some(Box::pin(self.run_resume(Emit(tx), decision))),
+            last: None,
+        })
+    }
+
+    fn pending_action(&self) -> BoxFuture<'_, Option<ActionRequest>> {
+        let pending = lock(&self.pending).clone();
+        Box::pin(async move { pending })
+    }
+
+    fn cancel(&self, _reason: CancelReason) -> BoxFuture<'_, CancelResult> {
+        let result = if self.cancellation.is_cancelled() {
+            CancelResult::NothingToCancel
+        } else {
+            self.cancellation.cancel();
+            CancelResult::Requested
+        };
+        Box::pin(async move { result })
+    }
+
+    fn restart(&self) -> BoxFuture<'_, Result<(), HarnessError>> {
+        Box::pin(async move {
+            // Nothing is held between segments but the turn's own state: a restarted
+            // runtime starts its next turn afresh (the history is in the thread state).
+            *self.turn.lock().await = Turn::default();
+            *lock(&self.pending) = None;
+            Ok(())
+        })
+    }
+
+    fn cleanup(&self) -> BoxFuture<'_, ()> {
+        self.cancellation.cancel();
+        *lock(&self.pending) = None;
+        Box::pin(async {})
+    }
+}
+
+/// A segment: the loop's future, polled by the stream itself (no task), its items passed
+/// through a bounded channel, its result last. Dropping it drops the loop: the HTTP stream
+/// and the tool calls in flight with it.
+struct Segment<'a> {
+    rx: mpsc::Receiver<EventResult>,
+    run: Option<BoxFuture<'a, EventResult>>,
+    last: Option<EventResult>,
+}
+
+impl Stream for Segment<'_> {
+    type Item = EventResult;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<EventResult>> {
+        let this = &mut *self;
+        loop {
+            if let Poll::Ready(Some(item)) = this.rx.poll_recv(cx) {
+                return Poll::Ready(Some(item));
+            }
+            let Some(run) = this.run.as_mut() else {
+                return Poll::Ready(this.last.take());
+            };
+            match run.as_mut().poll(cx) {
+                Poll::Ready(last) => {
+                    this.run = None;
+                    this.last = Some(last);
+                }
+                // It may have sent items before it waited.
+                Poll::Pending => {
+                    return match this.rx.poll_recv(cx) {
+                        Poll::Ready(Some(item)) => Poll::Ready(Some(item)),
+                        _ => Poll::Pending,
+                    };
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn user(t: &str) -> Item {
+        Item::User { text: t.to_owned() }
+    }
+    fn reply(t: &str) -> Item {
+        Item::Assistant {
+            text: t.to_owned(),
+            calls: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn history_keeps_the_newest_whole_turns_within_its_bound() {
+        let transcript = [user("aaaa"), reply("bbbb"), user("cc"), reply("dd"), user("e"), reply("f")];
+        assert_eq!(bounded_history(&transcript, 1000).len(), 6);
+        assert_eq!(bounded_history(&transcript, 6), [user("cc"), reply("dd"), user("e"), reply("f")]);
+        assert_eq!(bounded_history(&transcript, 2), [user("e"), reply("f")]);
+        assert!(bounded_history(&transcript, 1).is_empty());
+    }
+
+    #[test]
+    fn arguments_are_objects() {
+        assert_eq!(parse_arguments("").unwrap(), json!({}));
+        assert_eq!(parse_arguments(r#"{"a":1}"#).unwrap(), json!({"a": 1}));
+        assert!(parse_arguments("[1]").is_err());
+        assert!(parse_arguments("{").is_err());
+    }
+}
