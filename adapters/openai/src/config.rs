@@ -245,7 +245,9 @@ impl Endpoint {
             )));
         }
         if self.model.trim().is_empty() || self.models.iter().any(|m| m.trim().is_empty()) {
-            return Err(invalid("a model name is empty: name the model the endpoint serves"));
+            return Err(invalid(
+                "a model name is empty: name the model the endpoint serves",
+            ));
         }
         if !(1..=MAX_TOOL_ROUNDS).contains(&self.max_tool_rounds) {
             return Err(invalid(format!(

@@ -57,16 +57,29 @@ pub(crate) fn provider_error(error: &Value) -> HarnessError {
 }
 
 /// A response whose status is not a success, with its headers and (bounded) body.
-pub(crate) fn http_error(status: u16, headers: &reqwest::header::HeaderMap, body: &[u8]) -> HarnessError {
+pub(crate) fn http_error(
+    status: u16,
+    headers: &reqwest::header::HeaderMap,
+    body: &[u8],
+) -> HarnessError {
     let parsed: Option<Value> = serde_json::from_slice(body).ok();
-    let error = parsed.as_ref().and_then(|v| v.get("error")).filter(|e| e.is_object());
-    let code = error.and_then(|e| text(e, "code")).or_else(|| error.and_then(|e| text(e, "type")));
+    let error = parsed
+        .as_ref()
+        .and_then(|v| v.get("error"))
+        .filter(|e| e.is_object());
+    let code = error
+        .and_then(|e| text(e, "code"))
+        .or_else(|| error.and_then(|e| text(e, "type")));
     let provider_message = error
         .and_then(|e| text(e, "message"))
         .or_else(|| error.and_then(Value::as_str).map(str::to_owned));
     let (category, retryable, what) = match status {
         400 | 404 | 409 | 413 | 422 => (ErrorCategory::Configuration, false, "refused the request"),
-        401 => (ErrorCategory::Authentication, false, "refused the credentials"),
+        401 => (
+            ErrorCategory::Authentication,
+            false,
+            "refused the credentials",
+        ),
         403 => (ErrorCategory::Authorization, false, "denied the request"),
         408 => (ErrorCategory::Timeout, true, "timed out"),
         429 => (
@@ -75,7 +88,11 @@ pub(crate) fn http_error(status: u16, headers: &reqwest::header::HeaderMap, body
             "is rate limiting",
         ),
         500..=599 => (ErrorCategory::Unavailable, true, "is unavailable"),
-        _ => (ErrorCategory::Protocol, false, "answered with an unexpected status"),
+        _ => (
+            ErrorCategory::Protocol,
+            false,
+            "answered with an unexpected status",
+        ),
     };
     let mut message = format!("the model endpoint {what} (HTTP {status})");
     if let Some(provider) = &provider_message {
@@ -97,11 +114,20 @@ pub(crate) fn http_error(status: u16, headers: &reqwest::header::HeaderMap, body
 /// A transport error (connect, reset, timeout, body).
 pub(crate) fn transport_error(error: &reqwest::Error) -> HarnessError {
     let (category, message) = if error.is_timeout() {
-        (ErrorCategory::Timeout, "the model endpoint did not answer in time")
+        (
+            ErrorCategory::Timeout,
+            "the model endpoint did not answer in time",
+        )
     } else if error.is_connect() {
-        (ErrorCategory::Unavailable, "could not connect to the model endpoint")
+        (
+            ErrorCategory::Unavailable,
+            "could not connect to the model endpoint",
+        )
     } else {
-        (ErrorCategory::Unavailable, "the connection to the model endpoint failed")
+        (
+            ErrorCategory::Unavailable,
+            "the connection to the model endpoint failed",
+        )
     };
     HarnessError::new(category, message)
         .with_retryable(true)
@@ -124,9 +150,15 @@ pub(crate) fn idle(idle: Duration) -> HarnessError {
 /// `Retry-After` in seconds (an HTTP date is not read: servers of these APIs send seconds),
 /// or OpenAI's `retry-after-ms`.
 fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
-    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
     if let Some(ms) = header("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
-        return (ms.is_finite() && ms >= 0.0).then(|| Duration::from_secs_f64((ms / 1000.0).min(86_400.0)));
+        return (ms.is_finite() && ms >= 0.0)
+            .then(|| Duration::from_secs_f64((ms / 1000.0).min(86_400.0)));
     }
     let seconds = header("retry-after").and_then(|v| v.parse::<f64>().ok())?;
     (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds.min(86_400.0)))
@@ -197,7 +229,8 @@ mod tests {
         assert_eq!(err.provider_code(), Some("rate_limit_exceeded"));
         assert!(err.message().contains("429") && err.message().contains("Rate limit reached"));
 
-        let quota = br#"{"error":{"message":"You exceeded your quota","code":"insufficient_quota"}}"#;
+        let quota =
+            br#"{"error":{"message":"You exceeded your quota","code":"insufficient_quota"}}"#;
         assert!(!http_error(429, &HeaderMap::new(), quota).retryable());
         let err = http_error(429, &headers(&[("retry-after-ms", "1500")]), b"");
         assert_eq!(err.retry_after(), Some(Duration::from_millis(1500)));
@@ -213,15 +246,25 @@ mod tests {
             (302, ErrorCategory::Protocol, false),
         ] {
             let err = http_error(status, &HeaderMap::new(), b"<html>nope</html>");
-            assert_eq!((err.category(), err.retryable()), (category, retryable), "{status}");
-            assert!(!err.message().contains("<html>"), "the raw body reached the message");
+            assert_eq!(
+                (err.category(), err.retryable()),
+                (category, retryable),
+                "{status}"
+            );
+            assert!(
+                !err.message().contains("<html>"),
+                "the raw body reached the message"
+            );
             assert!(err.diagnostic().unwrap().contains("<html>"));
         }
     }
 
     #[test]
     fn provider_messages_are_bounded_and_codes_checked() {
-        let long = format!(r#"{{"error":{{"message":"{}","code":"has spaces, not a code"}}}}"#, "m".repeat(5000));
+        let long = format!(
+            r#"{{"error":{{"message":"{}","code":"has spaces, not a code"}}}}"#,
+            "m".repeat(5000)
+        );
         let err = http_error(400, &HeaderMap::new(), long.as_bytes());
         assert!(err.message().len() < 400, "{}", err.message().len());
         assert_eq!(err.provider_code(), None);

@@ -8,13 +8,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures_util::{Stream, StreamExt};
 use futures_util::stream::FuturesUnordered;
+use futures_util::{Stream, StreamExt};
 use harness_core::action::{ActionRequest, ApprovalRequest};
 use harness_core::adapter::{
-    AdapterEvent, AgentConfig, BoxFuture, BoxStream, CancelResult, DeploymentContext,
-    EventResult, HarnessAdapter, HarnessRuntime, ResumeDecision, RuntimeContext,
-    RuntimeIdentity, RuntimeInit, TurnInput,
+    AdapterEvent, AgentConfig, BoxFuture, BoxStream, CancelResult, DeploymentContext, EventResult,
+    HarnessAdapter, HarnessRuntime, ResumeDecision, RuntimeContext, RuntimeIdentity, RuntimeInit,
+    TurnInput,
 };
 use harness_core::capability::CapabilityReport;
 use harness_core::error::{ErrorCategory, ErrorCode, HarnessError};
@@ -345,27 +345,29 @@ impl HarnessAdapter for OpenAiAdapter {
         &self,
         context: RuntimeContext,
     ) -> BoxFuture<'_, Result<Box<dyn HarnessRuntime>, HarnessError>> {
-        let result = self.pick(&context.config.options).map(|(profile, model, temperature)| {
-            let names = ProviderToolNames::new(
-                context.tools.iter().map(ToolHandle::id),
-                ProviderNameRule::COMMON,
-            );
-            Box::new(OpenAiRuntime {
-                adapter: context.adapter.clone(),
-                execution_id: context.execution_id.clone(),
-                profile,
-                model,
-                temperature,
-                client: self.client.clone(),
-                prompt: context.prompt,
-                tools: context.tools,
-                names,
-                thread_state: context.thread_state,
-                cancellation: context.cancellation.child_token(),
-                turn: tokio::sync::Mutex::new(Turn::default()),
-                pending: Mutex::new(None),
-            }) as Box<dyn HarnessRuntime>
-        });
+        let result = self
+            .pick(&context.config.options)
+            .map(|(profile, model, temperature)| {
+                let names = ProviderToolNames::new(
+                    context.tools.iter().map(ToolHandle::id),
+                    ProviderNameRule::COMMON,
+                );
+                Box::new(OpenAiRuntime {
+                    adapter: context.adapter.clone(),
+                    execution_id: context.execution_id.clone(),
+                    profile,
+                    model,
+                    temperature,
+                    client: self.client.clone(),
+                    prompt: context.prompt,
+                    tools: context.tools,
+                    names,
+                    thread_state: context.thread_state,
+                    cancellation: context.cancellation.child_token(),
+                    turn: tokio::sync::Mutex::new(Turn::default()),
+                    pending: Mutex::new(None),
+                }) as Box<dyn HarnessRuntime>
+            });
         Box::pin(async move { result })
     }
 }
@@ -488,11 +490,11 @@ impl OpenAiRuntime {
             trace: turn.trace_context.clone(),
             ..Turn::default()
         };
-        if let Some(thread) = &self.thread_state {
-            if let Some((history, version)) = thread.get_json::<History>(&history_key()).await? {
-                state.transcript = history.items;
-                state.history_version = Some(version);
-            }
+        if let Some(thread) = &self.thread_state
+            && let Some((history, version)) = thread.get_json::<History>(&history_key()).await?
+        {
+            state.transcript = history.items;
+            state.history_version = Some(version);
         }
         state.transcript.push(Item::User { text: turn.message });
         self.rounds(&emit, &mut state).await
@@ -502,7 +504,9 @@ impl OpenAiRuntime {
     async fn run_resume(&self, emit: Emit, decision: ResumeDecision) -> EventResult {
         let mut state = self.turn.lock().await;
         let Some(awaiting) = state.awaiting.take() else {
-            return Err(protocol("resume was called, but no tool call awaits a decision"));
+            return Err(protocol(
+                "resume was called, but no tool call awaits a decision",
+            ));
         };
         *lock(&self.pending) = None;
         let Awaiting { calls, mut results } = awaiting;
@@ -570,7 +574,9 @@ impl OpenAiRuntime {
                 .with_code(ErrorCode::from_static("TOOL_ROUNDS_EXHAUSTED")));
             }
             state.rounds += 1;
-            let (text, calls) = self.round(emit, &state.transcript, state.trace.as_ref()).await?;
+            let (text, calls) = self
+                .round(emit, &state.transcript, state.trace.as_ref())
+                .await?;
             state.transcript.push(Item::Assistant {
                 text,
                 calls: calls.clone(),
@@ -596,12 +602,15 @@ impl OpenAiRuntime {
                         results[at] = Some(json!({"error": message}).to_string());
                     }
                     Plan::Run { handle, arguments } => {
-                        let ctx = ToolCallContext::new(p.call_id.clone(), self.execution_id.clone());
+                        let ctx =
+                            ToolCallContext::new(p.call_id.clone(), self.execution_id.clone());
                         let call = self.tools[*handle].invoke(arguments.clone(), ctx);
                         running.push(async move { (at, call.await) });
                     }
                     Plan::Approve { handle, arguments } => {
-                        match self.tools[*handle].approval_call(p.call_id.clone(), arguments.clone()) {
+                        match self.tools[*handle]
+                            .approval_call(p.call_id.clone(), arguments.clone())
+                        {
                             Ok(call) => approvals.push(call),
                             Err(e) => return Err(protocol(e.to_string())),
                         }
@@ -727,7 +736,10 @@ impl OpenAiRuntime {
             }
         }
         let quiet = Duration::from_millis(endpoint.idle_timeout_ms);
-        let response = self.bounded(quiet, request.send()).await?.map_err(|e| transport_error(&e))?;
+        let response = self
+            .bounded(quiet, request.send())
+            .await?
+            .map_err(|e| transport_error(&e))?;
         let status = response.status();
         if !status.is_success() {
             let headers = response.headers().clone();
@@ -756,12 +768,16 @@ impl OpenAiRuntime {
             let chunk = self.bounded(quiet, bytes.next()).await?;
             let ended = match chunk {
                 Some(Ok(chunk)) => {
-                    decoder.push(&chunk, &mut events).map_err(|e| protocol(e.to_string()))?;
+                    decoder
+                        .push(&chunk, &mut events)
+                        .map_err(|e| protocol(e.to_string()))?;
                     false
                 }
                 Some(Err(e)) => return Err(transport_error(&e)),
                 None => {
-                    decoder.finish(&mut events).map_err(|e| protocol(e.to_string()))?;
+                    decoder
+                        .finish(&mut events)
+                        .map_err(|e| protocol(e.to_string()))?;
                     true
                 }
             };
@@ -841,11 +857,17 @@ fn bounded_history(transcript: &[Item], limit: usize) -> Vec<Item> {
             .iter()
             .position(|i| matches!(i, Item::User { .. }))
             .map_or(transcript.len(), |p| start + 1 + p);
-        size -= transcript[start..next].iter().map(Item::size).sum::<usize>();
+        size -= transcript[start..next]
+            .iter()
+            .map(Item::size)
+            .sum::<usize>();
         start = next;
     }
     if start > 0 {
-        tracing::debug!(dropped = start, "the conversation's history was trimmed to its bound");
+        tracing::debug!(
+            dropped = start,
+            "the conversation's history was trimmed to its bound"
+        );
     }
     transcript[start..].to_vec()
 }
@@ -1022,9 +1044,19 @@ mod tests {
 
     #[test]
     fn history_keeps_the_newest_whole_turns_within_its_bound() {
-        let transcript = [user("aaaa"), reply("bbbb"), user("cc"), reply("dd"), user("e"), reply("f")];
+        let transcript = [
+            user("aaaa"),
+            reply("bbbb"),
+            user("cc"),
+            reply("dd"),
+            user("e"),
+            reply("f"),
+        ];
         assert_eq!(bounded_history(&transcript, 1000).len(), 6);
-        assert_eq!(bounded_history(&transcript, 6), [user("cc"), reply("dd"), user("e"), reply("f")]);
+        assert_eq!(
+            bounded_history(&transcript, 6),
+            [user("cc"), reply("dd"), user("e"), reply("f")]
+        );
         assert_eq!(bounded_history(&transcript, 2), [user("e"), reply("f")]);
         assert!(bounded_history(&transcript, 1).is_empty());
     }

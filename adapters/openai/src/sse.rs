@@ -53,7 +53,11 @@ pub(crate) struct SseDecoder {
 
 impl SseDecoder {
     /// Decodes `chunk`, appending the events it completes to `out`.
-    pub(crate) fn push(&mut self, mut chunk: &[u8], out: &mut Vec<SseEvent>) -> Result<(), SseError> {
+    pub(crate) fn push(
+        &mut self,
+        mut chunk: &[u8],
+        out: &mut Vec<SseEvent>,
+    ) -> Result<(), SseError> {
         while !chunk.is_empty() {
             if self.skip_lf {
                 self.skip_lf = false;
@@ -136,7 +140,8 @@ impl SseDecoder {
         if !std::mem::take(&mut self.has_data) {
             return Ok(());
         }
-        let data = String::from_utf8(std::mem::take(&mut self.data)).map_err(|_| SseError::NotUtf8)?;
+        let data =
+            String::from_utf8(std::mem::take(&mut self.data)).map_err(|_| SseError::NotUtf8)?;
         out.push(SseEvent { event, data });
         Ok(())
     }
@@ -187,7 +192,12 @@ mod tests {
         let whole = decode(&[stream]).unwrap();
         assert_eq!(
             whole,
-            [ev(Some("a"), "one"), ev(None, "two"), ev(None, "three"), ev(None, "[DONE]")]
+            [
+                ev(Some("a"), "one"),
+                ev(None, "two"),
+                ev(None, "three"),
+                ev(None, "[DONE]")
+            ]
         );
         for split in 0..stream.len() {
             let (a, b) = stream.split_at(split);
@@ -199,7 +209,10 @@ mod tests {
 
     #[test]
     fn an_event_without_its_blank_line_is_dropped_at_the_end() {
-        assert_eq!(decode(&[b"data: done\n\ndata: cut"]).unwrap(), [ev(None, "done")]);
+        assert_eq!(
+            decode(&[b"data: done\n\ndata: cut"]).unwrap(),
+            [ev(None, "done")]
+        );
     }
 
     #[test]

@@ -93,7 +93,10 @@ impl RoundRequest<'_> {
         match self.api {
             Api::ChatCompletions => {
                 body.insert("stream_options".into(), json!({"include_usage": true}));
-                body.insert("messages".into(), chat_messages(self.instructions, transcript));
+                body.insert(
+                    "messages".into(),
+                    chat_messages(self.instructions, transcript),
+                );
                 if !self.functions.is_empty() {
                     let tools: Vec<Value> = self
                         .functions
@@ -274,7 +277,7 @@ impl Round {
             return Err(provider_error(error));
         }
         if let Some(usage) = value.get("usage").filter(|u| u.is_object()) {
-            pieces.push(Piece::Usage(chat_usage(usage)));
+            push_usage(chat_usage(usage), pieces);
         }
         let Some(choice) = value
             .get("choices")
@@ -285,11 +288,19 @@ impl Round {
         };
         if let Some(delta) = choice.get("delta") {
             for field in ["reasoning_content", "reasoning"] {
-                if let Some(text) = delta.get(field).and_then(Value::as_str).filter(|t| !t.is_empty()) {
+                if let Some(text) = delta
+                    .get(field)
+                    .and_then(Value::as_str)
+                    .filter(|t| !t.is_empty())
+                {
                     pieces.push(Piece::Reasoning(text.to_owned()));
                 }
             }
-            if let Some(text) = delta.get("content").and_then(Value::as_str).filter(|t| !t.is_empty()) {
+            if let Some(text) = delta
+                .get("content")
+                .and_then(Value::as_str)
+                .filter(|t| !t.is_empty())
+            {
                 self.push_text(text, pieces)?;
             }
             if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
@@ -303,10 +314,14 @@ impl Round {
                     if let Some(id) = call.get("id").and_then(Value::as_str) {
                         id.clone_into(&mut assembling.id);
                     }
-                    if let Some(name) = function.and_then(|f| f.get("name")).and_then(Value::as_str) {
+                    if let Some(name) = function.and_then(|f| f.get("name")).and_then(Value::as_str)
+                    {
                         name.clone_into(&mut assembling.name);
                     }
-                    if let Some(args) = function.and_then(|f| f.get("arguments")).and_then(Value::as_str) {
+                    if let Some(args) = function
+                        .and_then(|f| f.get("arguments"))
+                        .and_then(Value::as_str)
+                    {
                         append_arguments(assembling, args)?;
                     }
                 }
@@ -350,7 +365,10 @@ impl Round {
                 if let Some(name) = item.get("name").and_then(Value::as_str) {
                     name.clone_into(&mut assembling.name);
                 }
-                let arguments = item.get("arguments").and_then(Value::as_str).unwrap_or_default();
+                let arguments = item
+                    .get("arguments")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
                 if kind == "response.output_item.done" || !arguments.is_empty() {
                     assembling.arguments.clear();
                     append_arguments(assembling, arguments)?;
@@ -370,9 +388,10 @@ impl Round {
             "response.completed" | "response.incomplete" => {
                 let response = value.get("response").unwrap_or(&Value::Null);
                 if let Some(usage) = response.get("usage").filter(|u| u.is_object()) {
-                    pieces.push(Piece::Usage(responses_usage(usage)));
+                    push_usage(responses_usage(usage), pieces);
                 }
-                let incomplete = kind == "response.incomplete" || response["status"] == "incomplete";
+                let incomplete =
+                    kind == "response.incomplete" || response["status"] == "incomplete";
                 self.finish = Some(if incomplete { "length" } else { "stop" }.to_owned());
                 self.done = true;
             }
@@ -435,7 +454,11 @@ impl Round {
             if c.name.is_empty() {
                 return Err(protocol("the model made a tool call without a tool name"));
             }
-            let id = if c.id.is_empty() { format!("call_{n}") } else { c.id };
+            let id = if c.id.is_empty() {
+                format!("call_{n}")
+            } else {
+                c.id
+            };
             calls.push(Call {
                 id,
                 name: c.name,
@@ -454,6 +477,13 @@ fn append_arguments(call: &mut Assembling, delta: &str) -> Result<(), HarnessErr
     }
     call.arguments.push_str(delta);
     Ok(())
+}
+
+/// A round's usage, unless it says nothing (a server that reports zeros).
+fn push_usage(usage: Usage, pieces: &mut Vec<Piece>) {
+    if usage != Usage::default() {
+        pieces.push(Piece::Usage(usage));
+    }
 }
 
 fn count(value: &Value, path: &[&str]) -> u64 {
@@ -494,7 +524,13 @@ pub(crate) fn cut_short() -> HarnessError {
 mod tests {
     use super::*;
 
-    fn run(api: Api, events: &[(Option<&str>, &str)]) -> (Vec<Piece>, Result<(String, Vec<Call>), HarnessError>, Option<String>) {
+    type Ran = (
+        Vec<Piece>,
+        Result<(String, Vec<Call>), HarnessError>,
+        Option<String>,
+    );
+
+    fn run(api: Api, events: &[(Option<&str>, &str)]) -> Ran {
         let mut round = Round::new(api);
         let mut pieces = Vec::new();
         for (name, data) in events {
@@ -527,7 +563,12 @@ mod tests {
             [
                 Piece::Reasoning("think".into()),
                 Piece::Text("Let me check.".into()),
-                Piece::Usage(Usage { input_tokens: 7, output_tokens: 5, reasoning_tokens: 2, cached_input_tokens: 0 }),
+                Piece::Usage(Usage {
+                    input_tokens: 7,
+                    output_tokens: 5,
+                    reasoning_tokens: 2,
+                    cached_input_tokens: 0
+                }),
             ]
         );
         let (text, calls) = parts.unwrap();
@@ -535,8 +576,16 @@ mod tests {
         assert_eq!(
             calls,
             [
-                Call { id: "call_a".into(), name: "get_weather".into(), arguments: r#"{"city":"Paris"}"#.into() },
-                Call { id: "call_b".into(), name: "get_time".into(), arguments: "{}".into() },
+                Call {
+                    id: "call_a".into(),
+                    name: "get_weather".into(),
+                    arguments: r#"{"city":"Paris"}"#.into()
+                },
+                Call {
+                    id: "call_b".into(),
+                    name: "get_time".into(),
+                    arguments: "{}".into()
+                },
             ]
         );
         assert_eq!(finish.as_deref(), Some("tool_calls"));
@@ -545,14 +594,38 @@ mod tests {
     #[test]
     fn responses_text_reasoning_calls_and_usage() {
         let events = [
-            (Some("response.created"), r#"{"type":"response.created","response":{}}"#),
-            (Some("response.reasoning_summary_text.delta"), r#"{"type":"response.reasoning_summary_text.delta","delta":"2+2"}"#),
-            (Some("response.output_text.delta"), r#"{"type":"response.output_text.delta","delta":"Hi"}"#),
-            (Some("response.output_item.added"), r#"{"type":"response.output_item.added","item":{"type":"function_call","id":"fc-1","call_id":"call_w1","name":"get_weather","arguments":""}}"#),
-            (Some("response.function_call_arguments.delta"), r#"{"type":"response.function_call_arguments.delta","item_id":"fc-1","delta":"{\"city\""}"#),
-            (Some("response.function_call_arguments.delta"), r#"{"type":"response.function_call_arguments.delta","item_id":"fc-1","delta":":\"Paris\"}"}"#),
-            (Some("response.output_item.done"), r#"{"type":"response.output_item.done","item":{"type":"function_call","id":"fc-1","call_id":"call_w1","name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}"#),
-            (Some("response.completed"), r#"{"type":"response.completed","response":{"status":"completed","usage":{"input_tokens":11,"output_tokens":5,"input_tokens_details":{"cached_tokens":3}}}}"#),
+            (
+                Some("response.created"),
+                r#"{"type":"response.created","response":{}}"#,
+            ),
+            (
+                Some("response.reasoning_summary_text.delta"),
+                r#"{"type":"response.reasoning_summary_text.delta","delta":"2+2"}"#,
+            ),
+            (
+                Some("response.output_text.delta"),
+                r#"{"type":"response.output_text.delta","delta":"Hi"}"#,
+            ),
+            (
+                Some("response.output_item.added"),
+                r#"{"type":"response.output_item.added","item":{"type":"function_call","id":"fc-1","call_id":"call_w1","name":"get_weather","arguments":""}}"#,
+            ),
+            (
+                Some("response.function_call_arguments.delta"),
+                r#"{"type":"response.function_call_arguments.delta","item_id":"fc-1","delta":"{\"city\""}"#,
+            ),
+            (
+                Some("response.function_call_arguments.delta"),
+                r#"{"type":"response.function_call_arguments.delta","item_id":"fc-1","delta":":\"Paris\"}"}"#,
+            ),
+            (
+                Some("response.output_item.done"),
+                r#"{"type":"response.output_item.done","item":{"type":"function_call","id":"fc-1","call_id":"call_w1","name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}"#,
+            ),
+            (
+                Some("response.completed"),
+                r#"{"type":"response.completed","response":{"status":"completed","usage":{"input_tokens":11,"output_tokens":5,"input_tokens_details":{"cached_tokens":3}}}}"#,
+            ),
         ];
         let (pieces, parts, finish) = run(Api::Responses, &events);
         assert_eq!(
@@ -560,25 +633,59 @@ mod tests {
             [
                 Piece::Reasoning("2+2".into()),
                 Piece::Text("Hi".into()),
-                Piece::Usage(Usage { input_tokens: 11, output_tokens: 5, reasoning_tokens: 0, cached_input_tokens: 3 }),
+                Piece::Usage(Usage {
+                    input_tokens: 11,
+                    output_tokens: 5,
+                    reasoning_tokens: 0,
+                    cached_input_tokens: 3
+                }),
             ]
         );
         let (text, calls) = parts.unwrap();
         assert_eq!(text, "Hi");
-        assert_eq!(calls, [Call { id: "call_w1".into(), name: "get_weather".into(), arguments: r#"{"city":"Paris"}"#.into() }]);
+        assert_eq!(
+            calls,
+            [Call {
+                id: "call_w1".into(),
+                name: "get_weather".into(),
+                arguments: r#"{"city":"Paris"}"#.into()
+            }]
+        );
         assert_eq!(finish.as_deref(), Some("stop"));
     }
 
     #[test]
     fn errors_in_the_stream_are_the_providers_and_garbage_is_protocol() {
-        let (_, parts, _) = run(Api::ChatCompletions, &[(None, r#"{"error":{"message":"overloaded","type":"server_error"}}"#)]);
+        let (_, parts, _) = run(
+            Api::ChatCompletions,
+            &[(
+                None,
+                r#"{"error":{"message":"overloaded","type":"server_error"}}"#,
+            )],
+        );
         assert_eq!(parts.unwrap_err().category(), ErrorCategory::Unavailable);
-        let (_, parts, _) = run(Api::Responses, &[(None, r#"{"type":"response.failed","response":{"error":{"code":"rate_limit_exceeded","message":"slow down"}}}"#)]);
+        let (_, parts, _) = run(
+            Api::Responses,
+            &[(
+                None,
+                r#"{"type":"response.failed","response":{"error":{"code":"rate_limit_exceeded","message":"slow down"}}}"#,
+            )],
+        );
         assert_eq!(parts.unwrap_err().category(), ErrorCategory::Throttled);
         let (_, parts, _) = run(Api::ChatCompletions, &[(None, "{not json")]);
         assert_eq!(parts.unwrap_err().category(), ErrorCategory::Protocol);
-        let (_, parts, _) = run(Api::ChatCompletions, &[(None, r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{}"}}]}}]}"#)]);
-        assert_eq!(parts.unwrap_err().category(), ErrorCategory::Protocol, "a call without a name");
+        let (_, parts, _) = run(
+            Api::ChatCompletions,
+            &[(
+                None,
+                r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{}"}}]}}]}"#,
+            )],
+        );
+        assert_eq!(
+            parts.unwrap_err().category(),
+            ErrorCategory::Protocol,
+            "a call without a name"
+        );
     }
 
     #[test]
@@ -587,7 +694,9 @@ mod tests {
         let mut pieces = Vec::new();
         let mut failed = None;
         for i in 0..=MAX_CALLS {
-            let data = format!(r#"{{"choices":[{{"delta":{{"tool_calls":[{{"index":{i},"id":"c{i}","function":{{"name":"t"}}}}]}}}}]}}"#);
+            let data = format!(
+                r#"{{"choices":[{{"delta":{{"tool_calls":[{{"index":{i},"id":"c{i}","function":{{"name":"t"}}}}]}}}}]}}"#
+            );
             if let Err(e) = round.apply(None, &data, &mut pieces) {
                 failed = Some((i, e));
                 break;
@@ -613,27 +722,68 @@ mod tests {
     #[test]
     fn transcripts_become_each_apis_messages() {
         let transcript = [
-            Item::User { text: "weather?".into() },
-            Item::Assistant { text: String::new(), calls: vec![Call { id: "call_1".into(), name: "get_weather".into(), arguments: "{}".into() }] },
-            Item::ToolResult { call_id: "call_1".into(), output: "sunny".into() },
+            Item::User {
+                text: "weather?".into(),
+            },
+            Item::Assistant {
+                text: String::new(),
+                calls: vec![Call {
+                    id: "call_1".into(),
+                    name: "get_weather".into(),
+                    arguments: "{}".into(),
+                }],
+            },
+            Item::ToolResult {
+                call_id: "call_1".into(),
+                output: "sunny".into(),
+            },
         ];
-        let spec = [FunctionSpec { name: "get_weather", description: "Weather.", parameters: &json!({"type": "object"}) }];
-        let request = RoundRequest { api: Api::ChatCompletions, model: "m", instructions: Some("Be brief."), functions: &spec, max_output_tokens: Some(100), temperature: None };
+        let spec = [FunctionSpec {
+            name: "get_weather",
+            description: "Weather.",
+            parameters: &json!({"type": "object"}),
+        }];
+        let request = RoundRequest {
+            api: Api::ChatCompletions,
+            model: "m",
+            instructions: Some("Be brief."),
+            functions: &spec,
+            max_output_tokens: Some(100),
+            temperature: None,
+        };
         let body = request.body(&transcript);
-        assert_eq!(body["messages"][0], json!({"role": "system", "content": "Be brief."}));
-        assert_eq!(body["messages"][2]["tool_calls"][0]["function"]["name"], "get_weather");
+        assert_eq!(
+            body["messages"][0],
+            json!({"role": "system", "content": "Be brief."})
+        );
+        assert_eq!(
+            body["messages"][2]["tool_calls"][0]["function"]["name"],
+            "get_weather"
+        );
         assert_eq!(body["messages"][2]["content"], Value::Null);
-        assert_eq!(body["messages"][3], json!({"role": "tool", "tool_call_id": "call_1", "content": "sunny"}));
+        assert_eq!(
+            body["messages"][3],
+            json!({"role": "tool", "tool_call_id": "call_1", "content": "sunny"})
+        );
         assert_eq!(body["tools"][0]["function"]["name"], "get_weather");
         assert_eq!(body["max_tokens"], 100);
         assert_eq!(body["stream_options"]["include_usage"], true);
 
-        let request = RoundRequest { api: Api::Responses, ..request };
+        let request = RoundRequest {
+            api: Api::Responses,
+            ..request
+        };
         let body = request.body(&transcript);
         assert_eq!(body["instructions"], "Be brief.");
         assert_eq!(body["store"], false);
-        assert_eq!(body["input"][1], json!({"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": "{}"}));
-        assert_eq!(body["input"][2], json!({"type": "function_call_output", "call_id": "call_1", "output": "sunny"}));
+        assert_eq!(
+            body["input"][1],
+            json!({"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": "{}"})
+        );
+        assert_eq!(
+            body["input"][2],
+            json!({"type": "function_call_output", "call_id": "call_1", "output": "sunny"})
+        );
         assert_eq!(body["tools"][0]["name"], "get_weather");
         assert_eq!(body["max_output_tokens"], 100);
     }
