@@ -12,8 +12,14 @@ use harness_core::error::{ErrorCategory, ErrorCode};
 use harness_core::event::{CancelReason, EventPayload, ToolCallOutcome};
 use harness_core::manifest::Describe;
 use harness_core::service::{CancelStatus, ExecutionRequest, Outcome};
-use serde_json::Value;
+use std::sync::atomic::Ordering::SeqCst;
+use std::time::Duration;
 
+use harness_core::tool::{CallerCredentials, Credential};
+use serde_json::{Value, json};
+
+use crate::probe::Observed;
+use crate::tools::{self, Seen};
 use crate::{Behaviour, Fixture, FixtureOutcome, Group, Knobs, SUITE_VERSION};
 use crate::{observe, probe, replicas, sequences, sessions};
 
@@ -114,6 +120,12 @@ pub static FIXTURES: &[Fixture] = &[
         Tools,
         [InterruptToolApproval, InterruptMultiTool],
         "each call of one approval gets its own decision"
+    ),
+    fixture!(
+        "tool.cancellation",
+        Tools,
+        [ToolCancellation],
+        "cancelling the execution stops a tool call in flight"
     ),
     fixture!(
         "mcp.partial_failure",
@@ -329,8 +341,6 @@ const ONE_APPROVAL: Behaviour = Behaviour::ToolApproval {
 
 /// Fixtures this suite version cannot test even when the capability is declared.
 const UNCERTIFIABLE: &[&str] = &[
-    "mcp.partial_failure",
-    "mcp.caller_credential_isolation",
     "files.modalities",
     "skills.missing_blocked",
     "subagents.nested",
@@ -491,17 +501,48 @@ async fn body<Kn: Knobs>(knobs: &Kn, id: &str) -> Result<Verdict, Skip> {
         "stream.segment_protocol" => segment_protocol(knobs).await,
         "tool.success" => {
             let r = req(knobs, Behaviour::ToolSuccess)?;
-            tool_outcome(knobs, r, "success", |o| {
-                matches!(o, ToolCallOutcome::Success { .. })
-            })
+            let ran = |seen: &Seen, obs: &Observed| {
+                suite_call(seen.echo.load(SeqCst), tools::ECHO)?;
+                completed_with(
+                    obs,
+                    &ToolCallOutcome::Success {
+                        output: json!({"echo": "ping"}),
+                    },
+                )
+            };
+            tool_outcome(
+                knobs,
+                r,
+                "success",
+                |o| matches!(o, ToolCallOutcome::Success { .. }),
+                ran,
+            )
             .await
         }
         "tool.error" => {
             let r = req(knobs, Behaviour::ToolError)?;
-            tool_outcome(knobs, r, "failure", |o| {
-                matches!(o, ToolCallOutcome::Failure { .. })
-            })
+            let ran = |seen: &Seen, obs: &Observed| {
+                suite_call(seen.fail.load(SeqCst), tools::FAIL)?;
+                completed_with(
+                    obs,
+                    &ToolCallOutcome::Failure {
+                        message: tools::FAIL_MESSAGE.to_owned(),
+                    },
+                )
+            };
+            tool_outcome(
+                knobs,
+                r,
+                "failure",
+                |o| matches!(o, ToolCallOutcome::Failure { .. }),
+                ran,
+            )
             .await
+        }
+        "tool.cancellation" => tool_cancellation(knobs, req(knobs, Behaviour::ToolSlow)?).await,
+        "mcp.partial_failure" => partial_failure(knobs, req(knobs, Behaviour::ProviderTool)?).await,
+        "mcp.caller_credential_isolation" => {
+            credential_isolation(knobs, req(knobs, Behaviour::CredentialTool)?).await
         }
         "tool.approval.approve" => {
             let r = req(knobs, ONE_APPROVAL)?;
@@ -795,14 +836,19 @@ async fn segment_protocol<Kn: Knobs>(knobs: &Kn) -> Verdict {
     ))
 }
 
+/// `tool.success` and `tool.error`: the log shows the call started and completed as
+/// expected; for an adapter that runs portable tools, `ran` checks that the suite's tool
+/// really ran (once) and that its result is what the log reports.
 async fn tool_outcome<Kn: Knobs>(
     knobs: &Kn,
     request: ExecutionRequest,
     what: &str,
     is: impl Fn(&ToolCallOutcome) -> bool,
+    ran: impl Fn(&Seen, &Observed) -> Result<(), String>,
 ) -> Verdict {
     let b = knobs.bounds();
-    let obs = probe::run_to_end(&probe::service(knobs.adapter(), b), request, b).await?;
+    let (builder, seen) = probe::tooled(knobs.adapter(), b);
+    let obs = probe::run_to_end(&builder.build(), request, b).await?;
     obs.check_log()?;
     let started = obs.count(|p| matches!(p, EventPayload::ToolCallStarted(_)));
     let completed =
@@ -813,7 +859,176 @@ async fn tool_outcome<Kn: Knobs>(
             obs.kinds().join(" ")
         ));
     }
-    Ok(format!("tool call started and completed with {what}"))
+    match seen {
+        Some(seen) => {
+            ran(&seen, &obs)?;
+            Ok(format!(
+                "the suite's tool ran once and its call completed with {what} as it returned"
+            ))
+        }
+        None => Ok(format!("tool call started and completed with {what}")),
+    }
+}
+
+/// The suite's tool `tool` ran exactly once (`calls` times).
+fn suite_call(calls: usize, tool: &str) -> Result<(), String> {
+    if calls == 1 {
+        Ok(())
+    } else {
+        Err(format!(
+            "the suite's tool {tool} ran {calls} time(s); the adapter was to call it once \
+             (through its handle)"
+        ))
+    }
+}
+
+/// Exactly one `tool.call.completed`, with `outcome`.
+fn completed_with(obs: &Observed, outcome: &ToolCallOutcome) -> Result<(), String> {
+    let done: Vec<&ToolCallOutcome> = obs
+        .events
+        .iter()
+        .filter_map(|e| match e.payload() {
+            EventPayload::ToolCallCompleted(c) => Some(&c.outcome),
+            _ => None,
+        })
+        .collect();
+    if done.as_slice() == [outcome] {
+        Ok(())
+    } else {
+        Err(format!(
+            "the call's completion is {done:?}; the suite's tool returned {outcome:?}"
+        ))
+    }
+}
+
+/// `tool.cancellation`: a call of the suite's [`tools::SLOW`] is in flight when the
+/// execution is cancelled; the run ends `run.cancelled` within the bounds and the tool's
+/// future was dropped (the call was stopped, not left running).
+async fn tool_cancellation<Kn: Knobs>(knobs: &Kn, request: ExecutionRequest) -> Verdict {
+    let b = knobs.bounds();
+    let (builder, seen) = probe::tooled(knobs.adapter(), b);
+    let Some(seen) = seen else {
+        return Err(
+            "the adapter declares tool.cancellation but runs no portable tool: the suite \
+             cannot verify it"
+                .to_owned(),
+        );
+    };
+    let service = builder.build();
+    let handle = probe::start(&service, request).await?;
+    let started = async {
+        while seen.slow_started.load(SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    if tokio::time::timeout(b.run, started).await.is_err() {
+        handle.cancel(CancelReason::new("conformance bound"));
+        return Err(format!(
+            "the suite's tool {} was not called within {:?}",
+            tools::SLOW,
+            b.run
+        ));
+    }
+    handle.cancel(CancelReason::new(
+        "conformance: cancel a tool call in flight",
+    ));
+    let obs = probe::finish(&handle, b).await?;
+    obs.check_log()?;
+    if !matches!(obs.outcome, Outcome::Cancelled(_)) {
+        return Err(format!("the run did not end cancelled: {}", obs.ended()));
+    }
+    let dropped = seen.slow_dropped.load(SeqCst);
+    if dropped != 1 {
+        return Err(format!(
+            "the tool call in flight was not stopped when the execution was cancelled \
+             ({dropped} calls dropped)"
+        ));
+    }
+    Ok("cancelled while the suite's tool ran: run.cancelled, the call stopped".to_owned())
+}
+
+/// `mcp.partial_failure`: with one tool provider down, the run goes on with the others:
+/// `tool.unavailable` names the provider that is down, and the call of the other
+/// provider's tool runs and the run succeeds.
+async fn partial_failure<Kn: Knobs>(knobs: &Kn, request: ExecutionRequest) -> Verdict {
+    let b = knobs.bounds();
+    let (builder, seen) = probe::tooled(knobs.adapter(), b);
+    let Some(seen) = seen else {
+        return Err(
+            "the adapter declares tool.mcp and tool.partial_availability but runs no portable \
+             tool: the suite cannot verify them"
+                .to_owned(),
+        );
+    };
+    let obs = probe::run_to_end(&builder.build(), request, b).await?;
+    obs.check_log()?;
+    let reported =
+        obs.count(|p| matches!(p, EventPayload::ToolUnavailable(u) if u.source == tools::DOWN));
+    if reported != 1 {
+        return Err(format!(
+            "the provider that is down was reported {reported} time(s) as tool.unavailable \
+             (once expected); events: {}",
+            obs.kinds().join(" ")
+        ));
+    }
+    suite_call(seen.up_echo.load(SeqCst), tools::UP_ECHO)?;
+    if !matches!(obs.outcome, Outcome::Succeeded(_)) {
+        return Err(format!(
+            "the run did not go on with the provider that is up: {}",
+            obs.ended()
+        ));
+    }
+    Ok(format!(
+        "{} down, reported tool.unavailable; {} ran; run.succeeded",
+        tools::DOWN,
+        tools::UP_ECHO
+    ))
+}
+
+/// `mcp.caller_credential_isolation`: the caller's credential for one provider reaches
+/// that provider (its tool, which needs it, runs), no other provider, and no event.
+async fn credential_isolation<Kn: Knobs>(knobs: &Kn, mut request: ExecutionRequest) -> Verdict {
+    let b = knobs.bounds();
+    let (builder, seen) = probe::tooled(knobs.adapter(), b);
+    let Some(seen) = seen else {
+        return Err(
+            "the adapter declares tool.caller_credentials but runs no portable tool: the \
+             suite cannot verify it"
+                .to_owned(),
+        );
+    };
+    request
+        .extensions
+        .insert(CallerCredentials::new().with(tools::AUTH, Credential::new(CANARY)));
+    let obs = probe::run_to_end(&builder.build(), request, b).await?;
+    obs.check_log()?;
+    suite_call(seen.whoami.load(SeqCst), tools::WHOAMI)?;
+    let worked = obs.count(|p| {
+        matches!(p, EventPayload::ToolCallCompleted(c) if matches!(c.outcome, ToolCallOutcome::Success { .. }))
+    });
+    if worked != 1 {
+        return Err(
+            "the tool that needs the caller's credential did not succeed: the credential \
+             did not reach it"
+                .to_owned(),
+        );
+    }
+    for (provider, credential) in seen.credentials() {
+        let expected = (provider == tools::AUTH).then_some(CANARY);
+        if credential.as_deref() != expected {
+            return Err(format!(
+                "provider {provider} was given {:?} (expected {expected:?})",
+                credential.map(|_| "a credential")
+            ));
+        }
+    }
+    if let Some(at) = obs.leaks(CANARY) {
+        return Err(format!("the caller's credential reached {at}"));
+    }
+    Ok(format!(
+        "the credential reached {} only (its tool ran); no event holds it",
+        tools::AUTH
+    ))
 }
 
 async fn approval<Kn: Knobs>(
@@ -822,7 +1037,8 @@ async fn approval<Kn: Knobs>(
     decisions: &[DecisionKind],
 ) -> Verdict {
     let b = knobs.bounds();
-    let service = probe::service(knobs.adapter(), b);
+    let (builder, seen) = probe::tooled(knobs.adapter(), b);
+    let service = builder.build();
     let handle = probe::start(&service, request).await?;
     let action = probe::wait_action(&handle, b).await?;
     let ActionKind::ToolApproval(approval) = &action.kind else {
@@ -837,7 +1053,18 @@ async fn approval<Kn: Knobs>(
     }
     let mut answers = Vec::new();
     let mut expect = Vec::new();
+    // What the suite's tool must have run with: the proposed arguments when approved, the
+    // caller's when edited, nothing when rejected.
+    let mut runs = Vec::new();
     for (call, kind) in approval.calls().iter().zip(decisions) {
+        if seen.is_some() && call.tool() != tools::GATED {
+            handle.cancel(CancelReason::new("conformance: not the suite's tool"));
+            return Err(format!(
+                "the approval is for tool {:?}; the adapter was to call the suite's {}",
+                call.tool(),
+                tools::GATED
+            ));
+        }
         if !call.allows(*kind) {
             if *kind == DecisionKind::Edit && decisions.len() == 1 {
                 // Offering edit is the adapter's choice (an ACP permission request cannot carry
@@ -872,12 +1099,20 @@ async fn approval<Kn: Knobs>(
             }
             return Err(format!("call {} does not allow {kind:?}", call.call_id()));
         }
+        let edited = if seen.is_some() {
+            json!({"path": tools::EDITED_PATH})
+        } else {
+            call.arguments().clone()
+        };
+        match kind {
+            DecisionKind::Approve => runs.push(call.arguments().clone()),
+            DecisionKind::Edit => runs.push(edited.clone()),
+            DecisionKind::Reject => {}
+        }
         answers.push(match kind {
             DecisionKind::Approve => ToolDecision::approve(call.call_id().clone()),
             DecisionKind::Reject => ToolDecision::reject(call.call_id().clone()),
-            DecisionKind::Edit => {
-                ToolDecision::edit(call.call_id().clone(), call.arguments().clone())
-            }
+            DecisionKind::Edit => ToolDecision::edit(call.call_id().clone(), edited),
         });
         expect.push((call.call_id().clone(), *kind));
     }
@@ -912,6 +1147,23 @@ async fn approval<Kn: Knobs>(
     }
     if !matches!(obs.outcome, Outcome::Succeeded(_)) {
         return Err(format!("the run did not succeed: {}", obs.ended()));
+    }
+    if let Some(seen) = seen {
+        let key = |v: &Value| v.to_string();
+        let mut ran = seen.gated();
+        ran.sort_by_key(key);
+        runs.sort_by_key(key);
+        if ran != runs {
+            return Err(format!(
+                "the suite's tool ran with {ran:?}; the caller's decisions allowed {runs:?}"
+            ));
+        }
+        return Ok(format!(
+            "{} call(s) of the suite's tool decided {:?}: it ran only as decided, with the \
+             decided arguments",
+            expect.len(),
+            decisions
+        ));
     }
     Ok(format!(
         "{} call(s) decided {:?} and completed accordingly",

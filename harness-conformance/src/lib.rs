@@ -56,6 +56,30 @@
 //!   need a behaviour the knobs cannot produce are reported
 //!   [`FixtureOutcome::NotExercised`] with the reason.
 //!
+//! # Groups 3 and 4: tools that really run
+//!
+//! For an adapter that runs the execution's portable tools (`tool.builtin` with
+//! [`PORTABLE_TOOLS`](harness_core::capability::PORTABLE_TOOLS)), every service the suite
+//! starts offers [the suite's own tools](tools), and the tool fixtures check what the tools
+//! saw, not only what the log says:
+//!
+//! - `tool.success` / `tool.error`: the suite's [`tools::ECHO`] / [`tools::FAIL`] ran exactly
+//!   once, and the call's `tool.call.completed` carries exactly what it returned;
+//! - `tool.approval.*`: the approval is for [`tools::GATED`] (whose policy asks for it); the
+//!   tool ran once per approved call with the proposed arguments, once per edited call with
+//!   the caller's arguments ([`tools::EDITED_PATH`]), never for a rejected one;
+//! - `tool.cancellation`: a call of [`tools::SLOW`] is in flight when the execution is
+//!   cancelled: the run ends `run.cancelled` and the tool's future was dropped;
+//! - `mcp.partial_failure`: with the provider [`tools::DOWN`] down, `tool.unavailable` names
+//!   it once, [`tools::UP_ECHO`] runs, and the run succeeds;
+//! - `mcp.caller_credential_isolation`: the request carries a caller's credential for
+//!   [`tools::AUTH`] (in its extensions): [`tools::WHOAMI`], which needs it, succeeds; no
+//!   other provider got it; no event holds it.
+//!
+//! For another adapter (an agent that runs its own tools), the tool fixtures check the log
+//! alone, and the cancellation and MCP fixtures need their capabilities declared
+//! unsupported (refused at preflight).
+//!
 //! # Group 5: sessions
 //!
 //! - `session.restart`: restart releases the runtime's clients and the next segment still runs;
@@ -145,6 +169,7 @@ mod replicas;
 mod report;
 mod sequences;
 mod sessions;
+pub mod tools;
 
 pub use report::{FixtureResult, GATE_EVALUATED, Report};
 
@@ -161,12 +186,16 @@ pub enum Behaviour {
     StreamReasoning,
     /// Report token usage, then succeed.
     StreamUsage,
-    /// Run one tool call that succeeds, then succeed.
+    /// Run one tool call that succeeds, then succeed. An adapter that runs portable tools
+    /// calls the suite's [`tools::ECHO`] with [`tools::arguments`].
     ToolSuccess,
-    /// Run one tool call that fails, then end the run.
+    /// Run one tool call that fails, then end the run. An adapter that runs portable tools
+    /// calls the suite's [`tools::FAIL`].
     ToolError,
     /// Pause on a tool approval over `calls` calls (ids distinct), then complete each call as
-    /// decided and succeed. With `editable`, every call allows the `edit` decision.
+    /// decided and succeed. With `editable`, every call allows the `edit` decision. An
+    /// adapter that runs portable tools calls the suite's [`tools::GATED`] `calls` times
+    /// (its policy asks for the approval).
     ToolApproval {
         /// How many calls the approval covers (at least 1).
         calls: usize,
@@ -219,6 +248,15 @@ pub enum Behaviour {
     /// A later turn of a conversation: stream, as message text, what an earlier turn of the
     /// same conversation asked to remember (nothing if none), then succeed.
     Recall,
+    /// Call the suite's [`tools::SLOW`] (which runs until cancelled), then succeed if it
+    /// ever returns. For `tool.cancellation`.
+    ToolSlow,
+    /// Call [`tools::UP_ECHO`], the tool of a provider that is up while another
+    /// ([`tools::DOWN`]) is down, then succeed. For `mcp.partial_failure`.
+    ProviderTool,
+    /// Call [`tools::WHOAMI`], whose provider takes the caller's credential, then succeed.
+    /// For `mcp.caller_credential_isolation`.
+    CredentialTool,
 }
 
 impl fmt::Display for Behaviour {
@@ -244,6 +282,9 @@ impl fmt::Display for Behaviour {
             Self::EmitSecret { .. } => f.write_str("EmitSecret"),
             Self::Remember { .. } => f.write_str("Remember"),
             Self::Recall => f.write_str("Recall"),
+            Self::ToolSlow => f.write_str("ToolSlow"),
+            Self::ProviderTool => f.write_str("ProviderTool"),
+            Self::CredentialTool => f.write_str("CredentialTool"),
         }
     }
 }

@@ -67,6 +67,16 @@ pub(crate) async fn direct<A: HarnessAdapter>(
     bounds: Bounds,
 ) -> Result<Direct, String> {
     let execution_id = ExecutionId::generate();
+    let cancellation = tokio_util::sync::CancellationToken::new();
+    // An adapter that runs portable tools gets the suite's, as a service would give them.
+    let tools = if adapter.descriptor().capabilities().runs_portable_tools() {
+        let (set, _) = crate::tools::suite();
+        set.resolve(None, &execution_id, None, &cancellation)
+            .await
+            .handles
+    } else {
+        Vec::new()
+    };
     let context = RuntimeContext {
         contract_version: ContractVersion::V1,
         adapter: adapter.descriptor().id().clone(),
@@ -78,10 +88,10 @@ pub(crate) async fn direct<A: HarnessAdapter>(
         },
         binding: None,
         prompt: None,
-        tools: Vec::new(),
+        tools,
         limits: RunLimits::default(),
         thread_state: None,
-        cancellation: tokio_util::sync::CancellationToken::new(),
+        cancellation,
     };
     let runtime = hook("create_runtime", bounds.grace, move || {
         adapter.create_runtime(context)
@@ -228,7 +238,26 @@ pub(crate) fn builder<A: HarnessAdapter>(
     adapter: A,
     bounds: Bounds,
 ) -> harness_core::service::AdapterServiceBuilder<A, tower::layer::util::Identity> {
-    AdapterService::builder(adapter).config(config(bounds))
+    tooled(adapter, bounds).0
+}
+
+/// [`builder`], and what the suite's tools see: an adapter that runs the execution's
+/// portable tools gets [the suite's](crate::tools) (`None` for another).
+pub(crate) fn tooled<A: HarnessAdapter>(
+    adapter: A,
+    bounds: Bounds,
+) -> (
+    harness_core::service::AdapterServiceBuilder<A, tower::layer::util::Identity>,
+    Option<Arc<crate::tools::Seen>>,
+) {
+    let portable = adapter.descriptor().capabilities().runs_portable_tools();
+    let builder = AdapterService::builder(adapter).config(config(bounds));
+    if portable {
+        let (tools, seen) = crate::tools::suite();
+        (builder.tools(tools), Some(seen))
+    } else {
+        (builder, None)
+    }
 }
 
 fn config(bounds: Bounds) -> ServiceConfig {

@@ -205,13 +205,15 @@ const AHEAD: usize = 64;
     capability(
         "runtime.restart",
         native,
-        explanation = "the runtime holds no connection between segments: restart drops the turn \
-            in progress, and the history stays in the thread state",
+        explanation = "restart drops the runtime's HTTP client (its connections) and the turn in \
+            progress; the next segment makes a new client, and the history stays in the \
+            thread state",
     ),
     capability(
         "runtime.bounded_cleanup",
         native,
-        explanation = "cleanup cancels the turn in progress; nothing else is held",
+        explanation = "cleanup cancels the turn in progress and drops the HTTP client with its \
+            connections",
     ),
     capability(
         "runtime.lease_fencing",
@@ -221,7 +223,6 @@ const AHEAD: usize = 64;
 )]
 pub struct OpenAiAdapter {
     profiles: Arc<BTreeMap<String, Arc<Profile>>>,
-    client: reqwest::Client,
 }
 
 impl fmt::Debug for OpenAiAdapter {
@@ -242,16 +243,11 @@ impl OpenAiAdapter {
     /// The adapter with `endpoint` as [`DEFAULT_ENDPOINT`].
     ///
     /// # Errors
-    /// `configuration` (`OPTIONS_INVALID`) when [`Endpoint::check`] refuses it, its
-    /// `apiKeyEnv` is not set, or the HTTP client cannot be built.
+    /// `configuration` (`OPTIONS_INVALID`) when [`Endpoint::check`] refuses it or its
+    /// `apiKeyEnv` is not set.
     pub fn new(endpoint: Endpoint) -> Result<Self, HarnessError> {
-        let client = reqwest::Client::builder()
-            .connect_timeout(Duration::from_millis(endpoint.connect_timeout_ms))
-            .build()
-            .map_err(|e| invalid(format!("the HTTP client cannot be built: {e}")))?;
         let adapter = Self {
             profiles: Arc::new(BTreeMap::new()),
-            client,
         };
         adapter.with_endpoint(DEFAULT_ENDPOINT, endpoint)
     }
@@ -358,7 +354,7 @@ impl HarnessAdapter for OpenAiAdapter {
                     profile,
                     model,
                     temperature,
-                    client: self.client.clone(),
+                    client: Mutex::new(None),
                     prompt: context.prompt,
                     tools: context.tools,
                     names,
@@ -443,7 +439,9 @@ struct OpenAiRuntime {
     profile: Arc<Profile>,
     model: String,
     temperature: Option<f64>,
-    client: reqwest::Client,
+    /// The HTTP client, made on first use and dropped by `restart` and `cleanup`. Each round
+    /// has a connection of its own (`Connection: close`).
+    client: Mutex<Option<reqwest::Client>>,
     /// The execution's rendered prompt, after the operator's instructions.
     prompt: Option<String>,
     tools: Vec<ToolHandle>,
@@ -718,10 +716,14 @@ impl OpenAiRuntime {
         .body(transcript);
         let body = serde_json::to_vec(&body).map_err(|e| protocol(e.to_string()))?;
         let mut request = self
-            .client
+            .client()?
             .post(endpoint.url())
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .header(reqwest::header::ACCEPT, "text/event-stream")
+            // One connection per round, closed with it: nothing of a round (a pooled
+            // connection, the task that returns it to a pool) outlives it, so everything the
+            // HTTP stack does happens inside the execution, and cleanup holds no socket.
+            .header(reqwest::header::CONNECTION, "close")
             .body(body);
         if let Some(key) = &self.profile.key {
             request = request.bearer_auth(key);
@@ -801,6 +803,23 @@ impl OpenAiRuntime {
             return Err(cut_short());
         }
         round.into_parts()
+    }
+
+    /// The runtime's HTTP client (made now if there is none).
+    fn client(&self) -> Result<reqwest::Client, HarnessError> {
+        let mut client = lock(&self.client);
+        if let Some(client) = &*client {
+            return Ok(client.clone());
+        }
+        let made = reqwest::Client::builder()
+            .connect_timeout(Duration::from_millis(self.endpoint().connect_timeout_ms))
+            .build()
+            .map_err(|e| {
+                HarnessError::new(ErrorCategory::Internal, "the HTTP client cannot be built")
+                    .with_diagnostic(e.to_string())
+            })?;
+        *client = Some(made.clone());
+        Ok(made)
     }
 
     /// `future`, unless the execution is cancelled or it takes longer than `quiet`.
@@ -979,6 +998,7 @@ impl HarnessRuntime for OpenAiRuntime {
             // runtime starts its next turn afresh (the history is in the thread state).
             *self.turn.lock().await = Turn::default();
             *lock(&self.pending) = None;
+            *lock(&self.client) = None;
             Ok(())
         })
     }
@@ -986,6 +1006,7 @@ impl HarnessRuntime for OpenAiRuntime {
     fn cleanup(&self) -> BoxFuture<'_, ()> {
         self.cancellation.cancel();
         *lock(&self.pending) = None;
+        *lock(&self.client) = None;
         Box::pin(async {})
     }
 }

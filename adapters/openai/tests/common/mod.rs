@@ -107,6 +107,32 @@ impl Mock {
     }
 }
 
+impl Mock {
+    /// Replaces its fixtures with `fixtures` (first match wins), over plain blocking HTTP:
+    /// for callers that are not async (a conformance knob building its request).
+    pub fn set_fixtures_blocking(&self, fixtures: &[Value]) {
+        let address = self.url.trim_start_matches("http://").to_owned();
+        let send = |method: &str, body: &str| {
+            use std::io::{Read, Write};
+            let mut stream = std::net::TcpStream::connect(&address).unwrap();
+            write!(
+                stream,
+                "{method} /__aimock/fixtures HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            )
+            .unwrap();
+            let mut answer = String::new();
+            stream.read_to_string(&mut answer).unwrap();
+            assert!(
+                answer.starts_with("HTTP/1.1 200"),
+                "aimock refused {method}: {answer}"
+            );
+        };
+        send("DELETE", "");
+        send("POST", &json!({"fixtures": fixtures}).to_string());
+    }
+}
+
 impl Drop for Mock {
     fn drop(&mut self) {
         let _ = self.child.kill();
