@@ -42,10 +42,15 @@ struct Input {
     n: u64,
 }
 
-fn tool() -> FnTool<Input, impl Fn(Input, ToolCallContext) -> std::future::Ready<Result<u64, String>> + Send + Sync + 'static> {
-    FnTool::new("bench.double".parse().unwrap(), "Doubles a number.", |i: Input, _| {
-        std::future::ready(Ok::<_, String>(i.n * 2))
-    })
+fn tool() -> FnTool<
+    Input,
+    impl Fn(Input, ToolCallContext) -> std::future::Ready<Result<u64, String>> + Send + Sync + 'static,
+> {
+    FnTool::new(
+        "bench.double".parse().unwrap(),
+        "Doubles a number.",
+        |i: Input, _| std::future::ready(Ok::<_, String>(i.n * 2)),
+    )
     .unwrap()
 }
 
@@ -98,7 +103,8 @@ async fn model(rounds: usize, calls: usize, name: String) -> String {
                                    "function": {"name": &*name, "arguments": format!("{{\"n\":{i}}}")}})
                         })
                         .collect();
-                    let chunk = json!({"choices": [{"index": 0, "delta": {"tool_calls": tool_calls}}]});
+                    let chunk =
+                        json!({"choices": [{"index": 0, "delta": {"tool_calls": tool_calls}}]});
                     sse.push_str(&format!("data: {chunk}\n\n"));
                     let end = json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]});
                     sse.push_str(&format!("data: {end}\n\n"));

@@ -1,0 +1,10 @@
+#![doc = include_str!("../README.md")]
+
+mod config;
+mod names;
+mod provider;
+
+pub use config::{
+    CallerCredential, DEFAULT_CONNECT_TIMEOUT_MS, MAX_TOOLS, McpServer, McpTransport,
+};
+pub use provider::{McpProvider, providers};
