@@ -497,6 +497,20 @@ pub(crate) async fn check_refused<A: HarnessAdapter>(
     unusable: &[CapabilityKey],
     grace: Duration,
 ) -> Result<(), String> {
+    // Preflight refuses on the descriptor before any provider work (`evaluate` may start
+    // an agent): when the descriptor itself rules some of the capabilities out, the refusal
+    // must name those; when it declares them all, `evaluate` narrowed them, and the refusal
+    // must name them all.
+    let by_descriptor: Vec<CapabilityKey> = unusable
+        .iter()
+        .copied()
+        .filter(|k| !adapter.descriptor().capabilities().level(*k).is_usable())
+        .collect();
+    let must_name = if by_descriptor.is_empty() {
+        unusable.to_vec()
+    } else {
+        by_descriptor
+    };
     // The spy counts the runtimes created (to prove "no provider work").
     let spy = Spy::default();
     let adapter = spy.wrap(adapter);
@@ -527,7 +541,7 @@ pub(crate) async fn check_refused<A: HarnessAdapter>(
             e.message()
         )),
         Err(e) => {
-            if let Some(missing) = unusable.iter().find(|k| !e.message().contains(k.as_str())) {
+            if let Some(missing) = must_name.iter().find(|k| !e.message().contains(k.as_str())) {
                 return Err(format!(
                     "preflight's refusal does not name {}: {}",
                     missing.as_str(),

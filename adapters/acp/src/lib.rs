@@ -47,8 +47,8 @@ mod setup;
 pub use client::fuzz_wire;
 pub use client::{INBOUND_BYTES, INBOUND_LIMIT, READ_LIMIT, REPLAY_SETTLE_LIMIT};
 pub use options::{
-    ASKING_MODES, AcpAgent, AcpOptions, ApprovalPolicy, ConfigValue, DEFAULT_CANCEL_GRACE_MS,
-    DEFAULT_REPLAY_QUIET_MS, FileAccess,
+    ASKING_MODES, AcpAgent, AcpMcpServer, AcpMcpTransport, AcpOptions, ApprovalPolicy, ConfigValue,
+    DEFAULT_CANCEL_GRACE_MS, DEFAULT_REPLAY_QUIET_MS, FileAccess,
 };
 pub use runtime::{
     ADAPTER_ID, AcpAdapter, DEFAULT_AGENT, MAX_AGENT_NAME, NAMESPACE, PROBE_TIMEOUT, Stats,

@@ -166,6 +166,148 @@ pub struct AcpAgent {
     /// continued conversation waits this long before its prompt is sent.
     #[serde(default = "default_replay_quiet")]
     pub replay_quiet_ms: u64,
+    /// MCP servers the agent's sessions get (`mcpServers` of `session/new` and
+    /// `session/load`): the agent connects to them and offers their tools to its model. An
+    /// HTTP server needs an agent that negotiates `mcpCapabilities.http` (the start fails
+    /// saying so otherwise). Header and variable values are never printed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mcp_servers: Vec<AcpMcpServer>,
+}
+
+/// An MCP server forwarded to an ACP agent, which starts or reaches it itself.
+///
+/// ```
+/// use harness_acp::AcpMcpServer;
+/// let server: AcpMcpServer = serde_json::from_value(serde_json::json!({
+///     "name": "everything",
+///     "transport": {"stdio": {"command": ["node", "/srv/mcp/everything.js", "stdio"], "env": {"LOG": "quiet"}}}
+/// })).unwrap();
+/// assert_eq!(server.name, "everything");
+/// assert!(!format!("{server:?}").contains("quiet"));
+/// ```
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AcpMcpServer {
+    /// The server's name, as the agent shows it (non-empty, unique per agent).
+    pub name: String,
+    /// How the agent reaches it.
+    pub transport: AcpMcpTransport,
+}
+
+/// How an ACP agent reaches a forwarded MCP server.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub enum AcpMcpTransport {
+    /// A program the agent starts (over its stdio).
+    Stdio {
+        /// The program and its arguments.
+        command: Vec<String>,
+        /// Variables the agent sets for it.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        env: BTreeMap<String, String>,
+    },
+    /// A streamable-HTTP server.
+    Http {
+        /// Its URL.
+        url: String,
+        /// Headers the agent sends.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        headers: BTreeMap<String, String>,
+    },
+}
+
+impl fmt::Debug for AcpMcpServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AcpMcpServer")
+            .field("name", &self.name)
+            .field("transport", &self.transport)
+            .finish()
+    }
+}
+
+impl fmt::Debug for AcpMcpTransport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Stdio { command, env } => f
+                .debug_struct("Stdio")
+                .field("command", command)
+                .field("env", &env.keys().collect::<Vec<_>>())
+                .finish(),
+            Self::Http { url, headers } => f
+                .debug_struct("Http")
+                .field("url", url)
+                .field("headers", &headers.keys().collect::<Vec<_>>())
+                .finish(),
+        }
+    }
+}
+
+impl AcpMcpServer {
+    /// A stdio server the agent starts with `command`.
+    #[must_use]
+    pub fn stdio(
+        name: impl Into<String>,
+        command: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            transport: AcpMcpTransport::Stdio {
+                command: command.into_iter().map(Into::into).collect(),
+                env: BTreeMap::new(),
+            },
+        }
+    }
+
+    /// A streamable-HTTP server at `url`.
+    #[must_use]
+    pub fn http(name: impl Into<String>, url: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            transport: AcpMcpTransport::Http {
+                url: url.into(),
+                headers: BTreeMap::new(),
+            },
+        }
+    }
+
+    /// Whether the agent reaches it over HTTP.
+    #[must_use]
+    pub fn is_http(&self) -> bool {
+        matches!(self.transport, AcpMcpTransport::Http { .. })
+    }
+
+    fn check(&self) -> Result<(), HarnessError> {
+        if self.name.trim().is_empty() {
+            return Err(invalid_agent(
+                "an MCP server in `mcpServers` has an empty name",
+            ));
+        }
+        match &self.transport {
+            AcpMcpTransport::Stdio { command, env } => {
+                if command.first().is_none_or(|p| p.is_empty()) {
+                    return Err(invalid_agent(&format!(
+                        "MCP server `{}` has an empty command",
+                        self.name
+                    )));
+                }
+                if let Some(bad) = env.keys().find(|n| n.is_empty() || n.contains('=')) {
+                    return Err(invalid_agent(&format!(
+                        "MCP server `{}` sets an invalid variable name {bad:?}",
+                        self.name
+                    )));
+                }
+            }
+            AcpMcpTransport::Http { url, .. } => {
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    return Err(invalid_agent(&format!(
+                        "MCP server `{}`: {url:?} is not an http:// or https:// URL",
+                        self.name
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 impl fmt::Debug for AcpAgent {
@@ -184,6 +326,7 @@ impl fmt::Debug for AcpAgent {
             .field("config_options", &self.config_options)
             .field("caller_config_options", &self.caller_config_options)
             .field("replay_quiet_ms", &self.replay_quiet_ms)
+            .field("mcp_servers", &self.mcp_servers)
             .finish()
     }
 }
@@ -321,7 +464,15 @@ impl AcpAgent {
             config_options: BTreeMap::new(),
             caller_config_options: Vec::new(),
             replay_quiet_ms: DEFAULT_REPLAY_QUIET_MS,
+            mcp_servers: Vec::new(),
         }
+    }
+
+    /// Forwards the MCP server `server` to the agent's sessions.
+    #[must_use]
+    pub fn with_mcp_server(mut self, server: AcpMcpServer) -> Self {
+        self.mcp_servers.push(server);
+        self
     }
 
     /// Also sets the variable `name` to `value` for the agent.
@@ -491,6 +642,16 @@ impl AcpAgent {
             return Err(invalid_agent(&format!(
                 "`setEnv` sets {name:?} to a value with a NUL byte"
             )));
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for server in &self.mcp_servers {
+            server.check()?;
+            if !names.insert(server.name.as_str()) {
+                return Err(invalid_agent(&format!(
+                    "two MCP servers in `mcpServers` are named `{}`",
+                    server.name
+                )));
+            }
         }
         if self.approval == ApprovalPolicy::Ask {
             let modes = self.mode.iter().chain(&self.caller_modes);

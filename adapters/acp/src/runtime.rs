@@ -320,6 +320,15 @@ fn session_for(
         explanation = "the agent's own tool calls are reported as tool.call events",
     ),
     capability(
+        "tool.mcp",
+        native,
+        explanation = "the operator's MCP servers (AcpAgent::mcp_servers) are forwarded to the \
+            agent in session/new and session/load: the agent connects to them and offers \
+            their tools to its model; evaluate reports it unsupported for an agent without \
+            any",
+        constraints(when = "the operator configures mcpServers"),
+    ),
+    capability(
         "observability.metrics",
         native,
         explanation = "every outcome (success, failure, cancel) reaches the execution's log, so \
@@ -546,6 +555,58 @@ fn load_failed(err: HarnessError, session: &SessionId) -> HarnessError {
     failed
 }
 
+/// The operator's MCP servers for the agent, as ACP's `mcpServers`.
+///
+/// # Errors
+/// `configuration` (`OPTIONS_INVALID`) when an HTTP server is configured for an agent that
+/// did not negotiate `mcpCapabilities.http`.
+fn mcp_servers(
+    agent: &AcpAgent,
+    capabilities: &agent_client_protocol::v1::schema::AgentCapabilities,
+) -> Result<Vec<agent_client_protocol::v1::schema::McpServer>, HarnessError> {
+    use crate::options::AcpMcpTransport;
+    use agent_client_protocol::v1::schema::{
+        EnvVariable, HttpHeader, McpServer, McpServerHttp, McpServerStdio,
+    };
+    agent
+        .mcp_servers
+        .iter()
+        .map(|server| match &server.transport {
+            AcpMcpTransport::Stdio { command, env } => Ok(McpServer::Stdio(
+                McpServerStdio::new(server.name.clone(), command[0].clone())
+                    .args(command[1..].to_vec())
+                    .env(
+                        env.iter()
+                            .map(|(k, v)| EnvVariable::new(k.clone(), v.clone()))
+                            .collect(),
+                    ),
+            )),
+            AcpMcpTransport::Http { url, headers } => {
+                if !capabilities.mcp_capabilities.http {
+                    return Err(HarnessError::new(
+                        ErrorCategory::Configuration,
+                        format!(
+                            "MCP server `{}` is reached over HTTP, but the agent did not \
+                             negotiate mcpCapabilities.http: configure it as a stdio server, \
+                             or use an agent that takes HTTP servers",
+                            server.name
+                        ),
+                    )
+                    .with_code(ErrorCode::OPTIONS_INVALID));
+                }
+                Ok(McpServer::Http(
+                    McpServerHttp::new(server.name.clone(), url.clone()).headers(
+                        headers
+                            .iter()
+                            .map(|(k, v)| HttpHeader::new(k.clone(), v.clone()))
+                            .collect(),
+                    ),
+                ))
+            }
+        })
+        .collect()
+}
+
 fn multi_turn_unsupported(conversation: Option<&ConversationId>) -> HarnessError {
     let what = conversation.map_or_else(
         || "a conversation".to_owned(),
@@ -577,6 +638,14 @@ impl HarnessAdapter for AcpAdapter {
             session_for(&self.sessions, config.conversation.as_ref(), &profile.name)?;
             let probed = self.probe(profile).await?;
             let mut report = Self::static_descriptor().capabilities().clone();
+            if profile.agent.mcp_servers.is_empty() {
+                report.declare(
+                    CapabilityKey::ToolMcp,
+                    Capability::unsupported(
+                        "the operator forwards no MCP server to this agent (AcpAgent::mcp_servers)",
+                    ),
+                );
+            }
             if !setup.ask {
                 report.declare(
                     CapabilityKey::InterruptToolApproval,
@@ -857,9 +926,11 @@ impl AcpRuntime {
         (known, version): (Option<SessionId>, Option<harness_core::session::Version>),
     ) -> Result<RuntimeInit, HarnessError> {
         let init = agent.initialize(self.agent.files).await?;
+        let servers = mcp_servers(&self.agent, &init.agent_capabilities)?;
         let (session_id, loaded, modes, options) = match known {
             Some(session_id) if init.agent_capabilities.load_session => {
-                let request = LoadSessionRequest::new(session_id.clone(), self.agent.cwd.clone());
+                let request = LoadSessionRequest::new(session_id.clone(), self.agent.cwd.clone())
+                    .mcp_servers(servers);
                 let (response, replayed) = agent
                     .load(request, self.agent.replay_quiet())
                     .await
@@ -875,7 +946,7 @@ impl AcpRuntime {
             Some(_) => return Err(multi_turn_unsupported(self.conversation.as_ref())),
             None => {
                 let response = agent
-                    .call(NewSessionRequest::new(self.agent.cwd.clone()))
+                    .call(NewSessionRequest::new(self.agent.cwd.clone()).mcp_servers(servers))
                     .await?;
                 (
                     response.session_id,

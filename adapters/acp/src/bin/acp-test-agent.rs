@@ -58,6 +58,7 @@
 //! | `late-replay` | as `echo` (history, `loadSession`), but `session/load` answers first and replays the history 50 ms later (as Gemini CLI sends part of it after the answer), and a turn waits 200 ms (a model's latency) before it answers as `echo` |
 //! | `modes` | `session/new` (and `session/load`, which it serves from history as `echo` does) answers with modes `auto` (current), `ask` and `yolo` and config options `model` (select: `m1` current, `m2`) and `fast` (boolean, false); serves `session/set_mode` and `session/set_config_option` (unknown ids: `-32602`); a turn says `mode=<mode> model=<model> fast=<fast>`, then, in mode `ask`, asks for `t1` as `approval` does (message `approved` / `rejected`), elsewhere runs `t1` without asking (a completed `tool_call`); `end_turn` |
 //! | `flusher` | at `initialize`, spawns a child (`acp-test-agent flush TAG...`, same process group) that, like the model process of a real harness, writes its state only when told to stop; a turn says `flushing child`; the agent itself exits at once on `SIGTERM` |
+//! | `mcp` | negotiates `mcpCapabilities.http`; a turn says `mcp: ` and the MCP servers its session got at `session/new`, `; `-separated: `<name> stdio <command> <args...> env <names>` or `<name> http <url> headers <names>`; `end_turn` |
 //! | `sleep` | (not an agent) what `ignore-cancel` spawns: ignores `SIGTERM`, sleeps 300 s |
 //! | `flush` | (not an agent) what `flusher` spawns: on `SIGTERM`, waits 300 ms, then writes `<cwd>/flushed.txt` and exits |
 //!
@@ -86,10 +87,11 @@ use agent_client_protocol::v1::schema::{
     CreateTerminalRequest, ElicitationAction, ElicitationContentValue, ElicitationFormMode,
     ElicitationSchema, ElicitationSessionScope, Implementation, InitializeRequest,
     InitializeResponse, IntegerPropertySchema, LoadSessionRequest, LoadSessionResponse,
-    NewSessionRequest, NewSessionResponse, PermissionOption, PermissionOptionKind, PromptRequest,
-    PromptResponse, ReadTextFileRequest, RequestPermissionOutcome, RequestPermissionRequest,
-    SessionConfigOption, SessionConfigOptionValue, SessionConfigSelectOption, SessionMode,
-    SessionModeState, SessionNotification, SessionUpdate, SetSessionConfigOptionRequest,
+    McpCapabilities, McpServer, NewSessionRequest, NewSessionResponse, PermissionOption,
+    PermissionOptionKind, PromptRequest, PromptResponse, ReadTextFileRequest,
+    RequestPermissionOutcome, RequestPermissionRequest, SessionConfigOption,
+    SessionConfigOptionValue, SessionConfigSelectOption, SessionMode, SessionModeState,
+    SessionNotification, SessionUpdate, SetSessionConfigOptionRequest,
     SetSessionConfigOptionResponse, SetSessionModeRequest, SetSessionModeResponse, StopReason,
     TextContent, ToolCall, ToolCallContent, ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields,
     ToolKind, UsageUpdate, WriteTextFileRequest,
@@ -143,6 +145,7 @@ enum Mode {
     LateReplay,
     Modes,
     Flusher,
+    Mcp,
     Sleep,
     Flush,
 }
@@ -194,6 +197,7 @@ impl Mode {
             "late-replay" => Self::LateReplay,
             "modes" => Self::Modes,
             "flusher" => Self::Flusher,
+            "mcp" => Self::Mcp,
             "sleep" => Self::Sleep,
             "flush" => Self::Flush,
             _ => return None,
@@ -464,6 +468,8 @@ struct Session {
     cancel: Arc<Notify>,
     /// `modes`: the session's mode and configuration options.
     settings: Settings,
+    /// `mcp`: the MCP servers `session/new` named, described.
+    mcp: Vec<String>,
 }
 
 /// The on-disk history of a session (`<cwd>/.acp-test-agent/<sessionId>.json`).
@@ -602,7 +608,11 @@ impl TestAgent {
             return cx.spawn(never_answer(responder));
         }
         let response = InitializeResponse::new(ProtocolVersion::V1)
-            .agent_capabilities(AgentCapabilities::new().load_session(self.mode.loads()))
+            .agent_capabilities(
+                AgentCapabilities::new()
+                    .load_session(self.mode.loads())
+                    .mcp_capabilities(McpCapabilities::new().http(self.mode == Mode::Mcp)),
+            )
             .agent_info(Implementation::new(
                 "acp-test-agent",
                 env!("CARGO_PKG_VERSION"),
@@ -642,6 +652,7 @@ impl TestAgent {
         {
             return responder.respond_with_internal_error(format!("cannot keep history: {err}"));
         }
+        let mcp = request.mcp_servers.iter().map(described).collect();
         state.sessions.insert(
             id.clone(),
             Session {
@@ -649,6 +660,7 @@ impl TestAgent {
                 history,
                 cancel: Arc::default(),
                 settings: Settings::default(),
+                mcp,
             },
         );
         drop(state);
@@ -689,6 +701,7 @@ impl TestAgent {
                 history,
                 cancel: Arc::default(),
                 settings: Settings::default(),
+                mcp: request.mcp_servers.iter().map(described).collect(),
             },
         );
         if self.mode == Mode::LateReplay {
@@ -1103,6 +1116,16 @@ impl TestAgent {
                     _ => StopReason::Cancelled,
                 }
             }
+            Mode::Mcp => {
+                let servers = self
+                    .lock()
+                    .sessions
+                    .get(turn.id)
+                    .map(|s| s.mcp.join("; "))
+                    .unwrap_or_default();
+                turn.say(&format!("mcp: {servers}"))?;
+                StopReason::EndTurn
+            }
             Mode::Modes => {
                 let settings = self
                     .lock()
@@ -1305,6 +1328,27 @@ async fn never_answer<T: JsonRpcResponse>(responder: Responder<T>) -> Outcome {
 }
 
 /// One `session/prompt` turn: where its updates go.
+/// An MCP server of `session/new`, as the `mcp` mode reports it (names only, no values).
+fn described(server: &McpServer) -> String {
+    match server {
+        McpServer::Stdio(s) => {
+            let env: Vec<&str> = s.env.iter().map(|e| e.name.as_str()).collect();
+            format!(
+                "{} stdio {} {} env {}",
+                s.name,
+                s.command.display(),
+                s.args.join(" "),
+                env.join(",")
+            )
+        }
+        McpServer::Http(h) => {
+            let headers: Vec<&str> = h.headers.iter().map(|e| e.name.as_str()).collect();
+            format!("{} http {} headers {}", h.name, h.url, headers.join(","))
+        }
+        _ => "other".to_owned(),
+    }
+}
+
 struct TurnCx<'a> {
     cx: &'a ConnectionTo<Client>,
     id: &'a str,
