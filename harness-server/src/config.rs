@@ -29,11 +29,25 @@
 //! command = ["gemini", "--experimental-acp"]
 //! cwd = "/srv/workspace"
 //! env = ["PATH", "HOME"]
+//!
+//! # Model endpoints for the model loop (adapter `openai`): each table is an `Endpoint`
+//! # (baseUrl, api, model, models callers may pick, apiKey or apiKeyEnv, instructions, ...).
+//! # Callers pick one with the option {"endpoint": "<name>"}; `default` serves the others.
+//! [openai.endpoints.default]
+//! baseUrl = "http://127.0.0.1:11434/v1"
+//! model = "llama3.1"
+//!
+//! # MCP servers whose tools the model loop's executions get: each is an `McpServer`.
+//! [[mcp.servers]]
+//! name = "everything"
+//! transport = { stdio = { command = ["node", "/srv/mcp/everything/dist/index.js", "stdio"], env = ["PATH"] } }
 //! ```
 //!
 //! Unknown keys are refused, naming the key. A relative path is resolved against the
-//! configuration file's directory. Without a `[scripted]` or `[acp]` table the scripted
-//! adapter is offered with its bundled script.
+//! configuration file's directory. Without a `[scripted]`, `[acp]` or `[openai]` table the
+//! scripted adapter is offered with its bundled script. `[mcp]` needs `[openai]`: the model
+//! loop is the adapter that runs the execution's tools (an ACP agent gets MCP servers of its
+//! own, `mcpServers` in its table).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -43,7 +57,10 @@ use std::sync::Arc;
 use harness_acp::{AcpAdapter, AcpAgent};
 use harness_core::error::{ErrorCategory, HarnessError};
 use harness_core::store::{MemoryStore, ReplicaId};
+use harness_core::tool::ToolSet;
 use harness_layers::stack::HarnessStack;
+use harness_mcp::{McpProvider, McpServer};
+use harness_openai::{Endpoint, OpenAiAdapter};
 use harness_scripted::{Script, ScriptedAdapter};
 use serde::Deserialize;
 
@@ -82,6 +99,12 @@ pub struct Config {
     /// The ACP adapter.
     #[serde(default)]
     pub acp: Option<AcpConfig>,
+    /// The model-loop adapter.
+    #[serde(default)]
+    pub openai: Option<OpenAiConfig>,
+    /// MCP servers for the model loop's executions.
+    #[serde(default)]
+    pub mcp: Option<McpConfig>,
 }
 
 /// `[store]`.
@@ -142,6 +165,48 @@ pub struct ScriptedConfig {
 pub struct AcpConfig {
     /// The agents by name.
     pub agents: BTreeMap<String, toml::Value>,
+}
+
+/// `[openai]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct OpenAiConfig {
+    /// The model endpoints by name.
+    pub endpoints: BTreeMap<String, toml::Value>,
+}
+
+/// `[mcp]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct McpConfig {
+    /// The MCP servers.
+    pub servers: Vec<toml::Value>,
+}
+
+/// The table named `default` in `tables`, or the only one; `what` names the tables in errors.
+fn default_of<'a>(
+    tables: &'a BTreeMap<String, toml::Value>,
+    default: &str,
+    what: &str,
+) -> Result<(&'a String, &'a toml::Value), HarnessError> {
+    match (tables.get_key_value(default), tables.len()) {
+        (Some(found), _) => Ok(found),
+        (None, 1) => tables
+            .iter()
+            .next()
+            .ok_or_else(|| invalid(format!("`{what}` names nothing"))),
+        (None, 0) => Err(invalid(format!("`{what}` names nothing"))),
+        (None, _) => Err(invalid(format!(
+            "`{what}` names several but none is `{default}`"
+        ))),
+    }
+}
+
+/// A TOML table as JSON, for a type's own (checked) deserialization.
+fn json_of(value: &toml::Value, what: &str) -> Result<serde_json::Value, HarnessError> {
+    serde_json::to_value(value).map_err(|e| invalid(format!("{what}: {e}")))
 }
 
 fn invalid(message: String) -> HarnessError {
@@ -276,11 +341,18 @@ impl Config {
         S: harness_core::store::ExecutionStore + harness_core::session::ThreadStateStore + 'static,
     {
         let mut instances = Vec::new();
-        let scripted = match (&self.scripted, &self.acp) {
-            (Some(scripted), _) => Some(scripted.clone()),
-            (None, None) => Some(ScriptedConfig::default()),
-            (None, Some(_)) => None,
+        let scripted = match (&self.scripted, &self.acp, &self.openai) {
+            (Some(scripted), _, _) => Some(scripted.clone()),
+            (None, None, None) => Some(ScriptedConfig::default()),
+            (None, _, _) => None,
         };
+        if self.mcp.is_some() && self.openai.is_none() {
+            return Err(invalid(
+                "`[mcp]` offers its servers' tools to the model loop: add `[openai]` (an ACP \
+                 agent takes MCP servers of its own, `mcpServers` in its table)"
+                    .to_owned(),
+            ));
+        }
         if let Some(scripted) = scripted {
             let script = match &scripted.script {
                 Some(path) => Script::from_path(path)
@@ -299,11 +371,67 @@ impl Config {
         if let Some(acp) = &self.acp {
             instances.push(Instance::new_acp(acp, store, replica)?);
         }
+        if let Some(openai) = &self.openai {
+            instances.push(Instance::new_openai(
+                openai,
+                self.mcp.as_ref(),
+                store,
+                replica,
+            )?);
+        }
         Ok(instances)
     }
 }
 
 impl Instance {
+    fn new_openai<S>(
+        openai: &OpenAiConfig,
+        mcp: Option<&McpConfig>,
+        store: &Arc<S>,
+        replica: &ReplicaId,
+    ) -> Result<Self, HarnessError>
+    where
+        S: harness_core::store::ExecutionStore + harness_core::session::ThreadStateStore + 'static,
+    {
+        let endpoint = |name: &str, value: &toml::Value| -> Result<Endpoint, HarnessError> {
+            let what = format!("openai endpoint `{name}`");
+            Endpoint::from_value(&json_of(value, &what)?)
+                .map_err(|e| invalid(format!("{what}: {}", e.public().message)))
+        };
+        let (name, value) = default_of(
+            &openai.endpoints,
+            harness_openai::DEFAULT_ENDPOINT,
+            "[openai.endpoints]",
+        )?;
+        let mut adapter = OpenAiAdapter::new(endpoint(name, value)?)?;
+        for (name, value) in &openai.endpoints {
+            if name != harness_openai::DEFAULT_ENDPOINT {
+                adapter = adapter.with_endpoint(name.clone(), endpoint(name, value)?)?;
+            }
+        }
+        let mut tools = ToolSet::new();
+        for (n, value) in mcp
+            .map(|m| m.servers.as_slice())
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+        {
+            let what = format!("MCP server {}", n + 1);
+            let server = McpServer::from_value(&json_of(value, &what)?)
+                .map_err(|e| invalid(format!("{what}: {}", e.public().message)))?;
+            tools = tools
+                .provider(McpProvider::new(server)?)
+                .map_err(|e| invalid(format!("{what}: {e}")))?;
+        }
+        let stack = HarnessStack::defaults_for(&adapter)?.tools(tools);
+        Ok(Self::new(
+            &stack,
+            adapter,
+            Arc::clone(store),
+            replica.clone(),
+        ))
+    }
+
     fn new_acp<S>(
         acp: &AcpConfig,
         store: &Arc<S>,
@@ -313,29 +441,12 @@ impl Instance {
         S: harness_core::store::ExecutionStore + harness_core::session::ThreadStateStore + 'static,
     {
         let agent = |name: &str, value: &toml::Value| -> Result<AcpAgent, HarnessError> {
-            let json = serde_json::to_value(value)
-                .map_err(|e| invalid(format!("acp agent `{name}`: {e}")))?;
-            AcpAgent::from_value(&json)
-                .map_err(|e| invalid(format!("acp agent `{name}`: {}", e.public().message)))
+            let what = format!("acp agent `{name}`");
+            AcpAgent::from_value(&json_of(value, &what)?)
+                .map_err(|e| invalid(format!("{what}: {}", e.public().message)))
         };
-        let default = match (acp.agents.get(harness_acp::DEFAULT_AGENT), acp.agents.len()) {
-            (Some(value), _) => (harness_acp::DEFAULT_AGENT.to_owned(), value),
-            (None, 1) => {
-                let (name, value) = acp
-                    .agents
-                    .iter()
-                    .next()
-                    .ok_or_else(|| invalid("`[acp.agents]` names no agent".into()))?;
-                (name.clone(), value)
-            }
-            (None, 0) => return Err(invalid("`[acp.agents]` names no agent".into())),
-            (None, _) => {
-                return Err(invalid(
-                    "`[acp.agents]` names several agents but none is `default`".into(),
-                ));
-            }
-        };
-        let mut adapter = AcpAdapter::new(agent(&default.0, default.1)?)?;
+        let default = default_of(&acp.agents, harness_acp::DEFAULT_AGENT, "[acp.agents]")?;
+        let mut adapter = AcpAdapter::new(agent(default.0, default.1)?)?;
         for (name, value) in &acp.agents {
             // The default one too under its own name, when it has one.
             if name != harness_acp::DEFAULT_AGENT {
@@ -349,5 +460,55 @@ impl Instance {
             Arc::clone(store),
             replica.clone(),
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn refused(text: &str) -> String {
+        let config = Config::from_toml(text).unwrap();
+        match config.server(BearerTokens::new()).await {
+            Ok(_) => panic!("the configuration was taken: {text}"),
+            Err(e) => e.message().to_owned(),
+        }
+    }
+
+    #[tokio::test]
+    async fn model_endpoints_and_mcp_servers_are_checked_with_clear_errors() {
+        let memory = "[store]\nkind = \"memory\"\n";
+        let message = refused(&format!(
+            "{memory}[[mcp.servers]]\nname = \"s\"\ntransport = {{ http = {{ url = \"http://127.0.0.1:1/mcp\" }} }}\n"
+        ))
+        .await;
+        assert!(message.contains("[openai]"), "{message}");
+        let message = refused(&format!(
+            "{memory}[openai.endpoints.default]\nbaseUrl = \"ftp://x\"\nmodel = \"m\"\n"
+        ))
+        .await;
+        assert!(
+            message.contains("openai endpoint `default`") && message.contains("ftp://x"),
+            "{message}"
+        );
+        let message = refused(&format!(
+            "{memory}[openai.endpoints.a]\nbaseUrl = \"http://x/v1\"\nmodel = \"m\"\n[openai.endpoints.b]\nbaseUrl = \"http://x/v1\"\nmodel = \"m\"\n"
+        ))
+        .await;
+        assert!(message.contains("none is `default`"), "{message}");
+        let message = refused(&format!(
+            "{memory}[openai.endpoints.default]\nbaseUrl = \"http://x/v1\"\nmodel = \"m\"\n[[mcp.servers]]\nname = \"Bad\"\ntransport = {{ http = {{ url = \"http://x/mcp\" }} }}\n"
+        ))
+        .await;
+        assert!(
+            message.contains("MCP server 1") && message.contains("Bad"),
+            "{message}"
+        );
+        // A good one builds, with no scripted instance beside the model loop.
+        let config = Config::from_toml(&format!(
+            "{memory}[openai.endpoints.local]\nbaseUrl = \"http://127.0.0.1:1/v1\"\nmodel = \"m\"\n[[mcp.servers]]\nname = \"remote\"\ntransport = {{ http = {{ url = \"http://127.0.0.1:1/mcp\" }} }}\n"
+        ))
+        .unwrap();
+        config.server(BearerTokens::new()).await.unwrap();
     }
 }

@@ -1,0 +1,189 @@
+//! `harness serve` configured with a model endpoint and an MCP server, as an operator writes
+//! it in `harness.toml`: an execution started over HTTP runs the model loop (on the mock
+//! model server), whose model calls the MCP server's tool (the reference server, over
+//! stdio); the answer goes back to the model, and the log says so.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_harness");
+const TOKEN: &str = "alice-tools-token-0123456789";
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Reads `child`'s stdout until a line contains `marker`; returns what follows it.
+fn wait_for_line(child: &mut Child, marker: &str) -> String {
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let marker = marker.to_owned();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Some(at) = line.find(&marker) {
+                let _ = tx.send(line[at + marker.len()..].trim().to_owned());
+            }
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(60))
+        .expect("the process said it is ready")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_served_model_loop_calls_an_mcp_servers_tool() {
+    let aimock =
+        root().join("adapters/openai/tests/aimock/node_modules/@copilotkit/aimock/dist/cli.js");
+    let everything = root().join("harness-mcp/tests/servers/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    assert!(aimock.exists(), "run .ci/install-aimock.sh");
+    assert!(everything.exists(), "run .ci/install-mcp.sh");
+    let dir = std::env::temp_dir().join(format!("harness-tools-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+
+    // The model: asked to echo, it calls `everything.echo`; given the result, it answers.
+    let id: harness_core::tool::ToolId = "everything.echo".parse().unwrap();
+    let name = harness_core::tool::ProviderToolNames::new(
+        [&id],
+        harness_core::tool::ProviderNameRule::COMMON,
+    )
+    .to_provider(&id)
+    .unwrap()
+    .to_owned();
+    let fixtures = json!({"fixtures": [
+        {"match": {"userMessage": "echo", "hasToolResult": true}, "response": {"content": "The server echoed it."}},
+        {"match": {"userMessage": "echo"}, "response": {"toolCalls": [{"id": "call_1", "name": name, "arguments": {"message": "served"}}]}},
+    ]});
+    std::fs::write(dir.join("fixtures.json"), fixtures.to_string()).unwrap();
+    let mut mock = Command::new("node")
+        .arg(&aimock)
+        .args(["-p", "0", "-h", "127.0.0.1", "-f"])
+        .arg(dir.join("fixtures.json"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mock_url = wait_for_line(&mut mock, "listening on ");
+    let _mock = Killed(mock);
+
+    std::fs::write(
+        dir.join("harness.toml"),
+        format!(
+            r#"[store]
+kind = "memory"
+
+[[tokens]]
+principal = "alice"
+sha256 = "{digest}"
+
+[openai.endpoints.default]
+baseUrl = "{mock_url}/v1"
+model = "gpt-4.1"
+
+[[mcp.servers]]
+name = "everything"
+transport = {{ stdio = {{ command = ["node", "{everything}", "stdio"], env = ["PATH"] }} }}
+"#,
+            digest = harness_server::auth::digest(TOKEN),
+            everything = everything.display(),
+        ),
+    )
+    .unwrap();
+    let mut serve = Command::new(BIN)
+        .args([
+            "serve",
+            "--config",
+            "harness.toml",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .current_dir(&dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let url = wait_for_line(&mut serve, "harness serving on ");
+    let _serve = Killed(serve);
+
+    let http = reqwest::Client::new();
+    let started: Value = http
+        .post(format!("{url}/v1/executions"))
+        .bearer_auth(TOKEN)
+        .json(&json!({"adapter": "openai", "message": "please echo this", "tools": ["everything"]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = started["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{started}"))
+        .to_owned();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let events = loop {
+        let page: Value = http
+            .get(format!("{url}/v1/executions/{id}/events?after=0"))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if page["ended"] == true {
+            break page["events"].as_array().unwrap().clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the execution did not end: {page}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["kind"].as_str()).collect();
+    assert_eq!(kinds.last(), Some(&"run.succeeded"), "{kinds:?}");
+    let started = events
+        .iter()
+        .find(|e| e["kind"] == "tool.call.started")
+        .unwrap();
+    assert_eq!(started["data"]["tool"], "everything.echo");
+    let completed = events
+        .iter()
+        .find(|e| e["kind"] == "tool.call.completed")
+        .unwrap();
+    assert_eq!(
+        completed["data"]["outcome"],
+        json!({"status": "success", "output": "Echo: served"})
+    );
+    let text: String = events
+        .iter()
+        .filter(|e| e["kind"] == "message.delta")
+        .filter_map(|e| e["data"]["text"].as_str())
+        .collect();
+    assert_eq!(text, "The server echoed it.");
+
+    // A tool the configuration does not offer is refused before anything runs.
+    let refused = http
+        .post(format!("{url}/v1/executions"))
+        .bearer_auth(TOKEN)
+        .json(&json!({"adapter": "openai", "message": "hi", "tools": ["elsewhere.tool"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status().as_u16(), 400);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "TOOL_NOT_FOUND", "{body}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
