@@ -44,21 +44,18 @@ pub fn fuzz_stream(responses: bool, stream: &[u8], chunk: usize) -> String {
         }
         Ok(())
     };
+    // As the runtime does: the events decoded before a decoding error are applied first.
     let mut result = Ok(());
     for part in stream.chunks(chunk.max(1)) {
-        result = decoder
-            .push(part, &mut events)
-            .map_err(|e| e.to_string())
-            .and_then(|()| apply(&mut events, &mut out));
+        let decoded = decoder.push(part, &mut events).map_err(|e| e.to_string());
+        result = apply(&mut events, &mut out).and(decoded);
         if result.is_err() {
             break;
         }
     }
     if result.is_ok() {
-        result = decoder
-            .finish(&mut events)
-            .map_err(|e| e.to_string())
-            .and_then(|()| apply(&mut events, &mut out));
+        let decoded = decoder.finish(&mut events).map_err(|e| e.to_string());
+        result = apply(&mut events, &mut out).and(decoded);
     }
     match result {
         Ok(()) => {

@@ -768,20 +768,12 @@ impl OpenAiRuntime {
         let mut pieces = Vec::new();
         while !round.is_done() {
             let chunk = self.bounded(quiet, bytes.next()).await?;
-            let ended = match chunk {
-                Some(Ok(chunk)) => {
-                    decoder
-                        .push(&chunk, &mut events)
-                        .map_err(|e| protocol(e.to_string()))?;
-                    false
-                }
+            // The events decoded before a decoding error are applied first: what the model
+            // said before its stream broke is the same however the bytes were chunked.
+            let (decoded, ended) = match chunk {
+                Some(Ok(chunk)) => (decoder.push(&chunk, &mut events), false),
                 Some(Err(e)) => return Err(transport_error(&e)),
-                None => {
-                    decoder
-                        .finish(&mut events)
-                        .map_err(|e| protocol(e.to_string()))?;
-                    true
-                }
+                None => (decoder.finish(&mut events), true),
             };
             for event in events.drain(..) {
                 round.apply(event.event.as_deref(), &event.data, &mut pieces)?;
@@ -794,6 +786,7 @@ impl OpenAiRuntime {
                     .await;
                 }
             }
+            decoded.map_err(|e| protocol(e.to_string()))?;
             if ended {
                 break;
             }

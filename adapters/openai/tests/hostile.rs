@@ -98,3 +98,30 @@ async fn an_answer_that_is_not_a_stream_is_refused() {
     assert_eq!(e.category, ErrorCategory::Protocol, "{e:?}");
     assert!(e.message.contains("application/json"), "{e:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_was_said_before_a_broken_event_is_kept() {
+    // Found by the `openai_stream` fuzz target: text, then an event that is not UTF-8, in
+    // one read. The text reaches the log before the run fails, however the bytes arrive.
+    let mut body =
+        b"data: {\"choices\": [{\"index\": 0, \"delta\": {\"content\": \"Hi\"}}]}\n\n".to_vec();
+    body.extend_from_slice(b"data: {\"choices\": \xff\xff}\n\n");
+    let url = stub(SSE, body, false).await;
+    let endpoint = Endpoint::new(url, "m");
+    let service = AdapterService::new(OpenAiAdapter::new(endpoint).unwrap());
+    let execution = service.start(ExecutionRequest::new("hi")).await.unwrap();
+    let Outcome::Failed(e) = execution.outcome().await else {
+        panic!("expected a failure")
+    };
+    assert_eq!(e.category(), ErrorCategory::Protocol);
+    let text: String = execution
+        .log()
+        .snapshot(harness_core::id::Cursor::START)
+        .iter()
+        .filter_map(|e| match e.payload() {
+            harness_core::event::EventPayload::MessageDelta(d) => Some(d.text.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(text, "Hi");
+}
