@@ -18,8 +18,6 @@ pub use crate::manifest::{
     OptionsValidator, TrustBoundary,
 };
 
-use crate::manifest::ManifestError;
-
 /// The adapter id `id`, which the derive checked against the id pattern.
 ///
 /// # Panics
@@ -96,37 +94,7 @@ pub fn options_schema_of<A: Adapter + ?Sized>() -> Value {
     <A::Options as AdapterOptions>::options_schema()
 }
 
-/// A lazily compiled options validator, one per options type.
-#[derive(Debug)]
-pub struct ValidatorCell(OnceLock<Result<OptionsValidator, ManifestError>>);
-
-impl ValidatorCell {
-    /// An empty cell.
-    #[must_use]
-    pub const fn new() -> Self {
-        Self(OnceLock::new())
-    }
-
-    /// Validates `options` against `T`'s schema, compiling it on first use.
-    ///
-    /// # Errors
-    ///
-    /// Every violation, or one at the root if `T`'s schema is not a valid JSON Schema.
-    pub fn validate<T: AdapterOptions>(&self, options: &Value) -> Result<(), InvalidOptions> {
-        match self
-            .0
-            .get_or_init(|| OptionsValidator::new(&T::options_schema()))
-        {
-            Ok(validator) => validator.validate(options),
-            Err(problem) => Err(InvalidOptions {
-                violations: vec![crate::manifest::OptionsViolation {
-                    pointer: String::new(),
-                    message: problem.to_string(),
-                }],
-            }),
-        }
-    }
-}
+pub use crate::manifest::ValidatorCell;
 
 impl Default for ValidatorCell {
     fn default() -> Self {

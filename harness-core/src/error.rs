@@ -314,6 +314,8 @@ codes! {
     /// A request selects a tool (or tool provider) the service does not offer, or a
     /// provider does not offer a tool selected under it.
     TOOL_NOT_FOUND: Some(C::Configuration);
+    /// A model kept calling tools past its adapter's bound on rounds of tool calls.
+    TOOL_ROUNDS_EXHAUSTED: Some(C::Configuration);
 }
 
 impl ErrorCode {

@@ -14,11 +14,10 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use harness_core::error::{ErrorCategory, ErrorCode, HarnessError};
-use harness_core::manifest::{AdapterOptions as _, OptionsValidator};
+use harness_core::manifest::ValidatorCell;
 use harness_macros::AdapterOptions;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -413,14 +412,10 @@ impl AcpOptions {
         })?;
         // `Deserialize` also takes a struct from a JSON array (`[]`, `["x"]`): what the
         // published schema refuses is refused here too (found by the `options` fuzz target).
-        static SCHEMA: OnceLock<Option<OptionsValidator>> = OnceLock::new();
-        if let Some(schema) =
-            SCHEMA.get_or_init(|| OptionsValidator::new(&Self::options_schema()).ok())
-        {
-            schema
-                .validate(options)
-                .map_err(|e| invalid(&e.to_string()))?;
-        }
+        static SCHEMA: ValidatorCell = ValidatorCell::new();
+        SCHEMA
+            .validate::<Self>(options)
+            .map_err(|e| invalid(&e.to_string()))?;
         Ok(parsed)
     }
 }

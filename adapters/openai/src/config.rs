@@ -8,11 +8,10 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use harness_core::error::{ErrorCategory, ErrorCode, HarnessError};
-use harness_core::manifest::{AdapterOptions as _, OptionsValidator};
+use harness_core::manifest::ValidatorCell;
 use harness_macros::AdapterOptions;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -383,18 +382,14 @@ impl OpenAiOptions {
         if options.is_null() {
             return Ok(Self::default());
         }
-        static SCHEMA: OnceLock<Option<OptionsValidator>> = OnceLock::new();
-        if let Some(schema) =
-            SCHEMA.get_or_init(|| OptionsValidator::new(&Self::options_schema()).ok())
-        {
-            schema.validate(options).map_err(|e| {
-                invalid(format!(
-                    "{e}; a request names at most an `endpoint` the operator registered, a \
+        static SCHEMA: ValidatorCell = ValidatorCell::new();
+        SCHEMA.validate::<Self>(options).map_err(|e| {
+            invalid(format!(
+                "{e}; a request names at most an `endpoint` the operator registered, a \
                      `model` it allows and a `temperature`: the URL, key and instructions are \
                      the operator's"
-                ))
-            })?;
-        }
+            ))
+        })?;
         Self::deserialize(options).map_err(|e| invalid(e.to_string()))
     }
 }

@@ -569,7 +569,7 @@ impl OpenAiRuntime {
                          endpoint's maxToolRounds, or give it less to do per execution"
                     ),
                 )
-                .with_code(ErrorCode::from_static("TOOL_ROUNDS_EXHAUSTED")));
+                .with_code(ErrorCode::TOOL_ROUNDS_EXHAUSTED));
             }
             state.rounds += 1;
             let (text, calls) = self

@@ -1,7 +1,7 @@
 //! [`ScriptedAdapter`]: the descriptor, the options, the instrumentation and the runtime.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use futures_core::Stream;
 use harness_core::action::{ActionKind, ActionRequest, ActionResponse};
@@ -17,7 +17,7 @@ use harness_core::event::{
     CancelReason, Content, EventPayload, ToolCallCompleted, ToolCallOutcome,
 };
 use harness_core::id::{AdapterId, ExecutionId};
-use harness_core::manifest::{Adapter, AdapterOptions as _, OptionsValidator};
+use harness_core::manifest::{Adapter, ValidatorCell};
 use harness_macros::{Adapter, AdapterOptions};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -107,12 +107,8 @@ impl ScriptedOptions {
         let parsed = Self::deserialize(options).map_err(|e| invalid(&e))?;
         // `Deserialize` also takes a struct from a JSON array: what the published schema
         // refuses is refused here too (found by the `options` fuzz target).
-        static SCHEMA: OnceLock<Option<OptionsValidator>> = OnceLock::new();
-        if let Some(schema) =
-            SCHEMA.get_or_init(|| OptionsValidator::new(&Self::options_schema()).ok())
-        {
-            schema.validate(options).map_err(|e| invalid(&e))?;
-        }
+        static SCHEMA: ValidatorCell = ValidatorCell::new();
+        SCHEMA.validate::<Self>(options).map_err(|e| invalid(&e))?;
         Ok(parsed)
     }
 }

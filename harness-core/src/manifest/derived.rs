@@ -578,3 +578,51 @@ fn or_list(items: &[String]) -> String {
         ),
     }
 }
+
+/// A lazily compiled options validator: put one in a `static` per options type, and every
+/// validation after the first reuses the compiled schema (the derive does it for
+/// descriptors; adapters parsing a request's options do it too).
+///
+/// ```
+/// use harness_core::manifest::{AdapterOptions, ClosedSchema, ValidatorCell};
+/// #[derive(serde::Deserialize, schemars::JsonSchema)]
+/// #[serde(deny_unknown_fields)]
+/// struct MyOptions { model: Option<String> }
+/// // What `#[derive(AdapterOptions)]` writes.
+/// impl ClosedSchema for MyOptions {}
+/// impl AdapterOptions for MyOptions {}
+///
+/// static SCHEMA: ValidatorCell = ValidatorCell::new();
+/// assert!(SCHEMA.validate::<MyOptions>(&serde_json::json!({"model": "m"})).is_ok());
+/// assert!(SCHEMA.validate::<MyOptions>(&serde_json::json!({"modle": "m"})).is_err());
+/// ```
+#[derive(Debug)]
+pub struct ValidatorCell(std::sync::OnceLock<Result<OptionsValidator, ManifestError>>);
+
+impl ValidatorCell {
+    /// An empty cell.
+    #[must_use]
+    pub const fn new() -> Self {
+        Self(std::sync::OnceLock::new())
+    }
+
+    /// Validates `options` against `T`'s schema, compiling it on first use.
+    ///
+    /// # Errors
+    ///
+    /// Every violation, or one at the root if `T`'s schema is not a valid JSON Schema.
+    pub fn validate<T: AdapterOptions>(&self, options: &Value) -> Result<(), InvalidOptions> {
+        match self
+            .0
+            .get_or_init(|| OptionsValidator::new(&T::options_schema()))
+        {
+            Ok(validator) => validator.validate(options),
+            Err(problem) => Err(InvalidOptions {
+                violations: vec![OptionsViolation {
+                    pointer: String::new(),
+                    message: problem.to_string(),
+                }],
+            }),
+        }
+    }
+}
