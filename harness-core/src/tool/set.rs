@@ -190,7 +190,8 @@ pub enum ToolSetError {
     Policy(#[from] InvalidToolPolicy),
 }
 
-/// The tools a service offers its executions; see the [module docs](self).
+/// The tools a service offers its executions: tools registered one by one, and
+/// [`ToolProvider`]s whose tools are listed per execution.
 ///
 /// Each execution gets every tool of the set, or, when its request lists
 /// [`tools`](crate::service::ExecutionRequest::tools), those it names: a tool id, or a
