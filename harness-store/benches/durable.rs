@@ -1,9 +1,14 @@
 //! 100,000 deltas of one execution through the default layer stack, side by side in one run:
 //! in memory (no store), and durable on `MemoryStore`, SQLite and PostgreSQL (a throwaway
 //! cluster, as the tests start one). Events/s from start to outcome (every event stored
-//! before it is shown) and the ratios to the in-memory run.
+//! before it is shown) and the ratios to the in-memory run. One execution takes tens of
+//! milliseconds, so the four alternate for several rounds and the medians are compared (a
+//! single round's in-memory figure alone varied 1.4-1.9 M events/s on a shared machine).
 //!
-//! `cargo bench -p harness-store --bench durable` (`DURABLE_BENCH_EVENTS` for another size).
+//! `cargo bench -p harness-store --bench durable`; `DURABLE_BENCH_EVENTS` for another size,
+//! `DURABLE_BENCH_ROUNDS` for another number of rounds (default 7), and
+//! `DURABLE_BENCH_ONLY=memory|memory-store|sqlite|postgres` runs one of the four alone (for
+//! profiling; no ratios then).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -39,11 +44,27 @@ async fn run(mut service: StackService) -> Duration {
     took
 }
 
+fn env<T: std::str::FromStr>(name: &str) -> Option<T> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+const KINDS: [&str; 4] = ["memory", "memory-store", "sqlite", "postgres"];
+
 fn main() {
-    let n: u64 = std::env::var("DURABLE_BENCH_EVENTS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(100_000);
+    let n: u64 = env("DURABLE_BENCH_EVENTS").unwrap_or(100_000);
+    let rounds: usize = env::<usize>("DURABLE_BENCH_ROUNDS").unwrap_or(7).max(1);
+    let only: Option<String> = env("DURABLE_BENCH_ONLY");
+    if let Some(only) = &only {
+        assert!(
+            KINDS.contains(&only.as_str()),
+            "DURABLE_BENCH_ONLY is one of {KINDS:?}"
+        );
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -59,21 +80,52 @@ fn main() {
         let postgres = Arc::new(common::connect(&cluster).await as PostgresStore);
         let memory_store = Arc::new(MemoryStore::new());
 
-        let base = run(stack.service(adapter())).await;
-        let mem = run(stack.durable_service(adapter(), memory_store, replica.clone())).await;
-        let lite = run(stack.durable_service(adapter(), sqlite, replica.clone())).await;
-        let pg = run(stack.durable_service(adapter(), postgres, replica)).await;
-        let rate = |d: Duration| (n + 5) as f64 / d.as_secs_f64();
-        println!("{n} deltas of one execution through the default stack, start to outcome:");
-        println!("  in memory, no store  {:>10.0} events/s", rate(base));
-        for (name, took) in [("MemoryStore", mem), ("SQLite", lite), ("PostgreSQL", pg)] {
-            println!(
-                "  durable, {name:<11} {:>10.0} events/s   ratio to in memory {:.3}",
-                rate(took),
-                base.as_secs_f64() / took.as_secs_f64()
-            );
+        let mut took: Vec<Vec<Duration>> = vec![Vec::new(); KINDS.len()];
+        for _ in 0..rounds {
+            for (k, kind) in KINDS.iter().enumerate() {
+                if only.as_deref().is_some_and(|o| o != *kind) {
+                    continue;
+                }
+                let service = match k {
+                    0 => stack.service(adapter()),
+                    1 => {
+                        stack.durable_service(adapter(), Arc::clone(&memory_store), replica.clone())
+                    }
+                    2 => stack.durable_service(adapter(), Arc::clone(&sqlite), replica.clone()),
+                    _ => stack.durable_service(adapter(), Arc::clone(&postgres), replica.clone()),
+                };
+                took[k].push(run(service).await);
+            }
         }
-        recovery(&dir).await;
+        let rate = |d: Duration| (n + 5) as f64 / d.as_secs_f64();
+        println!(
+            "{n} deltas of one execution through the default stack, start to outcome \
+             (median of {rounds} alternating rounds):"
+        );
+        let medians: Vec<Option<Duration>> = took
+            .into_iter()
+            .map(|t| (!t.is_empty()).then(|| median(t)))
+            .collect();
+        if let Some(base) = medians[0] {
+            println!("  in memory, no store  {:>10.0} events/s", rate(base));
+        }
+        for (name, took) in ["MemoryStore", "SQLite", "PostgreSQL"]
+            .iter()
+            .zip(&medians[1..])
+        {
+            let Some(took) = *took else { continue };
+            match medians[0] {
+                Some(base) => println!(
+                    "  durable, {name:<11} {:>10.0} events/s   ratio to in memory {:.3}",
+                    rate(took),
+                    base.as_secs_f64() / took.as_secs_f64()
+                ),
+                None => println!("  durable, {name:<11} {:>10.0} events/s", rate(took)),
+            }
+        }
+        if only.is_none() {
+            recovery(&dir).await;
+        }
         let _ = std::fs::remove_dir_all(&dir);
     });
 }
