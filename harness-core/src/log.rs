@@ -279,7 +279,7 @@ struct Observing {
 fn feed(observer: &mut dyn LogObserver, events: &[Arc<Event>]) -> bool {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         for event in events {
-            observer.on_event(event);
+            observer.on_shared(event);
         }
     }))
     .is_ok()
@@ -773,6 +773,13 @@ impl fmt::Debug for LogReader {
 pub trait LogObserver: Send + 'static {
     /// One event, in sequence order; the terminal one is the last call.
     fn on_event(&mut self, event: &Event);
+
+    /// The same, with the log's own shared copy of the event: an observer that keeps events
+    /// overrides this to keep the `Arc` rather than clone the event. Calls
+    /// [`on_event`](Self::on_event) unless overridden; the log calls only this one.
+    fn on_shared(&mut self, event: &Arc<Event>) {
+        self.on_event(event);
+    }
 }
 
 impl<F: FnMut(&Event) + Send + 'static> LogObserver for F {

@@ -202,6 +202,42 @@ impl PostgresStore {
         })
     }
 
+    /// Appends one batch (of events or of shared events) as one row: a JSON array.
+    async fn append_batch<E>(&self, lease: &Lease, events: &[E]) -> Result<(), StoreError>
+    where
+        E: std::borrow::Borrow<Event> + Sync,
+    {
+        let body = serde_json::to_string(&events.iter().map(E::borrow).collect::<Vec<&Event>>())
+            .map_err(|err| corrupt("an event", &err))?;
+        let id = &lease.execution_id;
+        let mut client = self.client().await;
+        let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
+        let row = lock_row(&tx, id).await?;
+        check_lease(&row, lease)?;
+        let (state, ends) = check_batch(id, row.last, row.ended, events)?;
+        if events.is_empty() {
+            return Ok(());
+        }
+        let last = row.last + events.len() as u64;
+        tx.execute(
+            "INSERT INTO harness_event_batches (execution, first_seq, last_seq, body) \
+             VALUES ($1, $2, $3, $4)",
+            &[&id.as_str(), &as_i64(row.last + 1), &as_i64(last), &body],
+        )
+        .await
+        .map_err(|e| unavailable(&e))?;
+        let last = row.last + events.len() as u64;
+        tx.execute(
+            "UPDATE harness_executions SET last_seq = $2, ended = ended OR $3, \
+             state = COALESCE($4, state) WHERE id = $1",
+            &[&id.as_str(), &as_i64(last), &ends, &state.map(state_name)],
+        )
+        .await
+        .map_err(|e| unavailable(&e))?;
+        notify(&tx, format!("{id}:{last}")).await?;
+        tx.commit().await.map_err(|e| unavailable(&e))
+    }
+
     /// One of the store's connections, for one operation.
     async fn client(&self) -> tokio::sync::MutexGuard<'_, Client> {
         let n = self.shared.next.fetch_add(1, Ordering::Relaxed) % self.shared.clients.len();
@@ -603,37 +639,15 @@ impl ExecutionStore for PostgresStore {
         lease: &'a Lease,
         events: &'a [Event],
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move {
-            // The batch is one row: a JSON array of its events.
-            let body = serde_json::to_string(events).map_err(|err| corrupt("an event", &err))?;
-            let id = &lease.execution_id;
-            let mut client = self.client().await;
-            let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
-            let row = lock_row(&tx, id).await?;
-            check_lease(&row, lease)?;
-            let (state, ends) = check_batch(id, row.last, row.ended, events)?;
-            if events.is_empty() {
-                return Ok(());
-            }
-            let last = row.last + events.len() as u64;
-            tx.execute(
-                "INSERT INTO harness_event_batches (execution, first_seq, last_seq, body) \
-                 VALUES ($1, $2, $3, $4)",
-                &[&id.as_str(), &as_i64(row.last + 1), &as_i64(last), &body],
-            )
-            .await
-            .map_err(|e| unavailable(&e))?;
-            let last = row.last + events.len() as u64;
-            tx.execute(
-                "UPDATE harness_executions SET last_seq = $2, ended = ended OR $3, \
-                 state = COALESCE($4, state) WHERE id = $1",
-                &[&id.as_str(), &as_i64(last), &ends, &state.map(state_name)],
-            )
-            .await
-            .map_err(|e| unavailable(&e))?;
-            notify(&tx, format!("{id}:{last}")).await?;
-            tx.commit().await.map_err(|e| unavailable(&e))
-        })
+        Box::pin(self.append_batch(lease, events))
+    }
+
+    fn append_shared<'a>(
+        &'a self,
+        lease: &'a Lease,
+        events: &'a [Arc<Event>],
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.append_batch(lease, events))
     }
 
     fn read<'a>(

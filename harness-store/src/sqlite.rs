@@ -130,6 +130,8 @@ struct Shared {
     path: PathBuf,
     jobs: Mutex<Option<mpsc::Sender<Job>>>,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Copies the WAL into the database (see [`checkpointer`]); ends after the writer.
+    checkpointer: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Reader connections (WAL lets them read while the writer commits), each used by one
     /// read at a time.
     readers: Vec<Mutex<Connection>>,
@@ -255,12 +257,13 @@ impl SqliteStore {
     /// [`StoreError::Corrupt`] when it holds a newer schema.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         let path = path.as_ref().to_path_buf();
-        let writer = connect(&path)?;
+        let mut writer = connect(&path)?;
         migrate(&writer)?;
         let readers = (0..READERS)
             .map(|_| connect(&path).map(Mutex::new))
             .collect::<Result<Vec<_>, _>>()?;
         let tails: Tails = Arc::default();
+        let checkpointer = checkpointer(&path, &mut writer)?;
         let (jobs, queue) = mpsc::channel::<Job>();
         let wake = Arc::clone(&tails);
         let thread = std::thread::Builder::new()
@@ -272,6 +275,7 @@ impl SqliteStore {
                 path,
                 jobs: Mutex::new(Some(jobs)),
                 writer: Mutex::new(Some(thread)),
+                checkpointer: Mutex::new(Some(checkpointer)),
                 readers,
                 next_reader: std::sync::atomic::AtomicUsize::new(0),
                 tails,
@@ -329,6 +333,66 @@ impl SqliteStore {
         })
     }
 
+    /// Appends one batch as one row: its JSON array `body` (serialized on the caller's
+    /// thread: the writer only writes) and its events, shared, for the checks.
+    fn append_batch(
+        &self,
+        lease: &Lease,
+        body: Result<String, StoreError>,
+        checked: Vec<Arc<Event>>,
+    ) -> BoxFuture<'static, Result<(), StoreError>> {
+        let lease = lease.clone();
+        self.write(move |conn| {
+            let body = body?;
+            check_lease(conn, &lease)?;
+            let id = &lease.execution_id;
+            let (last, ended): (i64, bool) = cached_query_row(
+                conn,
+                "SELECT last_seq, ended FROM executions WHERE id = ?1",
+                [id.as_str()],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .map_err(|e| unavailable(&e))?;
+            let last = u64::try_from(last).unwrap_or(0);
+            let (state, ends) = check_batch(id, last, ended, &checked)?;
+            if checked.is_empty() {
+                return Ok(((), None));
+            }
+            let new_last = last + checked.len() as u64;
+            cached_execute(
+                conn,
+                "INSERT INTO events (execution, first_seq, last_seq, body) \
+                 VALUES (?1, ?2, ?3, ?4)",
+                params![
+                    id.as_str(),
+                    i64::try_from(last + 1).unwrap_or(i64::MAX),
+                    i64::try_from(new_last).unwrap_or(i64::MAX),
+                    body
+                ],
+            )
+            .map_err(|e| unavailable(&e))?;
+            cached_execute(
+                conn,
+                "UPDATE executions SET last_seq = ?2, ended = ended OR ?3, \
+                 state = COALESCE(?4, state) WHERE id = ?1",
+                params![
+                    id.as_str(),
+                    i64::try_from(new_last).unwrap_or(i64::MAX),
+                    ends,
+                    state.map(state_name),
+                ],
+            )
+            .map_err(|e| unavailable(&e))?;
+            Ok((
+                (),
+                Some(Wake {
+                    id: id.clone(),
+                    last: Some(new_last),
+                }),
+            ))
+        })
+    }
+
     /// Runs a read on a free reader connection (the next one when all are busy), off the
     /// async threads.
     fn read_with<T: Send + 'static>(
@@ -359,12 +423,65 @@ impl Drop for Shared {
     /// database: once the last clone is dropped, the file is complete and closed.
     fn drop(&mut self) {
         lock(&self.jobs).take();
-        if let Some(writer) = lock(&self.writer).take()
-            && writer.thread().id() != std::thread::current().id()
+        for thread in [lock(&self.writer).take(), lock(&self.checkpointer).take()]
+            .into_iter()
+            .flatten()
         {
-            let _ = writer.join();
+            if thread.thread().id() != std::thread::current().id() {
+                let _ = thread.join();
+            }
         }
     }
+}
+
+/// A batch's row body, the JSON array of its events, written into a buffer sized for
+/// them at once (a batch of 8,192 deltas is about a megabyte: growing it by doubling copied
+/// it twice over).
+fn batch_body<E: serde::Serialize>(events: &[E]) -> Result<String, StoreError> {
+    let mut body = Vec::with_capacity(events.len().saturating_mul(192).min(64 << 20));
+    serde_json::to_writer(&mut body, events).map_err(|err| corrupt("an event", &err))?;
+    String::from_utf8(body).map_err(|err| corrupt("an event", &err))
+}
+
+/// WAL frames (pages) after which the WAL is copied into the database: SQLite's own
+/// auto-checkpoint threshold.
+const CHECKPOINT_FRAMES: i32 = 1000;
+
+/// Starts the thread that checkpoints the WAL on a connection of its own, and hands the
+/// writer's commits to it instead of SQLite's auto-checkpoint.
+///
+/// SQLite checkpoints inside the commit that crosses [`CHECKPOINT_FRAMES`]: the writer would
+/// stop writing while it reads the WAL back and syncs the database, and every execution
+/// streaming through it would wait. Here a commit past the threshold only wakes the
+/// checkpointer (at most one wake-up pending), which runs a `PASSIVE` checkpoint (never
+/// blocking the writer or readers) while the writer goes on. Durability is unchanged: a
+/// commit is acknowledged once the WAL is synced, whatever the checkpoint's progress.
+fn checkpointer(
+    path: &Path,
+    writer: &mut Connection,
+) -> Result<std::thread::JoinHandle<()>, StoreError> {
+    let conn = connect(path)?;
+    let (kick, kicked) = mpsc::sync_channel::<()>(1);
+    // Replaces the auto-checkpoint (which is a WAL hook too). Dropped with the writer's
+    // connection: the checkpointer then ends.
+    writer
+        .wal_hook(Some(move |_: &mut rusqlite::hooks::Wal, frames: i32| {
+            if frames >= CHECKPOINT_FRAMES {
+                let _ = kick.try_send(());
+            }
+            Ok(())
+        }))
+        .map_err(|e| unavailable(&e))?;
+    std::thread::Builder::new()
+        .name("harness-sqlite-checkpointer".into())
+        .spawn(move || {
+            while kicked.recv().is_ok() {
+                if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+                    tracing::warn!(error = %e, "a WAL checkpoint failed; the next commit retries");
+                }
+            }
+        })
+        .map_err(|e| StoreError::Unavailable(format!("cannot start the checkpointer: {e}")))
 }
 
 fn write_loop(conn: &Connection, queue: &mpsc::Receiver<Job>, tails: &Tails) {
@@ -727,61 +844,17 @@ impl ExecutionStore for SqliteStore {
         lease: &'a Lease,
         events: &'a [Event],
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        let lease = lease.clone();
-        // Serialized here, on the caller's thread: the writer only writes. The batch is one
-        // row: a JSON array of the events.
-        let body: Result<String, StoreError> =
-            serde_json::to_string(events).map_err(|err| corrupt("an event", &err));
-        let checked = events.to_vec();
-        self.write(move |conn| {
-            let body = body?;
-            check_lease(conn, &lease)?;
-            let id = &lease.execution_id;
-            let (last, ended): (i64, bool) = cached_query_row(
-                conn,
-                "SELECT last_seq, ended FROM executions WHERE id = ?1",
-                [id.as_str()],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .map_err(|e| unavailable(&e))?;
-            let last = u64::try_from(last).unwrap_or(0);
-            let (state, ends) = check_batch(id, last, ended, &checked)?;
-            if checked.is_empty() {
-                return Ok(((), None));
-            }
-            let new_last = last + checked.len() as u64;
-            cached_execute(
-                conn,
-                "INSERT INTO events (execution, first_seq, last_seq, body) \
-                 VALUES (?1, ?2, ?3, ?4)",
-                params![
-                    id.as_str(),
-                    i64::try_from(last + 1).unwrap_or(i64::MAX),
-                    i64::try_from(new_last).unwrap_or(i64::MAX),
-                    body
-                ],
-            )
-            .map_err(|e| unavailable(&e))?;
-            cached_execute(
-                conn,
-                "UPDATE executions SET last_seq = ?2, ended = ended OR ?3, \
-                 state = COALESCE(?4, state) WHERE id = ?1",
-                params![
-                    id.as_str(),
-                    i64::try_from(new_last).unwrap_or(i64::MAX),
-                    ends,
-                    state.map(state_name),
-                ],
-            )
-            .map_err(|e| unavailable(&e))?;
-            Ok((
-                (),
-                Some(Wake {
-                    id: id.clone(),
-                    last: Some(new_last),
-                }),
-            ))
-        })
+        let body = batch_body(events);
+        self.append_batch(lease, body, events.iter().cloned().map(Arc::new).collect())
+    }
+
+    fn append_shared<'a>(
+        &'a self,
+        lease: &'a Lease,
+        events: &'a [Arc<Event>],
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let body = batch_body(events);
+        self.append_batch(lease, body, events.to_vec())
     }
 
     fn read<'a>(

@@ -446,10 +446,30 @@ async fn appends<S: ExecutionStore>(store: &S) {
         3,
         "a refused batch wrote nothing"
     );
+    // Events shared with a log (as the service's persister appends them) follow the same
+    // rules and read back the same.
+    let later = events(&id, 4, 10);
+    let shared: Vec<Arc<Event>> = later.iter().cloned().map(Arc::new).collect();
+    assert!(
+        matches!(
+            store.append_shared(&lease, &shared[1..]).await,
+            Err(StoreError::Sequence {
+                expected: 4,
+                got: 5,
+                ..
+            })
+        ),
+        "a gap is refused in shared events too"
+    );
     store
-        .append(&lease, &events(&id, 4, 10))
+        .append_shared(&lease, &shared)
         .await
         .expect("the log goes on");
+    assert_eq!(
+        store.read(&id, Cursor::after_seq(3), 100).await,
+        Ok(later),
+        "shared events read back whole"
+    );
     let page = store
         .read(&id, Cursor::after_seq(2), 3)
         .await

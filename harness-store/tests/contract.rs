@@ -216,3 +216,53 @@ async fn thread_state_follows_the_rules_in_memory_and_in_sqlite() {
     drop(again);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The WAL is copied into the database by the checkpointer thread while the store runs (the
+/// writer no longer checkpoints inside its commits): without it, everything would stay in the
+/// WAL until the last connection closed and the database file would not grow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_checkpointer_copies_the_wal_into_the_database_while_the_store_runs() {
+    let dir = scratch("checkpoint");
+    let path = dir.join("harness.db");
+    let store = SqliteStore::open(&path).expect("open");
+    let record = suite::record();
+    let id = record.id.clone();
+    store.create(record).await.expect("create");
+    let lease = store
+        .acquire(&id, &ReplicaId::new("a"), Duration::from_secs(60))
+        .await
+        .expect("lease");
+    let empty = std::fs::metadata(&path).expect("the database file").len();
+    // About 8 MB of events: some 2,000 WAL pages, twice the checkpoint threshold.
+    let padding = "x".repeat(4000);
+    let mut seq = 1;
+    for _ in 0..200 {
+        let batch: Vec<_> = (seq..seq + 10)
+            .map(|n| {
+                suite::event_with(
+                    &id,
+                    n,
+                    harness_core::event::EventPayload::MessageDelta(
+                        harness_core::event::TextDelta::new(padding.clone()),
+                    ),
+                )
+            })
+            .collect();
+        store.append(&lease, &batch).await.expect("append");
+        seq += 10;
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let grown = loop {
+        let len = std::fs::metadata(&path).expect("the database file").len();
+        if len >= empty + 4_000_000 || std::time::Instant::now() > deadline {
+            break len;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(
+        grown >= empty + 4_000_000,
+        "the database file grew from {empty} to only {grown} bytes: the WAL was not checkpointed"
+    );
+    drop(store);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

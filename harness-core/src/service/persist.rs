@@ -127,13 +127,9 @@ pub(crate) fn spawn(durable: Durable, mut lease: Lease, shared: &Arc<Shared>, st
     let reader = shared.reader.clone();
     let cancel = shared.cancel.clone();
     watch_store(durable.clone(), Arc::clone(shared));
-    let (tx, mut rx) = mpsc::unbounded_channel::<Event>();
+    let (tx, mut rx) = mpsc::unbounded_channel::<Arc<Event>>();
     // Dropped after the terminal event (or with the log): the channel then closes.
-    reader.observe(move |event: &Event| {
-        if event.seq().get() > stored as u64 {
-            let _ = tx.send(event.clone());
-        }
-    });
+    reader.observe(Forward { tx, stored });
     let holder = durable.clone();
     let Durable {
         store,
@@ -147,7 +143,7 @@ pub(crate) fn spawn(durable: Durable, mut lease: Lease, shared: &Arc<Shared>, st
         let _let_go = LetGo(holder, lease.execution_id.clone());
         let mut published = stored;
         let mut renewed = Instant::now();
-        let mut batch: Vec<Event> = Vec::new();
+        let mut batch: Vec<Arc<Event>> = Vec::new();
         let mut backoff = Duration::from_millis(20);
         // Whether the batch is being retried after an ambiguous failure.
         let mut retried = false;
@@ -198,7 +194,7 @@ pub(crate) fn spawn(durable: Durable, mut lease: Lease, shared: &Arc<Shared>, st
             if batch.is_empty() {
                 continue;
             }
-            let appended = match store.append(&lease, &batch).await {
+            let appended = match store.append_shared(&lease, &batch).await {
                 // After an ambiguous failure (the store may have committed before its answer
                 // was lost), a retry finds the batch already there: under our lease nobody
                 // else appends, so the log continuing right after the batch means it is
@@ -241,6 +237,25 @@ pub(crate) fn spawn(durable: Durable, mut lease: Lease, shared: &Arc<Shared>, st
             }
         }
     });
+}
+
+/// Hands the persister the log's events after the first `stored`, as the log shares them
+/// (no copy of an event on the way to the store).
+struct Forward {
+    tx: mpsc::UnboundedSender<Arc<Event>>,
+    stored: usize,
+}
+
+impl crate::log::LogObserver for Forward {
+    fn on_event(&mut self, event: &Event) {
+        self.on_shared(&Arc::new(event.clone()));
+    }
+
+    fn on_shared(&mut self, event: &Arc<Event>) {
+        if event.seq().get() > self.stored as u64 {
+            let _ = self.tx.send(Arc::clone(event));
+        }
+    }
 }
 
 /// Applies what other replicas recorded for this execution in the store: the first cancel

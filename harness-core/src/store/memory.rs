@@ -60,7 +60,8 @@ struct Inner {
 
 struct Entry {
     record: ExecutionRecord,
-    events: Vec<Event>,
+    /// Shared with the logs that appended them (see [`ExecutionStore::append_shared`]).
+    events: Vec<Arc<Event>>,
     ended: bool,
     lease: Option<Lease>,
     /// The last token handed out (0: none yet).
@@ -95,6 +96,28 @@ impl MemoryStore {
             .get_mut(id)
             .ok_or_else(|| StoreError::NotFound(id.clone()))?;
         f(entry)
+    }
+
+    /// Appends one batch, keeping each event as `share` makes it.
+    fn append_with<E: std::borrow::Borrow<Event>>(
+        &self,
+        lease: &Lease,
+        events: &[E],
+        share: impl Fn(&E) -> Arc<Event>,
+    ) -> Result<(), StoreError> {
+        self.with(&lease.execution_id, |entry| {
+            current(entry, lease, Timestamp::now())?;
+            let last = entry.events.last().map_or(0, |e| e.seq().get());
+            let (state, ends) = check_batch(&lease.execution_id, last, entry.ended, events)?;
+            entry.events.extend(events.iter().map(share));
+            if let Some(state) = state {
+                entry.record.state = state;
+            }
+            entry.ended |= ends;
+            let last = entry.events.last().map_or(0, |e| e.seq().get());
+            entry.tail.send_replace(last);
+            Ok(())
+        })
     }
 }
 
@@ -264,19 +287,16 @@ impl ExecutionStore for MemoryStore {
         lease: &'a Lease,
         events: &'a [Event],
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        let result = self.with(&lease.execution_id, |entry| {
-            current(entry, lease, Timestamp::now())?;
-            let last = entry.events.last().map_or(0, |e| e.seq().get());
-            let (state, ends) = check_batch(&lease.execution_id, last, entry.ended, events)?;
-            entry.events.extend_from_slice(events);
-            if let Some(state) = state {
-                entry.record.state = state;
-            }
-            entry.ended |= ends;
-            let last = entry.events.last().map_or(0, |e| e.seq().get());
-            entry.tail.send_replace(last);
-            Ok(())
-        });
+        let result = self.append_with(lease, events, |e| Arc::new(e.clone()));
+        Box::pin(async move { result })
+    }
+
+    fn append_shared<'a>(
+        &'a self,
+        lease: &'a Lease,
+        events: &'a [Arc<Event>],
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let result = self.append_with(lease, events, Arc::clone);
         Box::pin(async move { result })
     }
 
@@ -292,7 +312,10 @@ impl ExecutionStore for MemoryStore {
                 .unwrap_or(usize::MAX)
                 .min(entry.events.len());
             let end = start.saturating_add(limit).min(entry.events.len());
-            Ok(entry.events[start..end].to_vec())
+            Ok(entry.events[start..end]
+                .iter()
+                .map(|e| Event::clone(e))
+                .collect())
         });
         Box::pin(async move { result })
     }

@@ -37,7 +37,9 @@
 
 mod memory;
 
+use std::borrow::Borrow;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
@@ -395,6 +397,19 @@ pub trait ExecutionStore: Send + Sync + 'static {
         events: &'a [Event],
     ) -> BoxFuture<'a, Result<(), StoreError>>;
 
+    /// [`append`](Self::append) for events shared with a log, as the service's persister
+    /// holds them: the same contract. The default copies them and calls `append`; the
+    /// stores of this workspace override it to write them without the copy (one clone of
+    /// every event less on the path of a streaming execution).
+    fn append_shared<'a>(
+        &'a self,
+        lease: &'a Lease,
+        events: &'a [Arc<Event>],
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let owned: Vec<Event> = events.iter().map(|e| Event::clone(e)).collect();
+        Box::pin(async move { self.append(lease, &owned).await })
+    }
+
     /// Up to `limit` events of `id` after `after`, in order.
     fn read<'a>(
         &'a self,
@@ -448,15 +463,15 @@ pub trait ExecutionStore: Send + Sync + 'static {
 ///
 /// # Errors
 /// [`StoreError::WrongExecution`], [`StoreError::Sequence`] or [`StoreError::Ended`].
-pub fn check_batch(
+pub fn check_batch<E: Borrow<Event>>(
     id: &ExecutionId,
     last: u64,
     ended: bool,
-    events: &[Event],
+    events: &[E],
 ) -> Result<(Option<ExecutionState>, bool), StoreError> {
     let mut state = None;
     let mut ends = ended;
-    for (expected, event) in (last + 1..).zip(events) {
+    for (expected, event) in (last + 1..).zip(events.iter().map(Borrow::borrow)) {
         if event.execution_id() != id {
             return Err(StoreError::WrongExecution {
                 execution: id.clone(),

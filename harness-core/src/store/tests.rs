@@ -55,7 +55,7 @@ fn a_batch_continues_the_log_and_reports_the_state_it_implies() {
         check_batch(&id, 0, false, &[event(&other, 1, EventPayload::RunQueued)]),
         Err(StoreError::WrongExecution { .. })
     ));
-    assert_eq!(check_batch(&id, 5, false, &[]), Ok((None, false)));
+    assert_eq!(check_batch::<Event>(&id, 5, false, &[]), Ok((None, false)));
 }
 
 #[test]
