@@ -7,7 +7,7 @@
 //!
 //! `cargo bench -p harness-store --bench durable`; `DURABLE_BENCH_EVENTS` for another size,
 //! `DURABLE_BENCH_ROUNDS` for another number of rounds (default 7), and
-//! `DURABLE_BENCH_ONLY=memory|memory-store|sqlite|postgres` runs one of the four alone (for
+//! `DURABLE_BENCH_ONLY=memory|memory-store|sqlite|postgres|recovery` runs one part alone (for
 //! profiling; no ratios then).
 
 use std::sync::Arc;
@@ -54,6 +54,9 @@ fn median(mut samples: Vec<Duration>) -> Duration {
 }
 
 const KINDS: [&str; 4] = ["memory", "memory-store", "sqlite", "postgres"];
+
+/// `DURABLE_BENCH_ONLY=recovery`: the recovery figures alone.
+const RECOVERY: &str = "recovery";
 
 fn main() {
     let n: u64 = env("DURABLE_BENCH_EVENTS").unwrap_or(100_000);
@@ -123,7 +126,7 @@ fn main() {
                 None => println!("  durable, {name:<11} {:>10.0} events/s", rate(took)),
             }
         }
-        if only.is_none() {
+        if only.as_deref().is_none_or(|o| o == RECOVERY) {
             recovery(&dir).await;
         }
         let _ = std::fs::remove_dir_all(&dir);

@@ -435,7 +435,7 @@ impl Drop for Shared {
 }
 
 /// A batch's row body, the JSON array of its events, written into a buffer sized for
-/// them at once (a batch of 8,192 deltas is about a megabyte: growing it by doubling copied
+/// them at once (an append of 32,768 deltas is some 5 MB: growing it by doubling copied
 /// it twice over).
 fn batch_body<E: serde::Serialize>(events: &[E]) -> Result<String, StoreError> {
     let mut body = Vec::with_capacity(events.len().saturating_mul(192).min(64 << 20));
@@ -443,30 +443,53 @@ fn batch_body<E: serde::Serialize>(events: &[E]) -> Result<String, StoreError> {
     String::from_utf8(body).map_err(|err| corrupt("an event", &err))
 }
 
-/// WAL frames (pages) after which the WAL is copied into the database: SQLite's own
-/// auto-checkpoint threshold.
+/// WAL frames (pages) past which the checkpointer copies the WAL into the database: SQLite's
+/// own auto-checkpoint threshold. The writer wakes it again after as many more.
 const CHECKPOINT_FRAMES: i32 = 1000;
+
+/// WAL frames past which the writer checkpoints itself, between two commits, as SQLite's
+/// auto-checkpoint does: the WAL restarts from its start only after a checkpoint that copied
+/// all of it, which one running beside a writer that never pauses may not manage.
+const INLINE_CHECKPOINT_FRAMES: i32 = 4 * CHECKPOINT_FRAMES;
 
 /// Starts the thread that checkpoints the WAL on a connection of its own, and hands the
 /// writer's commits to it instead of SQLite's auto-checkpoint.
 ///
-/// SQLite checkpoints inside the commit that crosses [`CHECKPOINT_FRAMES`]: the writer would
-/// stop writing while it reads the WAL back and syncs the database, and every execution
-/// streaming through it would wait. Here a commit past the threshold only wakes the
-/// checkpointer (at most one wake-up pending), which runs a `PASSIVE` checkpoint (never
-/// blocking the writer or readers) while the writer goes on. Durability is unchanged: a
-/// commit is acknowledged once the WAL is synced, whatever the checkpoint's progress.
+/// SQLite checkpoints inside the commit that crosses its threshold: the writer stops writing
+/// while it reads the WAL back and syncs the database, and every execution streaming through
+/// it waits (with appends of thousands of events, every few commits). Here a commit past
+/// [`CHECKPOINT_FRAMES`] only wakes the checkpointer (once per that many new frames), which
+/// runs a `PASSIVE` checkpoint (never blocking the writer or readers) while the writer goes
+/// on; past [`INLINE_CHECKPOINT_FRAMES`] the writer checkpoints itself, so the WAL stays
+/// bounded. Durability is unchanged: a commit is acknowledged once the WAL is synced,
+/// whatever the checkpoints' progress.
 fn checkpointer(
     path: &Path,
     writer: &mut Connection,
 ) -> Result<std::thread::JoinHandle<()>, StoreError> {
     let conn = connect(path)?;
     let (kick, kicked) = mpsc::sync_channel::<()>(1);
+    let mut next = CHECKPOINT_FRAMES;
+    let mut last = 0;
     // Replaces the auto-checkpoint (which is a WAL hook too). Dropped with the writer's
     // connection: the checkpointer then ends.
     writer
-        .wal_hook(Some(move |_: &mut rusqlite::hooks::Wal, frames: i32| {
-            if frames >= CHECKPOINT_FRAMES {
+        .wal_hook(Some(move |wal: &mut rusqlite::hooks::Wal, frames: i32| {
+            if frames < last {
+                // The WAL restarted from its start.
+                next = CHECKPOINT_FRAMES;
+            }
+            last = frames;
+            if frames >= INLINE_CHECKPOINT_FRAMES {
+                // Busy while the checkpointer runs one: the next commit tries again.
+                match wal.checkpoint_v2(rusqlite::wal::CheckpointMode::PASSIVE) {
+                    Err(e) if e.sqlite_error_code() != Some(rusqlite::ErrorCode::DatabaseBusy) => {
+                        tracing::warn!(error = %e, "a WAL checkpoint failed; a later commit retries");
+                    }
+                    _ => {}
+                }
+            } else if frames >= next {
+                next = frames + CHECKPOINT_FRAMES;
                 let _ = kick.try_send(());
             }
             Ok(())
@@ -477,7 +500,7 @@ fn checkpointer(
         .spawn(move || {
             while kicked.recv().is_ok() {
                 if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
-                    tracing::warn!(error = %e, "a WAL checkpoint failed; the next commit retries");
+                    tracing::warn!(error = %e, "a WAL checkpoint failed; a later commit retries");
                 }
             }
         })

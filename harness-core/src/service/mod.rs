@@ -312,8 +312,9 @@ struct ServiceInner<A> {
 }
 
 /// The default [`AdapterServiceBuilder::memory_window`] of a durable service: the stored
-/// events each execution's log keeps in memory.
-pub const DEFAULT_MEMORY_WINDOW: usize = 8192;
+/// events each execution's log keeps in memory (some 6 MB of short deltas), and the most
+/// one append to the store carries.
+pub const DEFAULT_MEMORY_WINDOW: usize = 32_768;
 
 /// The default lease term of a durable service ([`AdapterServiceBuilder::store`]): a replica
 /// that dies leaves its executions to another after at most this long.
@@ -478,7 +479,9 @@ impl<A: HarnessAdapter, L> AdapterServiceBuilder<A, L> {
     /// older ones are dropped, 1,024 at a time, once the store holds them, and a reader
     /// behind reads them back from the store in pages, so a long execution's memory stays
     /// bounded however far behind its readers are. `ExecutionHandle::log().snapshot(..)`
-    /// shows only what is held; `events(..)` streams show everything.
+    /// shows only what is held; `events(..)` streams show everything. The window also caps
+    /// an append to the store (at most 32,768 events): a smaller window trades streaming
+    /// throughput (one store sync per append) for memory.
     pub fn memory_window(mut self, events: usize) -> Self {
         if let Some(durable) = &mut self.durable {
             durable.window = events.max(1024);
