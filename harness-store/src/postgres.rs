@@ -226,7 +226,6 @@ impl PostgresStore {
         )
         .await
         .map_err(|e| unavailable(&e))?;
-        let last = row.last + events.len() as u64;
         tx.execute(
             "UPDATE harness_executions SET last_seq = $2, ended = ended OR $3, \
              state = COALESCE($4, state) WHERE id = $1",

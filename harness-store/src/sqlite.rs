@@ -96,7 +96,9 @@ CREATE TABLE resolutions (
 /// **Group commit.** Every write goes to one writer thread, which takes all the writes
 /// queued meanwhile (up to 512) into one transaction, each in a savepoint of its own (one
 /// refused write does not undo the others), and pays one `fsync` for all of them: a stream
-/// of deltas from many executions costs a sync per batch, not per delta.
+/// of deltas from many executions costs a sync per batch, not per delta. Checkpoints (the
+/// WAL copied into the database) run on a thread of their own beside the writer, which only
+/// checkpoints itself when the WAL grows past 4,000 pages.
 ///
 /// **Several processes** may open one file: each write transaction takes SQLite's write lock
 /// (`BEGIN IMMEDIATE`), so leases, fencing, idempotency and at-most-once answers hold across
