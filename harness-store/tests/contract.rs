@@ -225,32 +225,10 @@ async fn the_checkpointer_copies_the_wal_into_the_database_while_the_store_runs(
     let dir = scratch("checkpoint");
     let path = dir.join("harness.db");
     let store = SqliteStore::open(&path).expect("open");
-    let record = suite::record();
-    let id = record.id.clone();
-    store.create(record).await.expect("create");
-    let lease = store
-        .acquire(&id, &ReplicaId::new("a"), Duration::from_secs(60))
-        .await
-        .expect("lease");
+    let lease = leased(&store).await;
     let empty = std::fs::metadata(&path).expect("the database file").len();
     // About 8 MB of events: some 2,000 WAL pages, twice the checkpoint threshold.
-    let padding = "x".repeat(4000);
-    let mut seq = 1;
-    for _ in 0..200 {
-        let batch: Vec<_> = (seq..seq + 10)
-            .map(|n| {
-                suite::event_with(
-                    &id,
-                    n,
-                    harness_core::event::EventPayload::MessageDelta(
-                        harness_core::event::TextDelta::new(padding.clone()),
-                    ),
-                )
-            })
-            .collect();
-        store.append(&lease, &batch).await.expect("append");
-        seq += 10;
-    }
+    fill(&store, &lease, 1, 200).await;
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     let grown = loop {
         let len = std::fs::metadata(&path).expect("the database file").len();
@@ -265,4 +243,65 @@ async fn the_checkpointer_copies_the_wal_into_the_database_while_the_store_runs(
     );
     drop(store);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Without a pause between appends, a checkpoint running beside the writer may never copy the
+/// whole WAL, and the WAL restarts from its start only after one that did: the writer then
+/// checkpoints itself past 4,000 pages, so the WAL file stays near that size however much is
+/// written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wal_stays_bounded_under_appends_without_pause() {
+    let dir = scratch("wal-bound");
+    let path = dir.join("harness.db");
+    let store = SqliteStore::open(&path).expect("open");
+    let lease = leased(&store).await;
+    // About 64 MB: some 16,000 pages, four times the bound.
+    fill(&store, &lease, 1, 1600).await;
+    let wal = std::fs::metadata(dir.join("harness.db-wal"))
+        .expect("the WAL file")
+        .len();
+    assert!(
+        wal <= 32 << 20,
+        "the WAL grew to {wal} bytes for some 64 MB written: it never restarted"
+    );
+    drop(store);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A new execution in `store`, leased to replica "a".
+async fn leased(store: &SqliteStore) -> harness_core::store::Lease {
+    let record = suite::record();
+    let id = record.id.clone();
+    store.create(record).await.expect("create");
+    store
+        .acquire(&id, &ReplicaId::new("a"), Duration::from_secs(60))
+        .await
+        .expect("lease")
+}
+
+/// Appends `appends` batches of ten 4 KB deltas under `lease`, from sequence number `seq`, each
+/// awaited; returns the next sequence number.
+async fn fill(
+    store: &SqliteStore,
+    lease: &harness_core::store::Lease,
+    mut seq: u64,
+    appends: usize,
+) -> u64 {
+    let padding = "x".repeat(4000);
+    for _ in 0..appends {
+        let batch: Vec<_> = (seq..seq + 10)
+            .map(|n| {
+                suite::event_with(
+                    &lease.execution_id,
+                    n,
+                    harness_core::event::EventPayload::MessageDelta(
+                        harness_core::event::TextDelta::new(padding.clone()),
+                    ),
+                )
+            })
+            .collect();
+        store.append(lease, &batch).await.expect("append");
+        seq += 10;
+    }
+    seq
 }
