@@ -468,7 +468,9 @@ fn main() {
     let config = std::env::var("REDACTION_BENCH_CONFIG").unwrap_or_default();
     let sizes = std::env::var("REDACTION_BENCH_DELTAS").unwrap_or_default();
     for (label, redactor) in [("declared bounds", &declared), ("rule defaults", &defaults)] {
-        if !config.is_empty() && !label.starts_with(config.as_str()) {
+        if (!config.is_empty() && !label.starts_with(config.as_str()))
+            || !(run("whole") || run("stream"))
+        {
             continue;
         }
         println!("rules with {label}:");
@@ -599,9 +601,18 @@ fn adversarial_rows(redactor: &Arc<Redactor>, rng: &mut Rng) -> Vec<(String, f64
         "adversarial input, {kib} KiB each (one trigger repeated), rules with declared bounds + built-ins only:"
     );
     let mut rows = Vec::new();
+    // `REDACTION_BENCH_TRIGGER=<label>` runs the rows of one input (for profiling).
+    let only = std::env::var("REDACTION_BENCH_TRIGGER").unwrap_or_default();
+    let run = |label: &str| only.is_empty() || only == label;
     for (label, trigger) in triggers {
+        if !run(label) {
+            continue;
+        }
         let text = trigger.repeat(size / trigger.len());
         rows.extend(adversarial_row(label, &text, redactor, &builtins, rng));
+    }
+    if !run("a secret's start") {
+        return rows;
     }
     // A registered secret's first half, repeated: every copy is a partial match.
     let text = {

@@ -54,6 +54,10 @@ pub(crate) struct Literals {
     grams: Box<[u64]>,
 }
 
+/// The longest stretch a walk goes without trying to skip, after attempts in a row that
+/// skipped little (it doubles from one byte).
+const MAX_BACKOFF: usize = 32;
+
 /// The size of the gram filter: 2^16 bits (8 KiB).
 const GRAM_BITS: u32 = 16;
 
@@ -276,13 +280,23 @@ impl Literals {
         let n = bytes.len();
         let gram = self.gram;
         let mut i = from;
+        // Where the next attempt to skip may be made, and how far the one after a failed
+        // attempt goes: text where every few bytes may begin a literal (`aaaa...`, a
+        // prefix repeated) would otherwise pay for a failed attempt at each byte.
+        let (mut retry, mut backoff) = (0, 1);
         while i < n {
             // Shallow: no end of the text longer than `gram - 1` bytes begins a literal.
             // Then, as long as the next `gram` bytes begin no literal, no literal ends
             // (none is shorter than `gram`) and that stays so: the walk skips the bytes,
             // and at the end takes the state of the last `gram - 1` bytes.
-            if gram > 0 && i + 1 >= gram && usize::from(self.depth(sid)) < gram {
+            if gram > 0 && i >= retry && i + 1 >= gram && usize::from(self.depth(sid)) < gram {
                 let j = self.skip(bytes, i);
+                if j - i < 2 * gram {
+                    retry = j + backoff;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                } else {
+                    backoff = 1;
+                }
                 if j > i {
                     sid = self.start;
                     for &b in &bytes[j + 1 - gram..j] {

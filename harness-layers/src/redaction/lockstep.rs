@@ -30,7 +30,7 @@ use regex_automata::util::primitives::StateID;
 use regex_automata::util::{start, syntax};
 use regex_automata::{Anchored, MatchKind};
 
-use super::engine::{Candidate, Compiled, utf8_len};
+use super::engine::{Candidate, Compiled, add, utf8_len};
 
 /// A rule's DFA is not built beyond this size (the largest built-in one, `private_key`'s,
 /// is about 50 KiB); the rule is then evaluated by regex search at each trigger.
@@ -190,6 +190,14 @@ impl Runs {
             return false;
         };
         if dfa.is_dead_state(state) {
+            return true;
+        }
+        // Most triggers of hostile text die on their first byte (`eyJeyJ...`: no word
+        // boundary before each `eyJ`): say so without starting a thread. A match is never
+        // empty, so a DFA dead after one byte has none.
+        if let Some(&first) = bytes.get(t)
+            && dfa.is_dead_state(dfa.next_state(state, first))
+        {
             return true;
         }
         let mut text = Text {
@@ -462,10 +470,6 @@ fn emit(rule: &Compiled, origin: usize, last: Option<usize>, text: &mut Text<'_>
         }
     };
     if stop > start {
-        text.out.push(Candidate {
-            start,
-            end: stop,
-            rule: rule.id,
-        });
+        add(text.out, Candidate::new(start, stop, rule.id));
     }
 }

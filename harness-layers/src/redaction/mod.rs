@@ -76,7 +76,13 @@
 //!   repeated, `eyJ-eyJ-...`, `Bearer Bearer ...`, is adversarial model output, not a
 //!   curiosity): O(n × live states + hits × log n), where a regex search at each hit would
 //!   cost O(hits × window). A rule whose DFA would exceed 1 MiB (or that a DFA cannot
-//!   express: a Unicode `\b`) is searched by its regex at each hit instead. The pass skips,
+//!   express: a Unicode `\b`) is searched by its regex at each hit instead. Rules of the
+//!   most common shape, a literal start then one character class repeated (`sk-` then
+//!   `[A-Za-z0-9_-]{20,}`: the `sk-`, `sk-ant-`, GitHub, Slack and Google rules), need no
+//!   automaton: the run of the class after a hit ends where the run after the previous hit
+//!   ends, so one forward scan per rule serves every hit (O(n + hits)). Overlapping
+//!   candidates are folded as they are found (the later one only extends the interval the
+//!   earlier one starts), so a text that is one long run of matches makes one candidate. The pass skips,
 //!   three bytes at a time through a hash filter, text where no three bytes begin any
 //!   secret or prefix (most prose). With 100 rules that
 //!   all have prefixes, no regex scans text that no rule could match. Rules without
@@ -114,14 +120,17 @@
 //! the literal automaton resumes in the state where the last delta left it, so each byte is
 //! fed once, and that state tells how much of the end could still begin a secret or a
 //! prefix; occurrences and candidates already settled are kept, and the rules' DFA runs
-//! that are still open keep their states, so they too read each byte once. Rules without prefixes are followed the same way when one of them
-//! has no token characters (its last `max_len` bytes stay open, so searching them again
-//! on every delta would read each byte up to `max_len` times): a lazy DFA of all of them,
-//! whose state the stream keeps, is fed each byte once and says where a match may end;
-//! only then does their regex run on the held text for the exact spans. (A delta longer
-//! than their `max_len` is searched by the regex, which reads it faster, and the DFA starts
-//! again at the next short one; a DFA that gives up, on a Unicode `\b` before non-ASCII
-//! text, leaves the regex to search every delta.) The held text is the same either way.
+//! that are still open keep their states, so they too read each byte once. Rules without
+//! prefixes keep the end of the text open (their last `max_len` bytes, or the trailing run
+//! of their token characters, which hostile text makes as long), so searching it again on
+//! every delta would read each byte up to `max_len` times: once more than 32 bytes would
+//! be read again, a lazy DFA of all of them, whose state the stream keeps, is fed each byte
+//! once and says where a match may end; only then does their regex run on the held text
+//! for the exact spans (the usual open tail, the end of the last word, is cheaper to search
+//! again). Where their runs start is kept up to date from the new bytes alone. (A delta
+//! longer than their `max_len` is searched by the regex, which reads it faster, and the DFA
+//! starts again later; a DFA that gives up, on a Unicode `\b` before non-ASCII text, leaves
+//! the regex to search every delta.) The held text is the same either way.
 //! The emitted text reuses the delta's own buffer. It emits everything
 //! before the *horizon*, holding back only:
 //!
@@ -197,6 +206,7 @@ mod layer;
 mod literals;
 mod lockstep;
 mod rules;
+mod shape;
 mod stream;
 
 mod body;

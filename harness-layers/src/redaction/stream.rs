@@ -861,6 +861,76 @@ mod tests {
         }
     }
 
+    /// Every text of up to 8 characters over `xab-`, with rules of the shape of
+    /// [`shape`](super::super::shape) (a start, then one class repeated) whose windows end
+    /// at their cap, at a non-token character and at the text's end, against the regex
+    /// evaluation at each trigger: in `redact_str`, and streamed one character at a time
+    /// (every trigger's run stays open across deltas).
+    #[test]
+    fn shaped_rules_agree_with_the_regex_on_every_short_text() {
+        // Pattern, prefixes, token characters, `min_len`, `max_len`.
+        type Rule = (
+            &'static str,
+            &'static [&'static str],
+            Option<&'static str>,
+            usize,
+            usize,
+        );
+        let rules: [Rule; 5] = [
+            (r"(?-u:\b)x-[ab]{1,3}", &["x-"], Some("xab-"), 1, 6),
+            (r"x[ab]+", &["x"], None, 3, 4),
+            (r"(?:xa|x)-[ab]{2,}", &["x"], Some("xab-"), 1, 5),
+            (
+                r"(?-u:\b)(?:x[ab]|a-)[ab-]*",
+                &["xa", "xb", "a-"],
+                Some("xab-"),
+                4,
+                6,
+            ),
+            (r"xa[b-]{0,2}", &["xa"], None, 1, 3),
+        ];
+        for (pattern, prefixes, token, min_len, max_len) in rules {
+            let build = |shaped: bool| {
+                let mut rule = PatternRule::new("r", pattern)
+                    .unwrap()
+                    .min_len(min_len)
+                    .max_len(max_len)
+                    .prefixes(prefixes.iter().copied());
+                if let Some(token) = token {
+                    rule = rule.token_chars(token).unwrap();
+                }
+                let mut builder = Redactor::builder().without_builtin_patterns().rule(rule);
+                if !shaped {
+                    builder = builder.without_dfas();
+                }
+                Arc::new(builder.build().unwrap())
+            };
+            let (shaped, regex) = (build(true), build(false));
+            assert_eq!(shaped.shaped_rules(), 1, "{pattern} has the shape");
+            let alphabet = ['x', 'a', 'b', '-'];
+            for len in 1..=8u32 {
+                for code in 0..4usize.pow(len) {
+                    let mut c = code;
+                    let text: String = (0..len)
+                        .map(|_| {
+                            let ch = alphabet[c % 4];
+                            c /= 4;
+                            ch
+                        })
+                        .collect();
+                    let expected = regex.redact_str(&text);
+                    assert_eq!(shaped.redact_str(&text), expected, "{pattern} on {text:?}");
+                    let ones: Vec<&str> = (0..text.len()).map(|i| &text[i..=i]).collect();
+                    assert_eq!(
+                        stream(&shaped, &ones).concat(),
+                        expected,
+                        "{pattern} streamed"
+                    );
+                }
+            }
+        }
+    }
+
     fn dense_piece() -> impl Strategy<Value = String> {
         prop_oneof![
             4 => prop::sample::select(&[
@@ -870,14 +940,17 @@ mod tests {
             1 => prop::sample::select(&[
                 " ", "\t", "é", "Bearer ", "bearer\t", "sk-", "sk-ant-", "-----BEGIN ", "RSA ",
                 "PRIVATE KEY-----", "-----END RSA PRIVATE KEY-----", "AKIA", "ghp_", "xoxb-", "=",
-                "!",
+                "!", "tk-", "tok-", "tk", "z9", "Z9AB", "z9Q", "AIza", "sk-ant-api03-",
+
             ][..]).prop_map(str::to_owned),
         ]
     }
 
     /// Small windows, so that caps are reached; one rule with a capture group, one without
     /// token characters, one whose prefixes nest (`k:` in `kk:`), and one that can match
-    /// at overlapping triggers.
+    /// at overlapping triggers; and rules of the shape [`shape`](super::super::shape)
+    /// evaluates: with two branches and a trigger shorter than their start (`tk`), without
+    /// token characters, and with a `min_len` above the repetition's minimum.
     fn dense_redactor(builtins: bool, dfas: bool) -> Arc<Redactor> {
         let mut builder = Redactor::builder()
             .rule(
@@ -900,6 +973,28 @@ mod tests {
                     .unwrap()
                     .max_len(20)
                     .token_chars("a-zA-Z0-9.-")
+                    .unwrap(),
+            )
+            .rule(
+                PatternRule::new("tok", r"(?-u:\b)(?:tk|tok)-[a-z0-9-]{3,6}")
+                    .unwrap()
+                    .max_len(10)
+                    .prefixes(["tk", "tok"])
+                    .token_chars("a-z0-9-")
+                    .unwrap(),
+            )
+            .rule(
+                PatternRule::new("z9", r"z9[A-Z0-9]{2,}")
+                    .unwrap()
+                    .max_len(6)
+                    .prefixes(["z9"]),
+            )
+            .rule(
+                PatternRule::new("abc", r"ab[a-c]*")
+                    .unwrap()
+                    .min_len(4)
+                    .max_len(8)
+                    .token_chars("a-c")
                     .unwrap(),
             );
         if !builtins {
