@@ -885,9 +885,9 @@ impl Redactor {
                                 }
                                 continue;
                             }
-                            let followed = compiled
-                                .dfa()
-                                .is_some_and(|dfa| runs.add(rule, compiled, dfa, hay, start, out));
+                            let followed = compiled.dfa().is_some_and(|dfa| {
+                                runs.add(rule, compiled, dfa, hay, start, last, out)
+                            });
                             if !followed && !self.eval(rule, hay, start, last, out) {
                                 horizon = horizon.min(start);
                                 open.push((start, rule));

@@ -83,6 +83,42 @@ pub(crate) struct Runs {
     runs: Vec<Run>,
     /// ... and emptied ones, to reuse.
     spare: Vec<Run>,
+    /// By rule id: when a trigger may next be followed alone first (see [`Runs::add`]).
+    solo: Vec<Backoff>,
+}
+
+/// How often a rule's triggers are first followed alone: after one that outlived the
+/// [`SOLO`] budget, the next ones join the threads at once, for twice as long each time.
+#[derive(Debug, Default, Clone, Copy)]
+struct Backoff {
+    /// Absolute position before which triggers join at once.
+    next: usize,
+    /// Bytes to wait after the next one that outlives the budget.
+    wait: usize,
+}
+
+/// A trigger is first followed alone for up to this many bytes: most triggers of hostile
+/// text (`Bearer Bearer ...`, `eyJa.eyJa....`) are settled within a few, for a few
+/// transitions each, where a thread costs the run's bookkeeping on every byte.
+pub(crate) const SOLO: usize = 48;
+
+/// The longest wait between two attempts to follow a rule's triggers alone.
+const MAX_WAIT: usize = 4096;
+
+#[cfg(test)]
+thread_local! {
+    /// Tests follow triggers alone for fewer bytes (none: threads only), so that both ways
+    /// are compared with the regex.
+    pub(crate) static SOLO_BUDGET: std::cell::Cell<usize> = const { std::cell::Cell::new(SOLO) };
+}
+
+/// [`SOLO`], or what a test set.
+fn solo_budget() -> usize {
+    #[cfg(test)]
+    let budget = SOLO_BUDGET.with(std::cell::Cell::get);
+    #[cfg(not(test))]
+    let budget = SOLO;
+    budget
 }
 
 /// One rule's threads.
@@ -139,6 +175,7 @@ impl Runs {
     /// Starts over, for a new text.
     pub(crate) fn clear(&mut self) {
         self.base = 0;
+        self.solo.clear();
         self.retire(|_| true);
     }
 
@@ -170,9 +207,11 @@ impl Runs {
             .min()
     }
 
-    /// Rule `id` (`rule`, with `dfa`) fires at `t` in `hay`: feeds its threads up to `t`,
-    /// then starts one there. `false` if the DFA cannot start there (the caller evaluates
-    /// the trigger by regex instead).
+    /// Rule `id` (`rule`, with `dfa`) fires at `t` in `hay` (with `last`, the whole text):
+    /// settles it alone if its window ends (or its DFA dies) within [`SOLO`] bytes;
+    /// otherwise feeds the rule's threads up to `t`, then starts one there. `false` if the
+    /// DFA cannot start there (the caller evaluates the trigger by regex instead).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn add(
         &mut self,
         id: u32,
@@ -180,6 +219,7 @@ impl Runs {
         dfa: &Dfa,
         hay: &str,
         t: usize,
+        last: bool,
         out: &mut Vec<Candidate>,
     ) -> bool {
         let bytes = hay.as_bytes();
@@ -206,6 +246,25 @@ impl Runs {
             out,
         };
         let origin = self.base + t;
+        let slot = id as usize;
+        if self.solo.len() <= slot {
+            self.solo.resize(slot + 1, Backoff::default());
+        }
+        let backoff = &mut self.solo[slot];
+        if origin >= backoff.next {
+            match solo(rule, dfa, state, bytes, t, last) {
+                Some(end) => {
+                    emit(rule, origin, end.map(|e| self.base + e), &mut text);
+                    backoff.wait = 1;
+                    return true;
+                }
+                None => {
+                    let wait = backoff.wait.max(1);
+                    backoff.next = origin + wait;
+                    backoff.wait = (wait * 2).min(MAX_WAIT);
+                }
+            }
+        }
         let run = match self.runs.iter().position(|r| r.rule == id) {
             Some(k) => &mut self.runs[k],
             None => {
@@ -449,6 +508,72 @@ impl Run {
             true
         });
     }
+}
+
+/// Follows rule `rule`'s DFA from `state` at `t` alone, for up to [`SOLO`] bytes, as a
+/// thread of [`Run::feed`] would: `Some` with where the last match ends (if any) once its
+/// window ends or the DFA dies, `None` if it is open after the budget or at the end of
+/// `bytes` (unless `last`: the window ends there).
+fn solo(
+    rule: &Compiled,
+    dfa: &Dfa,
+    mut state: StateID,
+    bytes: &[u8],
+    t: usize,
+    last: bool,
+) -> Option<Option<usize>> {
+    let n = bytes.len();
+    let cap = t.saturating_add(rule.max_len);
+    let stop = t.saturating_add(solo_budget()).min(n);
+    let mut matched = None;
+    let mut p = t;
+    while p < stop {
+        let b = bytes[p];
+        if b & 0xC0 != 0x80 {
+            let len = utf8_len(b);
+            if cap < p + len {
+                // The window ends before this character.
+                let eoi = dfa.is_match_state(dfa.next_eoi_state(state));
+                return Some(if eoi { Some(p) } else { matched });
+            }
+            if rule
+                .token_chars
+                .as_ref()
+                .is_some_and(|set| !set.contains(b))
+            {
+                // The window ends after this character.
+                let end = p + len;
+                if end > n {
+                    return None;
+                }
+                for (q, &c) in bytes.iter().enumerate().take(end).skip(p) {
+                    state = dfa.next_state(state, c);
+                    if dfa.is_dead_state(state) {
+                        return Some(matched);
+                    }
+                    if dfa.is_match_state(state) {
+                        matched = Some(q);
+                    }
+                }
+                let eoi = dfa.is_match_state(dfa.next_eoi_state(state));
+                return Some(if eoi { Some(end) } else { matched });
+            }
+        }
+        state = dfa.next_state(state, b);
+        if dfa.is_dead_state(state) {
+            return Some(matched);
+        }
+        if dfa.is_match_state(state) {
+            // Matches are reported one byte late: this one ends before `b`.
+            matched = Some(p);
+        }
+        p += 1;
+    }
+    if last && p == n {
+        let eoi = dfa.is_match_state(dfa.next_eoi_state(state));
+        return Some(if eoi { Some(n) } else { matched });
+    }
+    None
 }
 
 /// The candidate of rule `rule`'s evaluation at `origin`, whose match (if any) ends at

@@ -601,6 +601,7 @@ impl Redactor {
 mod tests {
     use super::*;
     use crate::redaction::PatternRule;
+    use crate::redaction::lockstep::{SOLO, SOLO_BUDGET};
     use proptest::prelude::*;
 
     const SECRETS: &[&str] = &[
@@ -780,9 +781,15 @@ mod tests {
             let text = pieces.concat();
             let lockstep = dense_redactor(builtins, true);
             let regex = dense_redactor(builtins, false);
-            prop_assert_eq!(lockstep.redact_str(&text), regex.redact_str(&text), "{:?}", text);
-            check(&lockstep, &text, &split(&text, &sizes, 8))?;
-            check(&lockstep, &text, &split(&text, &sizes, 64))?;
+            // Triggers followed alone first (as built), in threads only, and both.
+            for budget in [SOLO, 0, 3] {
+                SOLO_BUDGET.with(|b| b.set(budget));
+                let expected = regex.redact_str(&text);
+                prop_assert_eq!(lockstep.redact_str(&text), expected, "{:?} at {}", text, budget);
+                check(&lockstep, &text, &split(&text, &sizes, 8))?;
+                check(&lockstep, &text, &split(&text, &sizes, 64))?;
+            }
+            SOLO_BUDGET.with(|b| b.set(SOLO));
         }
     }
 
@@ -841,24 +848,62 @@ mod tests {
             };
             let (lockstep, regex) = (build(true), build(false));
             let alphabet = ['x', 'a', 'b', 'y'];
-            for len in 1..=8u32 {
-                for code in 0..4usize.pow(len) {
-                    let mut c = code;
-                    let text: String = (0..len)
-                        .map(|_| {
-                            let ch = alphabet[c % 4];
-                            c /= 4;
-                            ch
-                        })
-                        .collect();
-                    assert_eq!(
-                        lockstep.redact_str(&text),
-                        regex.redact_str(&text),
-                        "{pattern} on {text:?}"
-                    );
+            for budget in [SOLO, 0, 2] {
+                SOLO_BUDGET.with(|b| b.set(budget));
+                for len in 1..=8u32 {
+                    for code in 0..4usize.pow(len) {
+                        let mut c = code;
+                        let text: String = (0..len)
+                            .map(|_| {
+                                let ch = alphabet[c % 4];
+                                c /= 4;
+                                ch
+                            })
+                            .collect();
+                        assert_eq!(
+                            lockstep.redact_str(&text),
+                            regex.redact_str(&text),
+                            "{pattern} on {text:?}, alone for {budget} bytes"
+                        );
+                    }
                 }
             }
+            SOLO_BUDGET.with(|b| b.set(SOLO));
         }
+    }
+
+    /// A window that ends after a character that is not a token character, with a match
+    /// decided only by the window's end (`\B` after `!`): alone, in threads and by regex.
+    #[test]
+    fn a_match_at_a_windows_end_is_decided_at_its_end() {
+        let build = |dfas: bool| {
+            let rule = PatternRule::new("bang", r"xa+!(?-u:\B)")
+                .unwrap()
+                .prefixes(["x"])
+                .token_chars("xab")
+                .unwrap();
+            let mut builder = Redactor::builder().without_builtin_patterns().rule(rule);
+            if !dfas {
+                builder = builder.without_dfas();
+            }
+            Arc::new(builder.build().unwrap())
+        };
+        let (lockstep, regex) = (build(true), build(false));
+        for budget in [SOLO, 0] {
+            SOLO_BUDGET.with(|b| b.set(budget));
+            for text in ["xa!", "xaa!b", "xa!!", "xab!", "x xa!"] {
+                let expected = regex.redact_str(text);
+                assert_eq!(lockstep.redact_str(text), expected, "{text:?} at {budget}");
+                let ones: Vec<&str> = (0..text.len()).map(|i| &text[i..=i]).collect();
+                assert_eq!(
+                    stream(&lockstep, &ones).concat(),
+                    expected,
+                    "{text:?} streamed"
+                );
+            }
+            assert_eq!(lockstep.redact_str("xa!b"), "[REDACTED:bang]b");
+        }
+        SOLO_BUDGET.with(|b| b.set(SOLO));
     }
 
     /// Every text of up to 8 characters over `xab-`, with rules of the shape of
