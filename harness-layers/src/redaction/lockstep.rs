@@ -253,12 +253,15 @@ impl Runs {
         let backoff = &mut self.solo[slot];
         if origin >= backoff.next {
             match solo(rule, dfa, state, bytes, t, last) {
-                Some(end) => {
+                Alone::Settled(end) => {
                     emit(rule, origin, end.map(|e| self.base + e), &mut text);
                     backoff.wait = 1;
                     return true;
                 }
-                None => {
+                // The text so far ends first: a thread waits for more (not the rule's
+                // triggers outliving the budget).
+                Alone::Waits => {}
+                Alone::Outlived => {
                     let wait = backoff.wait.max(1);
                     backoff.next = origin + wait;
                     backoff.wait = (wait * 2).min(MAX_WAIT);
@@ -510,10 +513,18 @@ impl Run {
     }
 }
 
+/// What following a trigger alone found.
+enum Alone {
+    /// Its window ended or its DFA died: where its last match ends, if any.
+    Settled(Option<usize>),
+    /// It is open at the end of the text so far.
+    Waits,
+    /// It is open after the budget.
+    Outlived,
+}
+
 /// Follows rule `rule`'s DFA from `state` at `t` alone, for up to [`SOLO`] bytes, as a
-/// thread of [`Run::feed`] would: `Some` with where the last match ends (if any) once its
-/// window ends or the DFA dies, `None` if it is open after the budget or at the end of
-/// `bytes` (unless `last`: the window ends there).
+/// thread of [`Run::feed`] would (with `last`, `bytes` is the whole text).
 fn solo(
     rule: &Compiled,
     dfa: &Dfa,
@@ -521,7 +532,7 @@ fn solo(
     bytes: &[u8],
     t: usize,
     last: bool,
-) -> Option<Option<usize>> {
+) -> Alone {
     let n = bytes.len();
     let cap = t.saturating_add(rule.max_len);
     let stop = t.saturating_add(solo_budget()).min(n);
@@ -534,7 +545,7 @@ fn solo(
             if cap < p + len {
                 // The window ends before this character.
                 let eoi = dfa.is_match_state(dfa.next_eoi_state(state));
-                return Some(if eoi { Some(p) } else { matched });
+                return Alone::Settled(if eoi { Some(p) } else { matched });
             }
             if rule
                 .token_chars
@@ -544,24 +555,24 @@ fn solo(
                 // The window ends after this character.
                 let end = p + len;
                 if end > n {
-                    return None;
+                    return Alone::Waits;
                 }
                 for (q, &c) in bytes.iter().enumerate().take(end).skip(p) {
                     state = dfa.next_state(state, c);
                     if dfa.is_dead_state(state) {
-                        return Some(matched);
+                        return Alone::Settled(matched);
                     }
                     if dfa.is_match_state(state) {
                         matched = Some(q);
                     }
                 }
                 let eoi = dfa.is_match_state(dfa.next_eoi_state(state));
-                return Some(if eoi { Some(end) } else { matched });
+                return Alone::Settled(if eoi { Some(end) } else { matched });
             }
         }
         state = dfa.next_state(state, b);
         if dfa.is_dead_state(state) {
-            return Some(matched);
+            return Alone::Settled(matched);
         }
         if dfa.is_match_state(state) {
             // Matches are reported one byte late: this one ends before `b`.
@@ -569,11 +580,14 @@ fn solo(
         }
         p += 1;
     }
-    if last && p == n {
+    if p < n {
+        Alone::Outlived
+    } else if last {
         let eoi = dfa.is_match_state(dfa.next_eoi_state(state));
-        return Some(if eoi { Some(n) } else { matched });
+        Alone::Settled(if eoi { Some(n) } else { matched })
+    } else {
+        Alone::Waits
     }
-    None
 }
 
 /// The candidate of rule `rule`'s evaluation at `origin`, whose match (if any) ends at
