@@ -17,9 +17,11 @@
 //! secret's start, token characters), 1 MiB each, whole and streamed; the aim there is
 //! 50 MB/s.
 //!
-//! `REDACTION_BENCH_ONLY=whole|stream|alternation|adversarial`, `REDACTION_BENCH_CONFIG=declared|rule`
-//! and `REDACTION_BENCH_DELTAS=1|256` (the deltas' smallest size) run one part, for
-//! profiling.
+//! `REDACTION_BENCH_ONLY=whole|stream|alternation|adversarial`, `REDACTION_BENCH_CONFIG=declared|rule`,
+//! `REDACTION_BENCH_DELTAS=1|256` (the deltas' smallest size) and
+//! `REDACTION_BENCH_TRIGGER=<an adversarial row's label>` run one part, for profiling
+//! (`valgrind --tool=callgrind` counts instructions, which a shared machine does not make
+//! noisy).
 
 use std::hint::black_box;
 use std::sync::Arc;

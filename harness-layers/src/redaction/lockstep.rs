@@ -370,14 +370,20 @@ impl Run {
     fn feed(&mut self, rule: &Compiled, dfa: &Dfa, text: &mut Text<'_>, to: usize) {
         let bytes = text.hay.as_bytes();
         let mut p = self.pos;
+        // The earliest cap of a window: none ends before it (members only leave meanwhile,
+        // which makes it earlier than need be, never later).
+        let mut due = self.due(rule);
         while p < to && !self.threads.is_empty() {
             let b = bytes[p - text.base];
             if b & 0xC0 != 0x80 {
                 let len = utf8_len(b);
                 // Windows whose cap falls inside this character end before it.
-                self.expire(rule, dfa, text, p, p + len);
-                if self.threads.is_empty() {
-                    break;
+                if due < p + len {
+                    self.expire(rule, dfa, text, p, p + len);
+                    due = self.due(rule);
+                    if self.threads.is_empty() {
+                        break;
+                    }
                 }
                 if rule
                     .token_chars
@@ -425,6 +431,16 @@ impl Run {
             self.merge(p);
         }
         self.pos = p.max(to);
+    }
+
+    /// The earliest cap of its members' windows.
+    fn due(&self, rule: &Compiled) -> usize {
+        self.threads
+            .iter()
+            .filter_map(|t| t.members.peek())
+            .map(|m| m.origin.0.saturating_add(rule.max_len))
+            .min()
+            .unwrap_or(usize::MAX)
     }
 
     /// Ends the windows whose cap is before `limit`, at `at`.

@@ -408,7 +408,11 @@ impl Tails {
     }
 
     /// The earliest open trigger.
+    #[inline]
     pub(crate) fn horizon(&self) -> Option<usize> {
+        if self.active.is_empty() {
+            return None;
+        }
         self.active
             .iter()
             .filter_map(|&slot| self.open[slot].front())
