@@ -204,8 +204,6 @@ impl Shape {
         tails: &mut Tails,
     ) -> Quick {
         let n = hay.len();
-        let cap = t.saturating_add(rule.max_len);
-        let limit = cap.min(n);
         if t >= n {
             return if last {
                 Quick::Settled(None)
@@ -216,7 +214,42 @@ impl Shape {
         if self.boundary && t.checked_sub(1).is_some_and(|p| is_word(hay[p])) == is_word(hay[t]) {
             return Quick::Settled(None);
         }
-        'branches: for branch in &self.branches {
+        self.branches_from(0, rule, hay, t, last, tails)
+    }
+
+    /// [`Shape::eval`] of a trigger held open in branch `slot`: its word boundary and that
+    /// branch's start matched when it was held, and still do; only the run is new.
+    fn resume(
+        &self,
+        slot: usize,
+        rule: &Compiled,
+        hay: &[u8],
+        t: usize,
+        last: bool,
+        tails: &mut Tails,
+    ) -> Quick {
+        let b = slot - self.branches[0].slot;
+        let branch = &self.branches[b];
+        match self.run_of(branch, rule, hay, t, last, tails) {
+            Some(quick) => quick,
+            None => self.branches_from(b + 1, rule, hay, t, last, tails),
+        }
+    }
+
+    /// The first of the branches from `first` on that matches at `t`, past the boundary.
+    fn branches_from(
+        &self,
+        first: usize,
+        rule: &Compiled,
+        hay: &[u8],
+        t: usize,
+        last: bool,
+        tails: &mut Tails,
+    ) -> Quick {
+        let n = hay.len();
+        let cap = t.saturating_add(rule.max_len);
+        let limit = cap.min(n);
+        'branches: for branch in &self.branches[first..] {
             for (k, set) in branch.start.iter().enumerate() {
                 let q = t + k;
                 if q >= limit {
@@ -229,20 +262,37 @@ impl Shape {
                     continue 'branches;
                 }
             }
-            let from = t + branch.start.len();
-            let (end, closed) = tails.run(branch, hay, from, limit);
-            let run = end - from;
-            if !(closed || limit == cap || last || run >= branch.max) {
-                return Quick::Open(branch.slot);
-            }
-            if run >= branch.min {
-                let end = from + run.min(branch.max);
-                return Quick::Settled(
-                    (end - t >= rule.min_len).then_some(Candidate::new(t, end, rule.id)),
-                );
+            if let Some(quick) = self.run_of(branch, rule, hay, t, last, tails) {
+                return quick;
             }
         }
         Quick::Settled(None)
+    }
+
+    /// What `branch`, whose start matched at `t`, finds: `None` if its run is too short
+    /// (the next branch decides).
+    #[inline]
+    fn run_of(
+        &self,
+        branch: &Branch,
+        rule: &Compiled,
+        hay: &[u8],
+        t: usize,
+        last: bool,
+        tails: &mut Tails,
+    ) -> Option<Quick> {
+        let cap = t.saturating_add(rule.max_len);
+        let limit = cap.min(hay.len());
+        let from = t + branch.start.len();
+        let (end, closed) = tails.run(branch, hay, from, limit);
+        let run = end - from;
+        if !(closed || limit == cap || last || run >= branch.max) {
+            return Some(Quick::Open(branch.slot));
+        }
+        (run >= branch.min).then(|| {
+            let end = from + run.min(branch.max);
+            Quick::Settled((end - t >= rule.min_len).then_some(Candidate::new(t, end, rule.id)))
+        })
     }
 }
 
@@ -442,7 +492,7 @@ impl Tails {
             };
             while let Some(&at) = self.open[slot].front() {
                 let t = at - self.base;
-                match shape.eval(rule, hay, t, last, self) {
+                match shape.resume(slot, rule, hay, t, last, self) {
                     Quick::Open(s) if s == slot => break,
                     Quick::Settled(c) => c.into_iter().for_each(|c| add(out, c)),
                     Quick::Open(_) | Quick::Unknown => other.push((t, id)),

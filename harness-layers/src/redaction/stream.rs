@@ -921,8 +921,10 @@ mod tests {
             usize,
             usize,
         );
-        let rules: [Rule; 5] = [
+        let rules: [Rule; 6] = [
             (r"(?-u:\b)x-[ab]{1,3}", &["x-"], Some("xab-"), 1, 6),
+            // A held trigger whose first branch's run ends too short: the second decides.
+            (r"(?:xa|x)[ab]{3,}", &["x"], None, 1, 6),
             (r"x[ab]+", &["x"], None, 3, 4),
             (r"(?:xa|x)-[ab]{2,}", &["x"], Some("xab-"), 1, 5),
             (
@@ -970,6 +972,13 @@ mod tests {
                         stream(&shaped, &ones).concat(),
                         expected,
                         "{pattern} streamed"
+                    );
+                    // Starts complete in the first delta, runs open until the second.
+                    let halves = [&text[..text.len().min(3)], &text[text.len().min(3)..]];
+                    assert_eq!(
+                        stream(&shaped, &halves).concat(),
+                        expected,
+                        "{pattern} in halves"
                     );
                 }
             }
