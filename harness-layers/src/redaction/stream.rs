@@ -753,6 +753,62 @@ mod tests {
             std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(256)
         ))]
 
+        /// Random rules of the shape [`shape`](super::super::shape) evaluates (a boundary or
+        /// not, one or two branches of literal and class starts, a class repeated between
+        /// random bounds; token characters or not; random windows) on random text over a
+        /// small alphabet: what the regex evaluation at each trigger finds, in `redact_str`
+        /// and streamed.
+        #[test]
+        fn random_shaped_rules_agree_with_the_regex(
+            boundary in any::<bool>(),
+            starts in prop::collection::vec(
+                prop::sample::select(&["x", "xa", "x-", "x[ab]", "xb", "x[a-]"][..]),
+                1..3,
+            ),
+            class in prop::sample::select(&["[ab]", "[a-]", "[ab-]", "[abx]", "a"][..]),
+            bounds in (0u32..4, 0u32..4),
+            unbounded in any::<bool>(),
+            tokens in any::<bool>(),
+            min_len in 1usize..5,
+            max_len in 1usize..10,
+            text in "[xab -]{0,40}",
+            sizes in prop::collection::vec(0usize..8, 0..40),
+        ) {
+            // A repetition of at most one is no repetition in the syntax tree.
+            let (lo, extra) = (bounds.0, bounds.1.max(2u32.saturating_sub(bounds.0)));
+            let repeat = if unbounded {
+                format!("{{{lo},}}")
+            } else {
+                format!("{{{lo},{}}}", lo + extra)
+            };
+            let pattern = format!(
+                "{}(?:{}){class}{repeat}",
+                if boundary { r"(?-u:\b)" } else { "" },
+                starts.join("|"),
+            );
+            let build = |shaped: bool| {
+                let mut rule = PatternRule::new("r", &pattern)
+                    .unwrap()
+                    .min_len(min_len)
+                    .max_len(max_len)
+                    .prefixes(["x"]);
+                if tokens {
+                    rule = rule.token_chars("xab-").unwrap();
+                }
+                let mut builder = Redactor::builder().without_builtin_patterns().rule(rule);
+                if !shaped {
+                    builder = builder.without_dfas();
+                }
+                Arc::new(builder.build().unwrap())
+            };
+            let (shaped, regex) = (build(true), build(false));
+            prop_assert_eq!(shaped.shaped_rules(), 1, "{} has the shape", pattern);
+            let expected = regex.redact_str(&text);
+            prop_assert_eq!(shaped.redact_str(&text), expected.clone(), "{} on {:?}", pattern, text);
+            let deltas = split(&text, &sizes, 8);
+            prop_assert_eq!(stream(&shaped, &deltas).concat(), expected, "{} streamed", pattern);
+        }
+
         /// Token-sized deltas (1 to 8 or 1 to 64 bytes) at random points.
         #[test]
         fn token_sized_deltas_emit_a_growing_prefix_of_redact_str(
