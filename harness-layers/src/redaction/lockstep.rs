@@ -85,6 +85,9 @@ pub(crate) struct Runs {
     spare: Vec<Run>,
     /// By rule id: when a trigger may next be followed alone first (see [`Runs::add`]).
     solo: Vec<Backoff>,
+    /// Triggers followed alone to the end of the text so far, open: `(rule, origin, start
+    /// state)`, followed alone again from their start once more text arrives.
+    waiting: Vec<(u32, usize, StateID)>,
 }
 
 /// How often a rule's triggers are first followed alone: after one that outlived the
@@ -176,6 +179,7 @@ impl Runs {
     pub(crate) fn clear(&mut self) {
         self.base = 0;
         self.solo.clear();
+        self.waiting.clear();
         self.retire(|_| true);
     }
 
@@ -203,8 +207,10 @@ impl Runs {
             .iter()
             .flat_map(|r| &r.threads)
             .filter_map(|t| t.members.peek())
-            .map(|m| m.origin.0 - self.base)
+            .map(|m| m.origin.0)
+            .chain(self.waiting.iter().map(|&(_, origin, _)| origin))
             .min()
+            .map(|origin| origin - self.base)
     }
 
     /// Rule `id` (`rule`, with `dfa`) fires at `t` in `hay` (with `last`, the whole text):
@@ -223,10 +229,7 @@ impl Runs {
         out: &mut Vec<Candidate>,
     ) -> bool {
         let bytes = hay.as_bytes();
-        let config = start::Config::new()
-            .anchored(Anchored::Yes)
-            .look_behind(t.checked_sub(1).map(|i| bytes[i]));
-        let Ok(state) = dfa.start_state(&config) else {
+        let Some(state) = start_at(dfa, bytes, t) else {
             return false;
         };
         if dfa.is_dead_state(state) {
@@ -258,9 +261,12 @@ impl Runs {
                     backoff.wait = 1;
                     return true;
                 }
-                // The text so far ends first: a thread waits for more (not the rule's
-                // triggers outliving the budget).
-                Alone::Waits => {}
+                // The text so far ends first: followed alone again once more arrives (the
+                // bytes read again are fewer than the budget).
+                Alone::Waits => {
+                    self.waiting.push((id, origin, state));
+                    return true;
+                }
                 Alone::Outlived => {
                     let wait = backoff.wait.max(1);
                     backoff.next = origin + wait;
@@ -268,6 +274,20 @@ impl Runs {
                 }
             }
         }
+        self.thread(id, rule, dfa, state, origin, &mut text);
+        true
+    }
+
+    /// Starts a thread of rule `id` in `state` at `origin`.
+    fn thread(
+        &mut self,
+        id: u32,
+        rule: &Compiled,
+        dfa: &Dfa,
+        state: StateID,
+        origin: usize,
+        text: &mut Text<'_>,
+    ) {
         let run = match self.runs.iter().position(|r| r.rule == id) {
             Some(k) => &mut self.runs[k],
             None => {
@@ -291,7 +311,7 @@ impl Runs {
             own: None,
         };
         if origin >= run.pos {
-            run.feed(rule, dfa, &mut text, origin);
+            run.feed(rule, dfa, text, origin);
             run.pos = origin;
             run.start(state, member);
         } else {
@@ -304,11 +324,10 @@ impl Runs {
                 spare: Vec::new(),
             };
             late.start(state, member);
-            late.feed(rule, dfa, &mut text, run.pos);
+            late.feed(rule, dfa, text, run.pos);
             run.threads.append(&mut late.threads);
             run.merge(run.pos);
         }
-        true
     }
 
     /// Feeds every thread to the end of `hay`; with `last`, `hay` is the whole text and every
@@ -325,6 +344,26 @@ impl Runs {
             base: self.base,
             out,
         };
+        // Triggers that waited for more text: alone again, or threads now.
+        let mut k = 0;
+        while k < self.waiting.len() {
+            let (id, origin, state) = self.waiting[k];
+            let t = origin - self.base;
+            let rule = &rules[id as usize - 1];
+            // Built when the trigger came (a DFA, once built, stays).
+            let Some(dfa) = rule.dfa() else {
+                unreachable!("a waiting trigger's rule has a DFA")
+            };
+            match solo(rule, dfa, state, hay.as_bytes(), t, last) {
+                Alone::Waits => {
+                    k += 1;
+                    continue;
+                }
+                Alone::Settled(end) => emit(rule, origin, end.map(|e| self.base + e), &mut text),
+                Alone::Outlived => self.thread(id, rule, dfa, state, origin, &mut text),
+            }
+            self.waiting.swap_remove(k);
+        }
         let n = self.base + hay.len();
         for run in &mut self.runs {
             if run.threads.is_empty() {
@@ -527,6 +566,14 @@ impl Run {
             true
         });
     }
+}
+
+/// The anchored start state of `dfa` at `t` in `bytes` (the byte before it is context).
+fn start_at(dfa: &Dfa, bytes: &[u8], t: usize) -> Option<StateID> {
+    let config = start::Config::new()
+        .anchored(Anchored::Yes)
+        .look_behind(t.checked_sub(1).map(|i| bytes[i]));
+    dfa.start_state(&config).ok()
 }
 
 /// What following a trigger alone found.
