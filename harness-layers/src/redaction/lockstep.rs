@@ -202,7 +202,11 @@ impl Runs {
     }
 
     /// The earliest trigger (in `hay`) whose window is still open.
+    #[inline]
     pub(crate) fn horizon(&self) -> Option<usize> {
+        if self.runs.is_empty() && self.waiting.is_empty() {
+            return None;
+        }
         self.runs
             .iter()
             .flat_map(|r| &r.threads)
