@@ -8,7 +8,9 @@
 //! (see the [module docs](super)). The run's end is shared by every trigger inside the run,
 //! so one forward scan of it, remembered per branch, serves them all: each byte is read once
 //! per branch however densely triggers occur (`sk-sk-sk-...`, where every trigger's window
-//! stays open for 256 bytes and followed DFA threads cost O(window) per trigger).
+//! stays open for 256 bytes and followed DFA threads cost O(window) per trigger). A trigger
+//! before the remembered run (triggers of different lengths are reported by their end) scans
+//! again from its own run, at most its window.
 //!
 //! A pattern has the shape when its syntax tree is, after an optional leading `(?-u:\b)`,
 //! one or more *branches* (an alternation, in priority order), each a sequence of single
