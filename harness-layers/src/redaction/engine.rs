@@ -852,13 +852,15 @@ impl Redactor {
                 &mut open,
             );
         }
-        open.retain(|&(t, rule)| {
-            let settled = self.eval(rule, hay, t, last, &mut scan.candidates);
-            if !settled {
-                horizon = horizon.min(t);
-            }
-            !settled
-        });
+        if !open.is_empty() {
+            open.retain(|&(t, rule)| {
+                let settled = self.eval(rule, hay, t, last, &mut scan.candidates);
+                if !settled {
+                    horizon = horizon.min(t);
+                }
+                !settled
+            });
+        }
         if let Some(literals) = &self.literals {
             // Each byte is fed once: the walk resumes where the last one ended.
             let out = &mut scan.candidates;
@@ -1151,6 +1153,9 @@ const SWALLOWED: u32 = u32::MAX;
 /// run back (it may be as long as the text).
 pub(crate) fn plan(scan: &mut Scan, horizon: usize, intervals: &mut Vec<Interval>) -> usize {
     intervals.clear();
+    if scan.candidates.is_empty() && scan.swallow.is_none() {
+        return horizon;
+    }
     if let Some(end) = scan.swallow.take() {
         intervals.push(Interval {
             start: 0,

@@ -123,6 +123,15 @@ impl Follow {
         };
         let mut last_end = self.last_end;
         for (at, &b) in bytes.iter().enumerate().skip(from) {
+            // Most transitions are computed already and lead to an untagged state: one
+            // table lookup, without the checks `next_state` makes for the others.
+            if !sid.is_tagged() {
+                let next = dfa.next_state_untagged(cache, sid, b);
+                if !next.is_tagged() {
+                    sid = next;
+                    continue;
+                }
+            }
             sid = match dfa.next_state(cache, sid, b) {
                 Ok(next) => next,
                 Err(_) => {

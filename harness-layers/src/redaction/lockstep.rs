@@ -343,6 +343,10 @@ impl Runs {
         last: bool,
         out: &mut Vec<Candidate>,
     ) {
+        // A stream finishes after every delta: usually nothing is followed.
+        if self.runs.is_empty() && self.waiting.is_empty() {
+            return;
+        }
         let mut text = Text {
             hay,
             base: self.base,

@@ -80,7 +80,9 @@ impl Pending {
         if keep < DRAIN_AT {
             keep = 0;
         }
-        self.buf.drain(..keep);
+        if keep > 0 {
+            self.buf.drain(..keep);
+        }
         self.scan.advance(cut, keep);
         self.ctx = cut - keep;
         self.base += keep;
