@@ -60,6 +60,9 @@ impl LazyDfa {
                         dense::DFA::config()
                             .match_kind(MatchKind::LeftmostFirst)
                             .start_kind(StartKind::Anchored)
+                            // Stepped byte by byte here: accelerated states would only
+                            // count as special, off the fast paths.
+                            .accelerate(false)
                             .dfa_size_limit(Some(DFA_SIZE_LIMIT))
                             .determinize_size_limit(Some(4 * DFA_SIZE_LIMIT)),
                     )
@@ -420,7 +423,29 @@ impl Run {
         // The earliest cap of a window: none ends before it (members only leave meanwhile,
         // which makes it earlier than need be, never later).
         let mut due = self.due(rule);
+        let token = rule.token_chars.as_ref();
         while p < to && !self.threads.is_empty() {
+            // One thread (threads in one state merge, so often one): ASCII token characters
+            // before the earliest cap cost a transition and a comparison each; the others,
+            // and a transition to a special state (dead, match), take the way below.
+            if let [thread] = &mut self.threads[..] {
+                let stop = to.min(due);
+                while p < stop {
+                    let b = bytes[p - text.base];
+                    if !b.is_ascii() || token.is_some_and(|set| !set.contains(b)) {
+                        break;
+                    }
+                    let next = dfa.next_state(thread.state, b);
+                    if dfa.is_special_state(next) {
+                        break;
+                    }
+                    thread.state = next;
+                    p += 1;
+                }
+                if p >= to {
+                    break;
+                }
+            }
             let b = bytes[p - text.base];
             if b & 0xC0 != 0x80 {
                 let len = utf8_len(b);
@@ -432,11 +457,7 @@ impl Run {
                         break;
                     }
                 }
-                if rule
-                    .token_chars
-                    .as_ref()
-                    .is_some_and(|set| !set.contains(b))
-                {
+                if token.is_some_and(|set| !set.contains(b)) {
                     // Every window ends after this character.
                     let end = p + len;
                     for mut thread in std::mem::take(&mut self.threads) {
@@ -463,14 +484,17 @@ impl Run {
             while k < self.threads.len() {
                 let thread = &mut self.threads[k];
                 thread.state = dfa.next_state(thread.state, b);
-                if dfa.is_dead_state(thread.state) {
-                    let thread = self.threads.swap_remove(k);
-                    self.end_all(rule, thread, None, text);
-                    continue;
-                }
-                if dfa.is_match_state(thread.state) {
-                    // Matches are reported one byte late: this one ends before `b`.
-                    thread.last = Some(p);
+                // Dead and match states are special: one comparison for the others.
+                if dfa.is_special_state(thread.state) {
+                    if dfa.is_dead_state(thread.state) {
+                        let thread = self.threads.swap_remove(k);
+                        self.end_all(rule, thread, None, text);
+                        continue;
+                    }
+                    if dfa.is_match_state(thread.state) {
+                        // Matches are reported one byte late: this one ends before `b`.
+                        thread.last = Some(p);
+                    }
                 }
                 k += 1;
             }
@@ -609,7 +633,30 @@ fn solo(
     let stop = t.saturating_add(solo_budget()).min(n);
     let mut matched = None;
     let mut p = t;
+    let token = rule.token_chars.as_ref();
     while p < stop {
+        // Most bytes are ASCII token characters inside the cap: a transition and one
+        // comparison each (dead and match states are special).
+        let fast = stop.min(cap);
+        while p < fast {
+            let b = bytes[p];
+            if !b.is_ascii() || token.is_some_and(|set| !set.contains(b)) {
+                break;
+            }
+            state = dfa.next_state(state, b);
+            if dfa.is_special_state(state) {
+                if dfa.is_dead_state(state) {
+                    return Alone::Settled(matched);
+                }
+                if dfa.is_match_state(state) {
+                    matched = Some(p);
+                }
+            }
+            p += 1;
+        }
+        if p >= stop {
+            break;
+        }
         let b = bytes[p];
         if b & 0xC0 != 0x80 {
             let len = utf8_len(b);
@@ -618,11 +665,7 @@ fn solo(
                 let eoi = dfa.is_match_state(dfa.next_eoi_state(state));
                 return Alone::Settled(if eoi { Some(p) } else { matched });
             }
-            if rule
-                .token_chars
-                .as_ref()
-                .is_some_and(|set| !set.contains(b))
-            {
+            if token.is_some_and(|set| !set.contains(b)) {
                 // The window ends after this character.
                 let end = p + len;
                 if end > n {
