@@ -56,7 +56,7 @@ pub(crate) struct Literals {
 
 /// The longest stretch a walk goes without trying to skip, after attempts in a row that
 /// skipped little (it doubles from one byte).
-const MAX_BACKOFF: usize = 32;
+const MAX_BACKOFF: usize = 128;
 
 /// The size of the gram filter: 2^16 bits (8 KiB).
 const GRAM_BITS: u32 = 16;
