@@ -877,6 +877,9 @@ impl Redactor {
                         for &rule in &self.rules_of[trigger] {
                             let compiled = &self.rules[rule as usize - 1];
                             if let Some(shape) = &compiled.shape {
+                                if !last && tails.defer(shape, start) {
+                                    continue;
+                                }
                                 match shape.eval(compiled, bytes, start, last, tails) {
                                     Quick::Settled(c) => c.into_iter().for_each(|c| add(out, c)),
                                     Quick::Open(slot) if tails.hold(slot, start) => {}

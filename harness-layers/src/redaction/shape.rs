@@ -28,6 +28,13 @@
 //! are token characters), so the run is cut only by `t + max_len` (an ASCII run ends on a
 //! character boundary). A stream knows the result once the run ended before the text's end,
 //! reached `max` or the cap, or the text ended.
+//!
+//! A stream holds a trigger whose result it does not know yet in its branch's queue, in
+//! order, and looks only at the earliest one of each queue per delta. A later trigger of the
+//! same rule that arrives while one is held is put off without being evaluated (the held
+//! one keeps the horizon before it): evaluated once the held ones settled, it usually
+//! settles at once, where evaluating it on arrival, holding it and evaluating it again cost
+//! dense triggers twice.
 
 use std::collections::VecDeque;
 
@@ -377,6 +384,11 @@ pub(crate) struct Tails {
     open: Vec<VecDeque<usize>>,
     /// The slots with open triggers.
     active: Vec<usize>,
+    /// By rule (its first slot): triggers not evaluated yet (absolute, in increasing
+    /// order), each after an open trigger of the rule (see [`Tails::defer`]) ...
+    deferred: Vec<VecDeque<usize>>,
+    /// ... and the rules (first slots) that have some.
+    deferring: Vec<usize>,
 }
 
 /// `[from, end)` are bytes of a branch's class; with `closed`, the byte at `end` is not.
@@ -400,6 +412,44 @@ impl Tails {
         for slot in self.active.drain(..) {
             self.open[slot].clear();
         }
+        for first in self.deferring.drain(..) {
+            self.deferred[first].clear();
+        }
+    }
+
+    /// In a stream, puts off evaluating `shape`'s trigger at `t` while an earlier trigger
+    /// of the rule is open: that one holds the horizon before `t` already, and when it
+    /// settles, most triggers after it are evaluated once and settle (dense triggers,
+    /// `sk-sk-sk-...` in token-sized deltas, were each evaluated when they arrived, held,
+    /// and evaluated again when they settled). `false` if there is none (or `t` would not
+    /// keep the order): the caller evaluates `t` now.
+    #[inline]
+    pub(crate) fn defer(&mut self, shape: &Shape, t: usize) -> bool {
+        // Usually nothing is open.
+        if self.active.is_empty() {
+            return false;
+        }
+        let t = self.base + t;
+        let first = shape.branches[0].slot;
+        let slots = first..first + shape.branches.len();
+        let held = slots
+            .filter_map(|slot| self.open.get(slot).and_then(VecDeque::front))
+            .any(|&h| h < t);
+        if !held {
+            return false;
+        }
+        if self.deferred.len() <= first {
+            self.deferred.resize_with(first + 1, VecDeque::new);
+        }
+        let queue = &mut self.deferred[first];
+        if queue.back().is_some_and(|&b| b > t) {
+            return false;
+        }
+        if queue.is_empty() {
+            self.deferring.push(first);
+        }
+        queue.push_back(t);
+        true
     }
 
     /// Where the run of `branch`'s class from `from` ends, looking no further than
@@ -456,18 +506,19 @@ impl Tails {
     /// Whether it holds open triggers.
     #[inline]
     pub(crate) fn is_holding(&self) -> bool {
-        !self.active.is_empty()
+        !self.active.is_empty() || !self.deferring.is_empty()
     }
 
     /// The earliest open trigger.
     #[inline]
     pub(crate) fn horizon(&self) -> Option<usize> {
-        if self.active.is_empty() {
+        if !self.is_holding() {
             return None;
         }
-        self.active
-            .iter()
-            .filter_map(|&slot| self.open[slot].front())
+        let held = self.active.iter().map(|&slot| &self.open[slot]);
+        let deferred = self.deferring.iter().map(|&first| &self.deferred[first]);
+        held.chain(deferred)
+            .filter_map(VecDeque::front)
             .min()
             .map(|&t| t - self.base)
     }
@@ -503,6 +554,39 @@ impl Tails {
             }
             if self.open[slot].is_empty() {
                 self.active.swap_remove(k);
+            } else {
+                k += 1;
+            }
+        }
+        // Triggers put off behind a trigger of their rule that settled: in order, until
+        // one is held (the rest wait behind it again).
+        let mut k = 0;
+        while k < self.deferring.len() {
+            let first = self.deferring[k];
+            let id = rule_of_slot[first];
+            let rule = &rules[id as usize - 1];
+            let Some(shape) = rule.shape.as_ref() else {
+                unreachable!("a slot belongs to a shaped rule")
+            };
+            let slots = first..first + shape.branches.len();
+            let held = |tails: &Self| {
+                slots
+                    .clone()
+                    .any(|slot| tails.open.get(slot).is_some_and(|q| !q.is_empty()))
+            };
+            while !held(self) {
+                let Some(at) = self.deferred[first].pop_front() else {
+                    break;
+                };
+                let t = at - self.base;
+                match shape.eval(rule, hay, t, last, self) {
+                    Quick::Settled(c) => c.into_iter().for_each(|c| add(out, c)),
+                    Quick::Open(slot) if self.hold(slot, t) => {}
+                    Quick::Open(_) | Quick::Unknown => other.push((t, id)),
+                }
+            }
+            if self.deferred[first].is_empty() {
+                self.deferring.swap_remove(k);
             } else {
                 k += 1;
             }

@@ -1038,6 +1038,16 @@ mod tests {
                         expected,
                         "{pattern} in halves"
                     );
+                    // Triggers held and put off behind them one character at a time, then
+                    // settled together by the last three.
+                    let tail = text.len().saturating_sub(3);
+                    let mut mixed: Vec<&str> = (0..tail).map(|i| &text[i..=i]).collect();
+                    mixed.push(&text[tail..]);
+                    assert_eq!(
+                        stream(&shaped, &mixed).concat(),
+                        expected,
+                        "{pattern} one by one, then the last three"
+                    );
                 }
             }
         }
