@@ -11,7 +11,7 @@ use regex::Regex;
 use serde_json::{Map, Value};
 
 use super::follow::{Ends, Follow};
-use super::literals::{Hit, Literals};
+use super::literals::{Hit, Literals, Skips};
 use super::lockstep::{Dfa, LazyDfa, Runs};
 use super::rules::{
     BUILTINS, Charset, DEFAULT_FIELDS, FIELD_RULE, MIN_SECRET_LEN, PatternRule, RedactionError,
@@ -92,8 +92,10 @@ pub(crate) struct Scan {
     swallow: Option<usize>,
     /// The text before this was fed to the literal automaton ...
     scanned: usize,
-    /// ... which ended in this state (`None`: its start).
+    /// ... which ended in this state (`None`: its start), and would next try to skip
+    /// there.
     state: Option<StateID>,
+    skips: Skips,
     /// Candidate starts of rules without prefixes before this were handled.
     anywhere: usize,
     /// Where their trailing runs of token characters start (see [`OpenFrom::min_from`]).
@@ -137,6 +139,7 @@ impl Scan {
             *t -= by;
         }
         self.scanned -= by;
+        self.skips.advance(by);
         self.runs.advance(by);
         self.tails.advance(by);
         self.anywhere = self.anywhere.saturating_sub(by);
@@ -156,6 +159,7 @@ impl Scan {
         self.swallow = None;
         self.scanned = 0;
         self.state = None;
+        self.skips = Skips::default();
         self.anywhere = 0;
         self.trail = Trail::default();
         match &mut self.walk {
@@ -871,6 +875,7 @@ impl Redactor {
                 bytes,
                 scan.scanned.max(from),
                 sid,
+                &mut scan.skips,
                 |start, end, hit| match hit {
                     Hit::Secret => out.push(Candidate::new(start, end, SECRET_ID)),
                     Hit::Trigger(trigger) => {

@@ -58,6 +58,33 @@ pub(crate) struct Literals {
 /// skipped little (it doubles from one byte).
 const MAX_BACKOFF: usize = 128;
 
+/// When a walk next tries to skip (see [`Literals::walk`]), kept between the walks of a
+/// stream's deltas: text where every few bytes may begin a literal (`aaaa...`, a prefix
+/// repeated) would otherwise pay for failed attempts again in every delta.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Skips {
+    /// The position from which the next attempt may be made ...
+    retry: usize,
+    /// ... and how far the one after a failed attempt goes.
+    backoff: usize,
+}
+
+impl Default for Skips {
+    fn default() -> Self {
+        Self {
+            retry: 0,
+            backoff: 1,
+        }
+    }
+}
+
+impl Skips {
+    /// The text before `by` was dropped.
+    pub(crate) fn advance(&mut self, by: usize) {
+        self.retry = self.retry.saturating_sub(by);
+    }
+}
+
 /// The size of the gram filter: 2^16 bits (8 KiB).
 const GRAM_BITS: u32 = 16;
 
@@ -259,11 +286,12 @@ impl Literals {
         bytes: &[u8],
         from: usize,
         sid: StateID,
+        skips: &mut Skips,
         hit: impl FnMut(usize, usize, Hit),
     ) -> StateID {
         match &self.kind {
-            Kind::Dfa(a) => self.walk_with(a, bytes, from, sid, hit),
-            Kind::Nfa(a) => self.walk_with(a, bytes, from, sid, hit),
+            Kind::Dfa(a) => self.walk_with(a, bytes, from, sid, skips, hit),
+            Kind::Nfa(a) => self.walk_with(a, bytes, from, sid, skips, hit),
         }
     }
 
@@ -274,6 +302,7 @@ impl Literals {
         bytes: &[u8],
         from: usize,
         mut sid: StateID,
+        skips: &mut Skips,
         mut hit: impl FnMut(usize, usize, Hit),
     ) -> StateID {
         let secrets = self.secrets.len();
@@ -282,8 +311,12 @@ impl Literals {
         let mut i = from;
         // Where the next attempt to skip may be made, and how far the one after a failed
         // attempt goes: text where every few bytes may begin a literal (`aaaa...`, a
-        // prefix repeated) would otherwise pay for a failed attempt at each byte.
-        let (mut retry, mut backoff) = (0, 1);
+        // prefix repeated) would otherwise pay for a failed attempt at each byte. (One
+        // that reaches the text's end did not fail: a stream's next delta goes on.)
+        let Skips {
+            mut retry,
+            mut backoff,
+        } = *skips;
         while i < n {
             // Shallow: no end of the text longer than `gram - 1` bytes begins a literal.
             // Then, as long as the next `gram` bytes begin no literal, no literal ends
@@ -291,7 +324,7 @@ impl Literals {
             // and at the end takes the state of the last `gram - 1` bytes.
             if gram > 0 && i >= retry && i + 1 >= gram && usize::from(self.depth(sid)) < gram {
                 let j = self.skip(bytes, i);
-                if j - i < 2 * gram {
+                if j - i < 2 * gram && j < n {
                     retry = j + backoff;
                     backoff = (backoff * 2).min(MAX_BACKOFF);
                 } else {
@@ -314,6 +347,7 @@ impl Literals {
                 self.report(aut, bytes, sid, i, secrets, &mut hit);
             }
         }
+        *skips = Skips { retry, backoff };
         sid
     }
 
@@ -404,7 +438,9 @@ mod tests {
 
     fn walk_all(lits: &Literals, text: &[u8]) -> (Vec<(usize, usize, Hit)>, u32) {
         let mut hits = Vec::new();
-        let sid = lits.walk(text, 0, lits.start(), |s, e, h| hits.push((s, e, h)));
+        let sid = lits.walk(text, 0, lits.start(), &mut Skips::default(), |s, e, h| {
+            hits.push((s, e, h));
+        });
         (hits, lits.hold(sid))
     }
 
@@ -457,10 +493,11 @@ mod tests {
         let (whole, _) = walk_all(&lits, text);
         for cut in 0..=text.len() {
             let mut hits = Vec::new();
-            let sid = lits.walk(&text[..cut], 0, lits.start(), |s, e, h| {
+            let mut skips = Skips::default();
+            let sid = lits.walk(&text[..cut], 0, lits.start(), &mut skips, |s, e, h| {
                 hits.push((s, e, h));
             });
-            lits.walk(text, cut, sid, |s, e, h| hits.push((s, e, h)));
+            lits.walk(text, cut, sid, &mut skips, |s, e, h| hits.push((s, e, h)));
             assert_eq!(hits, whole, "cut at {cut}");
         }
     }
@@ -508,10 +545,13 @@ mod tests {
             prop_assert_eq!(skipping.gram, 3);
             let (expected, held) = walk_all(&plain, &text);
             let mut hits = Vec::new();
-            let sid = skipping.walk(&text[..cut], 0, skipping.start(), |s, e, h| {
+            let mut skips = Skips::default();
+            let sid = skipping.walk(&text[..cut], 0, skipping.start(), &mut skips, |s, e, h| {
                 hits.push((s, e, h));
             });
-            let sid = skipping.walk(&text, cut, sid, |s, e, h| hits.push((s, e, h)));
+            let sid = skipping.walk(&text, cut, sid, &mut skips, |s, e, h| {
+                hits.push((s, e, h));
+            });
             prop_assert_eq!(hits, expected);
             prop_assert_eq!(skipping.hold(sid), held);
         }
