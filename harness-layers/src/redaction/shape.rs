@@ -45,12 +45,13 @@ use super::engine::{Candidate, Compiled, add};
 /// At most this many branches after distributing a sequence over its alternations.
 const MAX_BRANCHES: usize = 16;
 
-/// A set of bytes.
+/// A set of bytes, as a table: one load per membership test (the run of a dense trigger's
+/// class is tested byte by byte).
 #[derive(Clone, Copy, PartialEq, Eq)]
-struct Bytes([u64; 4]);
+struct Bytes([bool; 256]);
 
 impl Bytes {
-    const EMPTY: Self = Self([0; 4]);
+    const EMPTY: Self = Self([false; 256]);
 
     fn one(b: u8) -> Self {
         let mut set = Self::EMPTY;
@@ -59,16 +60,16 @@ impl Bytes {
     }
 
     fn insert(&mut self, b: u8) {
-        self.0[usize::from(b >> 6)] |= 1 << (b & 63);
+        self.0[usize::from(b)] = true;
     }
 
     #[inline(always)]
     fn contains(&self, b: u8) -> bool {
-        self.0[usize::from(b >> 6)] >> (b & 63) & 1 != 0
+        self.0[usize::from(b)]
     }
 
     fn is_ascii(&self) -> bool {
-        self.0[2] == 0 && self.0[3] == 0
+        self.0[128..].iter().all(|&m| !m)
     }
 
     /// An ASCII class of the syntax tree; `None` if it has a non-ASCII member.
