@@ -425,26 +425,49 @@ impl Run {
         let mut due = self.due(rule);
         let token = rule.token_chars.as_ref();
         while p < to && !self.threads.is_empty() {
-            // One thread (threads in one state merge, so often one): ASCII token characters
-            // before the earliest cap cost a transition and a comparison each; the others,
-            // and a transition to a special state (dead, match), take the way below.
-            if let [thread] = &mut self.threads[..] {
-                let stop = to.min(due);
-                while p < stop {
-                    let b = bytes[p - text.base];
-                    if !b.is_ascii() || token.is_some_and(|set| !set.contains(b)) {
-                        break;
-                    }
-                    let next = dfa.next_state(thread.state, b);
-                    if dfa.is_special_state(next) {
-                        break;
-                    }
-                    thread.state = next;
-                    p += 1;
-                }
-                if p >= to {
+            // A stretch of bytes that ends no window (ASCII token characters before the
+            // earliest cap): each thread is fed the whole stretch alone, a transition and a
+            // comparison per byte (dead and match states are special), and threads that met
+            // on the way merge at its end. Merging later than byte by byte changes no result
+            // (see the module docs); a thread that dies ends where it dies, as below.
+            let stop = to.min(due);
+            let mut q = p;
+            while q < stop {
+                let b = bytes[q - text.base];
+                if !b.is_ascii() || token.is_some_and(|set| !set.contains(b)) {
                     break;
                 }
+                q += 1;
+            }
+            if q > p {
+                let stretch = &bytes[p - text.base..q - text.base];
+                let mut k = 0;
+                while k < self.threads.len() {
+                    let thread = &mut self.threads[k];
+                    let mut died = false;
+                    for (at, &b) in (p..).zip(stretch) {
+                        thread.state = dfa.next_state(thread.state, b);
+                        if dfa.is_special_state(thread.state) {
+                            if dfa.is_dead_state(thread.state) {
+                                died = true;
+                                break;
+                            }
+                            if dfa.is_match_state(thread.state) {
+                                // Matches are reported one byte late: this one ends before `b`.
+                                thread.last = Some(at);
+                            }
+                        }
+                    }
+                    if died {
+                        let thread = self.threads.swap_remove(k);
+                        self.end_all(rule, thread, None, text);
+                        continue;
+                    }
+                    k += 1;
+                }
+                p = q;
+                self.merge(p);
+                continue;
             }
             let b = bytes[p - text.base];
             if b & 0xC0 != 0x80 {
