@@ -15,7 +15,10 @@
 //! thread's last match if it was found after the member joined, else the one the member
 //! brought along (frozen when it joined). So a member's candidate is exactly what the
 //! anchored regex finds in its window, and a stream, which feeds the same bytes but may merge
-//! at other positions, gets the same candidates as one pass over the whole text.
+//! at other positions, gets the same candidates as one pass over the whole text. The same
+//! holds within a text: over a stretch of bytes that ends no window (ASCII token characters
+//! before the earliest cap), each thread is fed the whole stretch alone, a table lookup and
+//! a comparison per byte, and threads merge at its end.
 //!
 //! A rule whose DFA would exceed [`DFA_SIZE_LIMIT`] (or that a DFA cannot express: a Unicode
 //! `\b`) is evaluated by regex search at each trigger instead, as before.
