@@ -185,6 +185,10 @@ pub(crate) struct Compiled {
     pub(crate) min_len: usize,
     pub(crate) max_len: usize,
     pub(crate) token_chars: Option<Charset>,
+    /// By byte: whether it is an ASCII token character (any ASCII byte without token
+    /// characters), which ends no window before the cap: the fast paths of
+    /// [`lockstep`](super::lockstep) test it with one load.
+    pub(crate) plain: [bool; 256],
     pub(crate) secret_group: Option<usize>,
     /// Its anchored DFA, to follow its triggers in lockstep (see [`lockstep`](super::lockstep)).
     dfa: LazyDfa,
@@ -202,6 +206,10 @@ impl Compiled {
             min_len: rule.min_len,
             max_len: rule.max_len,
             token_chars: rule.token_chars,
+            plain: std::array::from_fn(|b| {
+                let b = u8::try_from(b).unwrap_or(u8::MAX);
+                b.is_ascii() && rule.token_chars.as_ref().is_none_or(|set| set.contains(b))
+            }),
             secret_group: rule
                 .regex
                 .capture_names()

@@ -435,11 +435,7 @@ impl Run {
             // (see the module docs); a thread that dies ends where it dies, as below.
             let stop = to.min(due);
             let mut q = p;
-            while q < stop {
-                let b = bytes[q - text.base];
-                if !b.is_ascii() || token.is_some_and(|set| !set.contains(b)) {
-                    break;
-                }
+            while q < stop && rule.plain[usize::from(bytes[q - text.base])] {
                 q += 1;
             }
             if q > p {
@@ -664,12 +660,8 @@ fn solo(
         // Most bytes are ASCII token characters inside the cap: a transition and one
         // comparison each (dead and match states are special).
         let fast = stop.min(cap);
-        while p < fast {
-            let b = bytes[p];
-            if !b.is_ascii() || token.is_some_and(|set| !set.contains(b)) {
-                break;
-            }
-            state = dfa.next_state(state, b);
+        while p < fast && rule.plain[usize::from(bytes[p])] {
+            state = dfa.next_state(state, bytes[p]);
             if dfa.is_special_state(state) {
                 if dfa.is_dead_state(state) {
                     return Alone::Settled(matched);
