@@ -569,21 +569,16 @@ impl Tails {
             let Some(shape) = rule.shape.as_ref() else {
                 unreachable!("a slot belongs to a shaped rule")
             };
-            let slots = first..first + shape.branches.len();
-            let held = |tails: &Self| {
-                slots
-                    .clone()
-                    .any(|slot| tails.open.get(slot).is_some_and(|q| !q.is_empty()))
-            };
-            while !held(self) {
-                let Some(at) = self.deferred[first].pop_front() else {
-                    break;
-                };
-                let t = at - self.base;
-                match shape.eval(rule, hay, t, last, self) {
-                    Quick::Settled(c) => c.into_iter().for_each(|c| add(out, c)),
-                    Quick::Open(slot) if self.hold(slot, t) => {}
-                    Quick::Open(_) | Quick::Unknown => other.push((t, id)),
+            let mut slots = first..first + shape.branches.len();
+            let held = slots.any(|slot| self.open.get(slot).is_some_and(|q| !q.is_empty()));
+            if !held {
+                while let Some(at) = self.deferred[first].pop_front() {
+                    let t = at - self.base;
+                    match shape.eval(rule, hay, t, last, self) {
+                        Quick::Settled(c) => c.into_iter().for_each(|c| add(out, c)),
+                        Quick::Open(slot) if self.hold(slot, t) => break,
+                        Quick::Open(_) | Quick::Unknown => other.push((t, id)),
+                    }
                 }
             }
             if self.deferred[first].is_empty() {
