@@ -439,18 +439,7 @@ impl Tails {
         if !held {
             return false;
         }
-        if self.deferred.len() <= first {
-            self.deferred.resize_with(first + 1, VecDeque::new);
-        }
-        let queue = &mut self.deferred[first];
-        if queue.back().is_some_and(|&b| b > t) {
-            return false;
-        }
-        if queue.is_empty() {
-            self.deferring.push(first);
-        }
-        queue.push_back(t);
-        true
+        enqueue(&mut self.deferred, &mut self.deferring, first, t)
     }
 
     /// Where the run of `branch`'s class from `from` ends, looking no further than
@@ -489,19 +478,7 @@ impl Tails {
     /// Holds `t`, whose run in `slot` is open; `false` if it cannot keep the slot's order
     /// (the caller holds it otherwise).
     pub(crate) fn hold(&mut self, slot: usize, t: usize) -> bool {
-        let t = self.base + t;
-        if self.open.len() <= slot {
-            self.open.resize_with(slot + 1, VecDeque::new);
-        }
-        let queue = &mut self.open[slot];
-        if queue.back().is_some_and(|&b| b > t) {
-            return false;
-        }
-        if queue.is_empty() {
-            self.active.push(slot);
-        }
-        queue.push_back(t);
-        true
+        enqueue(&mut self.open, &mut self.active, slot, self.base + t)
     }
 
     /// Whether it holds open triggers.
@@ -588,6 +565,29 @@ impl Tails {
             }
         }
     }
+}
+
+/// Appends `t` to `queues[at]` if that keeps it in increasing order, listing `at` in
+/// `listed` when the queue was empty; `false` (nothing changed) otherwise.
+#[inline]
+fn enqueue(
+    queues: &mut Vec<VecDeque<usize>>,
+    listed: &mut Vec<usize>,
+    at: usize,
+    t: usize,
+) -> bool {
+    if queues.len() <= at {
+        queues.resize_with(at + 1, VecDeque::new);
+    }
+    let queue = &mut queues[at];
+    if queue.back().is_some_and(|&b| b > t) {
+        return false;
+    }
+    if queue.is_empty() {
+        listed.push(at);
+    }
+    queue.push_back(t);
+    true
 }
 
 #[cfg(test)]
