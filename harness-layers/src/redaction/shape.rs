@@ -483,20 +483,20 @@ impl Tails {
 
     /// Whether it holds open triggers.
     #[inline]
+    /// (A put-off trigger always follows a held one of its rule, so this covers them.)
     pub(crate) fn is_holding(&self) -> bool {
-        !self.active.is_empty() || !self.deferring.is_empty()
+        !self.active.is_empty()
     }
 
-    /// The earliest open trigger.
+    /// The earliest open trigger (put-off ones follow a held one: not earlier).
     #[inline]
     pub(crate) fn horizon(&self) -> Option<usize> {
-        if !self.is_holding() {
+        if self.active.is_empty() {
             return None;
         }
-        let held = self.active.iter().map(|&slot| &self.open[slot]);
-        let deferred = self.deferring.iter().map(|&first| &self.deferred[first]);
-        held.chain(deferred)
-            .filter_map(VecDeque::front)
+        self.active
+            .iter()
+            .filter_map(|&slot| self.open[slot].front())
             .min()
             .map(|&t| t - self.base)
     }
@@ -564,6 +564,10 @@ impl Tails {
                 k += 1;
             }
         }
+        debug_assert!(
+            self.deferring.is_empty() || !self.active.is_empty(),
+            "put-off triggers follow a held one"
+        );
     }
 }
 
