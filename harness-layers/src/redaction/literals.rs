@@ -49,9 +49,9 @@ pub(crate) struct Literals {
     /// The walk skips over text whose every `gram` bytes begin no literal: 3, or 2 if a
     /// literal is that short; 0 (no skipping) if a literal is one byte long.
     gram: usize,
-    /// The hashes of the literals' first `gram` bytes, in every ASCII case: a bit set of
+    /// The hashes of the literals' first `gram` bytes, each byte [`fold`]ed: a bit set of
     /// `1 << GRAM_BITS` bits.
-    grams: Box<[u64]>,
+    grams: Box<[u64; GRAM_WORDS]>,
 }
 
 /// The longest stretch a walk goes without trying to skip, after attempts in a row that
@@ -85,8 +85,10 @@ impl Skips {
     }
 }
 
-/// The size of the gram filter: 2^16 bits (8 KiB).
+/// The size of the gram filter: 2^16 bits (8 KiB) ...
 const GRAM_BITS: u32 = 16;
+/// ... in this many words (a fixed size: the walk's lookups need no bounds check).
+const GRAM_WORDS: usize = 1 << (GRAM_BITS - 6);
 
 impl Literals {
     /// The automaton of `secrets` (exact) and `triggers` (ASCII case folded); `None` when
@@ -145,7 +147,7 @@ impl Literals {
             max_len,
             depth: Vec::new(),
             gram: 0,
-            grams: vec![0; 1 << (GRAM_BITS - 6)].into_boxed_slice(),
+            grams: Box::new([0; GRAM_WORDS]),
         };
         lits.hold_table(&folded);
         lits.gram_table(&folded);
@@ -231,21 +233,12 @@ impl Literals {
             return;
         }
         for lit in folded {
-            // Every ASCII case of the first `gram` bytes.
-            let head = &lit[..self.gram];
-            for mask in 0..1u32 << self.gram {
-                let mut x = 0u32;
-                for (k, &b) in head.iter().enumerate() {
-                    let b = if mask & (1 << k) != 0 {
-                        b.to_ascii_uppercase()
-                    } else {
-                        b
-                    };
-                    x = x << 8 | u32::from(b);
-                }
-                let bit = gram_hash(x);
-                self.grams[bit / 64] |= 1 << (bit % 64);
-            }
+            let x = lit[..self.gram]
+                .iter()
+                .rev()
+                .fold(0u32, |x, &b| x << 8 | fold(b));
+            let bit = gram_hash(x);
+            self.grams[bit / 64] |= 1 << (bit % 64);
         }
     }
 
@@ -364,29 +357,40 @@ impl Literals {
     /// (a hash filter: "may" may be wrong, "may not" never is), or the text's length.
     #[inline(always)]
     fn skip(&self, bytes: &[u8], i: usize) -> usize {
-        let n = bytes.len();
-        let mask = if self.gram == 3 { 0xFF_FFFF } else { 0xFFFF };
-        let mut x = 0u32;
-        for &b in &bytes[i + 1 - self.gram..i] {
-            x = x << 8 | u32::from(b);
+        if self.gram == 3 {
+            self.skip_with::<3>(bytes, i)
+        } else {
+            self.skip_with::<2>(bytes, i)
         }
+    }
+
+    /// [`skip`](Self::skip) for grams of `G` bytes (a gram's value: its [`fold`]ed bytes,
+    /// the first in the lowest byte).
+    #[inline(always)]
+    fn skip_with<const G: usize>(&self, bytes: &[u8], i: usize) -> usize {
+        let n = bytes.len();
+        let mask = (1u32 << (8 * G)) - 1;
         let mut j = i;
-        // Eight bytes at a time, one branch.
-        while let Some(chunk) = bytes.get(j..j + 8) {
-            let mut y = x;
+        // One load of eight bytes tests the `9 - G` grams that end in it, with one branch.
+        while let Some(chunk) = bytes.get(j + 1 - G..j + 9 - G) {
+            let mut w = [0; 8];
+            w.copy_from_slice(chunk);
+            let w = u64::from_le_bytes(w) | 0x2020_2020_2020_2020;
             let mut any = 0;
-            for &b in chunk {
-                y = (y << 8 | u32::from(b)) & mask;
-                any |= self.gram_bit(y);
+            for k in 0..9 - G {
+                any |= self.gram_bit((w >> (8 * k)) as u32 & mask);
             }
             if any != 0 {
                 break;
             }
-            x = y;
-            j += 8;
+            j += 9 - G;
+        }
+        let mut x = 0u32;
+        for &b in &bytes[j + 1 - G..j] {
+            x = x >> 8 | fold(b) << (8 * (G - 1));
         }
         while j < n {
-            x = (x << 8 | u32::from(bytes[j])) & mask;
+            x = x >> 8 | fold(bytes[j]) << (8 * (G - 1));
             if self.gram_bit(x) != 0 {
                 break;
             }
@@ -424,6 +428,14 @@ impl Literals {
             }
         }
     }
+}
+
+/// A byte as the gram filter sees it: ASCII letters of either case alike (so it holds one
+/// entry per literal, not one per case), and some other pairs of bytes too (a filter may
+/// say "may" wrongly).
+#[inline(always)]
+fn fold(b: u8) -> u32 {
+    u32::from(b | 0x20)
 }
 
 /// The bit of the gram filter for the bytes `x`.
@@ -502,16 +514,21 @@ mod tests {
         }
     }
 
-    fn fixture(gram: bool) -> Literals {
+    /// The literals of the tests; with `short`, one of two bytes too (grams of two bytes).
+    fn fixture(gram: bool, short: bool) -> Literals {
+        let mut triggers = vec![
+            b"sk-".to_vec(),
+            b"eyj".to_vec(),
+            b"bearer".to_vec(),
+            b"-----begin".to_vec(),
+            b"abcab".to_vec(),
+        ];
+        if short {
+            triggers.push(b"q_".to_vec());
+        }
         let mut lits = Literals::new(
             vec![b"cred01-AbCdEf".to_vec(), b"hunter2-db".to_vec()],
-            &[
-                b"sk-".to_vec(),
-                b"eyj".to_vec(),
-                b"bearer".to_vec(),
-                b"-----begin".to_vec(),
-                b"abcab".to_vec(),
-            ],
+            &triggers,
         )
         .unwrap()
         .unwrap();
@@ -533,16 +550,17 @@ mod tests {
                 prop::sample::select(vec![
                     "cred01-AbCdEf", "CRED01-ABCDEF", "cred01-Ab", "hunter2-db", "hunter2",
                     "sk-", "SK-", "eyJ", "ey", "Bearer", "bear", "-----BEGIN", "-----",
-                    "abcabcab", "ab", "ca", "日本",
+                    "abcabcab", "ab", "ca", "日本", "q_", "Q_q", "[_",
                 ]).prop_map(str::to_owned),
             ], 0..16),
             cut in 0usize..200,
+            short in any::<bool>(),
         ) {
             let text = pieces.concat().into_bytes();
             let cut = cut.min(text.len());
-            let plain = fixture(false);
-            let skipping = fixture(true);
-            prop_assert_eq!(skipping.gram, 3);
+            let plain = fixture(false, short);
+            let skipping = fixture(true, short);
+            prop_assert_eq!(skipping.gram, if short { 2 } else { 3 });
             let (expected, held) = walk_all(&plain, &text);
             let mut hits = Vec::new();
             let mut skips = Skips::default();
