@@ -67,6 +67,13 @@ impl Pending {
         // it, and it needs no redaction), the output reuses the delta's buffer.
         if !(was_empty && cut == self.buf.len() && scratch.intervals.is_empty()) {
             text.clear();
+            // Text held before is released with this delta (often: the end of a word that
+            // could have begun a literal): a new buffer costs less than growing this one,
+            // whose contents `realloc` would copy for nothing.
+            let out = cut - self.ctx;
+            if scratch.intervals.is_empty() && out > text.capacity() {
+                text = String::with_capacity(out);
+            }
             redactor.render(&self.buf, self.ctx, cut, &scratch.intervals, &mut text);
         }
         // All of it may be the rest of a redaction whose marker went out before.
