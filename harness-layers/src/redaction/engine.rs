@@ -958,26 +958,31 @@ impl Redactor {
             // starts again from `pos` when that grows long: it must see every match that
             // starts there or later, not the earlier ones.
             let fed = scan.scanned.max(from);
-            let dfa = match (&mut scan.walk, &anywhere.ends) {
+            let (dfa, searched) = match (&mut scan.walk, &anywhere.ends) {
                 (Walk::Dfa(follow), Some(ends))
                     if n - fed <= anywhere.reread && fed.saturating_sub(pos) > SHORT_TAIL =>
                 {
                     follow.feed(ends, bytes, fed, pos);
-                    Some((follow, ends))
+                    (Some((follow, ends)), None)
                 }
-                (Walk::Dfa(follow), _) => {
+                (Walk::Dfa(follow), ends) => {
                     follow.clear();
-                    None
+                    (None, ends.as_ref().map(|ends| (follow, ends)))
                 }
-                _ => None,
+                _ => (None, None),
             };
             // Usually nothing matches. The DFA says so unless a match ends at `pos` or
             // later (so may start there); otherwise a search that stops at the first
-            // match's end (and does not look for its start) says so for less.
+            // match's end (and does not look for its start) says so for less: the DFA's
+            // own search when a stream has it (its cache is the stream's, no pool to take
+            // one from), else the regex's.
             if pos < settled_before {
-                let may_match = match dfa {
-                    Some((follow, ends)) => follow.ends_from(ends, pos),
-                    None => anywhere.regex.is_match_at(hay, pos),
+                let may_match = match (dfa, searched) {
+                    (Some((follow, ends)), _) => follow.ends_from(ends, pos),
+                    (None, Some((follow, ends))) => follow
+                        .search_from(ends, bytes, pos)
+                        .unwrap_or_else(|| anywhere.regex.is_match_at(hay, pos)),
+                    (None, None) => anywhere.regex.is_match_at(hay, pos),
                 };
                 if !may_match {
                     pos = settled_before;

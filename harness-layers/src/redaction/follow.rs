@@ -6,7 +6,7 @@ use regex_automata::hybrid::LazyStateID;
 use regex_automata::hybrid::dfa::{Cache, DFA};
 use regex_automata::nfa::thompson;
 use regex_automata::util::{start, syntax};
-use regex_automata::{Anchored, MatchKind};
+use regex_automata::{Anchored, Input, MatchKind};
 
 /// The unanchored DFA of several patterns that reports every position where a match of
 /// any of them ends (all matches, overlapping, not only leftmost-first ones).
@@ -190,6 +190,18 @@ impl Follow {
                 }
             },
         }
+    }
+
+    /// Whether a match starts at `pos` or later in `bytes` (`bytes[..pos]` is context),
+    /// searched with the DFA's own search and this walk's cache; `None` if the DFA gives
+    /// up. The walk must be [cleared](Follow::clear): the search may clear the cache.
+    pub(crate) fn search_from(&mut self, ends: &Ends, bytes: &[u8], pos: usize) -> Option<bool> {
+        debug_assert!(self.state.is_none());
+        let input = Input::new(bytes).range(pos..).earliest(true);
+        ends.dfa
+            .try_search_fwd(&mut self.cache, &input)
+            .ok()
+            .map(|m| m.is_some())
     }
 
     /// Moves every position `by` bytes to the left (the text before them was dropped).
