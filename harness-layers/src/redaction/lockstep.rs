@@ -342,6 +342,7 @@ impl Runs {
 
     /// Feeds every thread to the end of `hay`; with `last`, `hay` is the whole text and every
     /// window ends there.
+    #[inline]
     pub(crate) fn finish(
         &mut self,
         rules: &[Compiled],
@@ -349,10 +350,20 @@ impl Runs {
         last: bool,
         out: &mut Vec<Candidate>,
     ) {
-        // A stream finishes after every delta: usually nothing is followed.
-        if self.runs.is_empty() && self.waiting.is_empty() {
-            return;
+        // A stream finishes after every delta: usually nothing is followed (checked
+        // inline, without a call).
+        if !(self.runs.is_empty() && self.waiting.is_empty()) {
+            self.finish_followed(rules, hay, last, out);
         }
+    }
+
+    fn finish_followed(
+        &mut self,
+        rules: &[Compiled],
+        hay: &str,
+        last: bool,
+        out: &mut Vec<Candidate>,
+    ) {
         let mut text = Text {
             hay,
             base: self.base,
