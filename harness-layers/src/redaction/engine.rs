@@ -1172,11 +1172,17 @@ const SWALLOWED: u32 = u32::MAX;
 /// that end extends, as it would have extended the interval. So a stream emits one marker
 /// for a run of overlapping matches, as [`Redactor::redact_str`] does, without holding the
 /// run back (it may be as long as the text).
+#[inline]
 pub(crate) fn plan(scan: &mut Scan, horizon: usize, intervals: &mut Vec<Interval>) -> usize {
     intervals.clear();
+    // Usually nothing was found: checked inline, without a call.
     if scan.candidates.is_empty() && scan.swallow.is_none() {
         return horizon;
     }
+    plan_candidates(scan, horizon, intervals)
+}
+
+fn plan_candidates(scan: &mut Scan, horizon: usize, intervals: &mut Vec<Interval>) -> usize {
     if let Some(end) = scan.swallow.take() {
         intervals.push(Interval {
             start: 0,
