@@ -952,9 +952,9 @@ impl Redactor {
             .max(from);
             let mut pos = scan.anywhere.max(from);
             // A stream feeds each new byte once to the DFA it keeps between deltas, unless
-            // the delta is longer than what the regex would read again, or what it would
-            // read again is short (usually the end of the last word: the regex reads a byte
-            // for half of what the DFA's walk costs). Then the regex searches, and the DFA
+            // the delta is longer than what a search would read again, or what it would
+            // read again is short (usually the end of the last word: a search reads a byte
+            // for half of what the DFA's walk costs). Then a search reads it, and the walk
             // starts again from `pos` when that grows long: it must see every match that
             // starts there or later, not the earlier ones.
             let fed = scan.scanned.max(from);

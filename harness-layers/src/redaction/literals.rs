@@ -240,6 +240,7 @@ impl Literals {
             return;
         }
         for lit in folded {
+            // The first byte lowest, as the walk loads them.
             let x = lit[..self.gram]
                 .iter()
                 .rev()
@@ -377,7 +378,8 @@ impl Literals {
         let n = bytes.len();
         let mask = (1u32 << (8 * G)) - 1;
         let mut j = i;
-        // One load of eight bytes tests the `9 - G` grams that end in it, with one branch.
+        // One load of eight bytes tests the `9 - G` grams that end in it, with one branch
+        // (`| 0x20` in every byte: `fold` eight at once).
         while let Some(chunk) = bytes.get(j + 1 - G..j + 9 - G) {
             let mut w = [0; 8];
             w.copy_from_slice(chunk);
