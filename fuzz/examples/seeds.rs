@@ -27,6 +27,7 @@ fn main() {
         "k:abcdk: kk:zzzzzk: -----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----",
         "sk-sk-sk-sk-sk-sk-sk-sk-sk-sk-sk-sk-sk-sk-sk-sk-sk-sk-sk-sk-sk-sk-sk-sk-",
         "eyJ-eyJ-eyJ-eyJ-eyJ-eyJ-eyJ-eyJ-eyJ-eyJ-eyJ- AKIAIOSFODNN7EXAMPLE é 日本",
+        "ssn 123-45-6789, not 123-45-67890 or a123-45-6789; 111-22-3333-444-55-6666 end",
     ];
     write(
         "redaction",

@@ -9,17 +9,22 @@ use serde_json::json;
 /// The registered secrets of the `redaction` target's redactor.
 pub const SECRETS: [&str; 2] = ["hunter2-db-password", "cred00-Q7zX-secret"];
 
-/// The built-in rules, [`SECRETS`], and a small-window rule whose caps are reached.
+/// The built-in rules, [`SECRETS`], a small-window rule whose caps are reached, and a rule
+/// without prefixes (found by the search of a stream's open tail and its lazy DFA).
 pub fn redactor() -> &'static Arc<Redactor> {
     static REDACTOR: OnceLock<Arc<Redactor>> = OnceLock::new();
     REDACTOR.get_or_init(|| {
         let kv = PatternRule::new("kv", r"k:(?P<secret>[a-z0-9]{4,}k:)")
             .and_then(|r| r.max_len(24).prefixes(["k:", "kk:"]).token_chars("a-z0-9:"))
             .expect("rule");
+        let ssn = PatternRule::new("ssn", r"(?-u:\b)[0-9]{3}-[0-9]{2}-[0-9]{4}(?-u:\b)")
+            .and_then(|r| r.max_len(16).token_chars("0-9-"))
+            .expect("rule");
         Arc::new(
             Redactor::builder()
                 .secrets(SECRETS)
                 .rule(kv)
+                .rule(ssn)
                 .build()
                 .expect("redactor"),
         )
