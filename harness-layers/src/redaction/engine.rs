@@ -958,31 +958,31 @@ impl Redactor {
             // starts again from `pos` when that grows long: it must see every match that
             // starts there or later, not the earlier ones.
             let fed = scan.scanned.max(from);
-            let (dfa, searched) = match (&mut scan.walk, &anywhere.ends) {
-                (Walk::Dfa(follow), Some(ends))
-                    if n - fed <= anywhere.reread && fed.saturating_sub(pos) > SHORT_TAIL =>
-                {
-                    follow.feed(ends, bytes, fed, pos);
-                    (Some((follow, ends)), None)
+            // The stream's DFA, and whether it was fed (or is left to search).
+            let dfa = match (&mut scan.walk, &anywhere.ends) {
+                (Walk::Dfa(follow), Some(ends)) => {
+                    let feeds = n - fed <= anywhere.reread && fed.saturating_sub(pos) > SHORT_TAIL;
+                    if feeds {
+                        follow.feed(ends, bytes, fed, pos);
+                    } else {
+                        follow.clear();
+                    }
+                    Some((follow, ends, feeds))
                 }
-                (Walk::Dfa(follow), ends) => {
-                    follow.clear();
-                    (None, ends.as_ref().map(|ends| (follow, ends)))
-                }
-                _ => (None, None),
+                _ => None,
             };
-            // Usually nothing matches. The DFA says so unless a match ends at `pos` or
+            // Usually nothing matches. The walk says so unless a match ends at `pos` or
             // later (so may start there); otherwise a search that stops at the first
             // match's end (and does not look for its start) says so for less: the DFA's
             // own search when a stream has it (its cache is the stream's, no pool to take
             // one from), else the regex's.
             if pos < settled_before {
-                let may_match = match (dfa, searched) {
-                    (Some((follow, ends)), _) => follow.ends_from(ends, pos),
-                    (None, Some((follow, ends))) => follow
+                let may_match = match dfa {
+                    Some((follow, ends, true)) => follow.ends_from(ends, pos),
+                    Some((follow, ends, false)) => follow
                         .search_from(ends, bytes, pos)
                         .unwrap_or_else(|| anywhere.regex.is_match_at(hay, pos)),
-                    (None, None) => anywhere.regex.is_match_at(hay, pos),
+                    None => anywhere.regex.is_match_at(hay, pos),
                 };
                 if !may_match {
                     pos = settled_before;
