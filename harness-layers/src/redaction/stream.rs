@@ -337,7 +337,8 @@ impl StreamRedactor {
 }
 
 impl StreamRedactor {
-    // Inline: the item (152 bytes) is then not copied again to be passed on.
+    // Inline: one call less per item (58.3 -> 58.1 instructions per byte of 1-64 B deltas;
+    // the item is still copied once, into `out`).
     #[inline(always)]
     fn on_item(&mut self, event: AdapterEvent, out: &mut Vec<AdapterEvent>) {
         match event {
