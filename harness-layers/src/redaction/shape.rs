@@ -516,11 +516,7 @@ impl Tails {
         let mut k = 0;
         while k < self.active.len() {
             let slot = self.active[k];
-            let id = rule_of_slot[slot];
-            let rule = &rules[id as usize - 1];
-            let Some(shape) = rule.shape.as_ref() else {
-                unreachable!("a slot belongs to a shaped rule")
-            };
+            let (id, rule, shape) = shaped(rules, rule_of_slot, slot);
             while let Some(&at) = self.open[slot].front() {
                 let t = at - self.base;
                 match shape.resume(slot, rule, hay, t, last, self) {
@@ -541,11 +537,7 @@ impl Tails {
         let mut k = 0;
         while k < self.deferring.len() {
             let first = self.deferring[k];
-            let id = rule_of_slot[first];
-            let rule = &rules[id as usize - 1];
-            let Some(shape) = rule.shape.as_ref() else {
-                unreachable!("a slot belongs to a shaped rule")
-            };
+            let (id, rule, shape) = shaped(rules, rule_of_slot, first);
             let mut slots = first..first + shape.branches.len();
             let held = slots.any(|slot| self.open.get(slot).is_some_and(|q| !q.is_empty()));
             if !held {
@@ -569,6 +561,20 @@ impl Tails {
             "put-off triggers follow a held one"
         );
     }
+}
+
+/// The rule that branch slot `slot` belongs to: its id, its compiled form and its shape.
+fn shaped<'a>(
+    rules: &'a [Compiled],
+    rule_of_slot: &[u32],
+    slot: usize,
+) -> (u32, &'a Compiled, &'a Shape) {
+    let id = rule_of_slot[slot];
+    let rule = &rules[id as usize - 1];
+    let Some(shape) = rule.shape.as_ref() else {
+        unreachable!("a slot belongs to a shaped rule")
+    };
+    (id, rule, shape)
 }
 
 /// Appends `t` to `queues[at]` if that keeps it in increasing order, listing `at` in
