@@ -481,9 +481,9 @@ impl Tails {
         enqueue(&mut self.open, &mut self.active, slot, self.base + t)
     }
 
-    /// Whether it holds open triggers.
+    /// Whether it holds open triggers. (A put-off trigger always follows a held one of its
+    /// rule, so this covers them.)
     #[inline]
-    /// (A put-off trigger always follows a held one of its rule, so this covers them.)
     pub(crate) fn is_holding(&self) -> bool {
         !self.active.is_empty()
     }
