@@ -11,6 +11,7 @@ use regex::Regex;
 use serde_json::{Map, Value};
 
 use super::follow::{Ends, Follow};
+use super::lanes::Lanes;
 use super::literals::{Hit, Literals, Skips};
 use super::lockstep::{Dfa, LazyDfa, Runs};
 use super::rules::{
@@ -25,6 +26,10 @@ const SECRET_ID: u32 = 0;
 /// Up to this many bytes read again, a stream's open tail of the rules without prefixes is
 /// searched again by their regex on each delta rather than fed to their DFA.
 const SHORT_TAIL: usize = 32;
+
+/// Up to this many new bytes, a stream counts the runs of the rules without prefixes before
+/// it searches them (see [`Lanes`]).
+const LANES_DELTA: usize = 64;
 
 /// One redaction candidate: the rule `rule` redacts `start..end`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,6 +105,9 @@ pub(crate) struct Scan {
     anywhere: usize,
     /// Where their trailing runs of token characters start (see [`OpenFrom::min_from`]).
     trail: Trail,
+    /// Their runs counted since `anywhere`, while none is long enough for a match (see
+    /// [`Lanes`]); `None`: the next delta is searched.
+    lanes: Option<u64>,
     /// How a stream follows the rules without prefixes between deltas.
     walk: Walk,
 }
@@ -162,6 +170,7 @@ impl Scan {
         self.skips = Skips::default();
         self.anywhere = 0;
         self.trail = Trail::default();
+        self.lanes = None;
         match &mut self.walk {
             Walk::Whole => {}
             Walk::Dfa(follow) => follow.clear(),
@@ -239,6 +248,9 @@ struct Anywhere {
     ends: Option<Ends>,
     /// Their largest `max_len`: about what their regex reads again on each delta.
     reread: usize,
+    /// For up to 8 such rules, all with token characters: the test that lets a stream
+    /// settle a delta without searching it (`None` otherwise).
+    lanes: Option<Lanes>,
 }
 
 /// What a stream knows of the trailing runs of the rules without prefixes (see
@@ -596,12 +608,12 @@ impl RedactorBuilder {
             let regex = Regex::new(&anywhere_src.join("|")).map_err(|e| RedactionError::Build {
                 message: format!("the combined regex of rules without prefixes: {e}"),
             })?;
-            let open = OpenFrom::new(
-                &anywhere_rules
-                    .iter()
-                    .map(|&id| &compiled[id as usize - 1])
-                    .collect::<Vec<_>>(),
-            );
+            let of_rules = anywhere_rules
+                .iter()
+                .map(|&id| &compiled[id as usize - 1])
+                .collect::<Vec<_>>();
+            let open = OpenFrom::new(&of_rules);
+            let lanes = Lanes::new(&of_rules);
             // The open tail (a rule's last `max_len` bytes, or its trailing run of token
             // characters, which hostile text makes as long) would be read again by the
             // regex on every delta: a DFA reads each byte once.
@@ -617,6 +629,7 @@ impl RedactorBuilder {
                 open,
                 ends,
                 reread,
+                lanes,
             })
         };
 
@@ -849,6 +862,7 @@ impl Redactor {
         let mut horizon = n;
         if from >= n {
             scan.scanned = n;
+            scan.lanes = None;
             return n;
         }
         // Windows that were still open: shaped rules' first, handing back those open
@@ -931,79 +945,100 @@ impl Redactor {
         }
         scan.open = open;
         if let Some(anywhere) = &self.anywhere {
-            if !last
-                && matches!(scan.walk, Walk::Whole)
-                && let Some(ends) = &anywhere.ends
-            {
-                scan.walk = Walk::Dfa(Box::new(ends.follow()));
-            }
-            let settled_before = if last {
-                n
-            } else if let Some(open) = &anywhere.open {
-                open.min_from(bytes, &mut scan.trail)
-            } else {
-                anywhere
-                    .rules
-                    .iter()
-                    .map(|&r| self.open_from(r, bytes))
-                    .min()
-                    .unwrap_or(n)
-            }
-            .max(from);
-            let mut pos = scan.anywhere.max(from);
-            // A stream feeds each new byte once to the DFA it keeps between deltas, unless
-            // the delta is longer than what a search would read again, or what it would
-            // read again is short (usually the end of the last word: a search reads a byte
-            // for half of what the DFA's walk costs). Then a search reads it, and the walk
-            // starts again from `pos` when that grows long: it must see every match that
-            // starts there or later, not the earlier ones.
             let fed = scan.scanned.max(from);
-            // The stream's DFA, and whether it was fed (or is left to search).
-            let dfa = match (&mut scan.walk, &anywhere.ends) {
-                (Walk::Dfa(follow), Some(ends)) => {
-                    let feeds = n - fed <= anywhere.reread && fed.saturating_sub(pos) > SHORT_TAIL;
-                    if feeds {
-                        follow.feed(ends, bytes, fed, pos);
-                    } else {
-                        follow.clear();
+            // Usually no run in a short delta is long enough for a match: then what their
+            // DFA would search is settled (see `Lanes`). A longer delta usually has one.
+            if !last
+                && n - fed <= LANES_DELTA
+                && let Some(lanes) = &anywhere.lanes
+                && let Some(counters) = &mut scan.lanes
+                && lanes.feed(counters, &bytes[fed..])
+            {
+                let settled_before = lanes.open_from(*counters, n).max(from);
+                // The DFA's walk skipped these bytes: it starts again when next fed.
+                if let Walk::Dfa(follow) = &mut scan.walk {
+                    follow.clear();
+                }
+                scan.anywhere = scan.anywhere.max(settled_before);
+                horizon = horizon.min(settled_before);
+            } else {
+                if !last
+                    && matches!(scan.walk, Walk::Whole)
+                    && let Some(ends) = &anywhere.ends
+                {
+                    scan.walk = Walk::Dfa(Box::new(ends.follow()));
+                }
+                let settled_before = if last {
+                    n
+                } else if let Some(open) = &anywhere.open {
+                    open.min_from(bytes, &mut scan.trail)
+                } else {
+                    anywhere
+                        .rules
+                        .iter()
+                        .map(|&r| self.open_from(r, bytes))
+                        .min()
+                        .unwrap_or(n)
+                }
+                .max(from);
+                let mut pos = scan.anywhere.max(from);
+                // A stream feeds each new byte once to the DFA it keeps between deltas, unless
+                // the delta is longer than what a search would read again, or what it would
+                // read again is short (usually the end of the last word: a search reads a byte
+                // for half of what the DFA's walk costs). Then a search reads it, and the walk
+                // starts again from `pos` when that grows long: it must see every match that
+                // starts there or later, not the earlier ones.
+                // The stream's DFA, and whether it was fed (or is left to search).
+                let dfa = match (&mut scan.walk, &anywhere.ends) {
+                    (Walk::Dfa(follow), Some(ends)) => {
+                        let feeds =
+                            n - fed <= anywhere.reread && fed.saturating_sub(pos) > SHORT_TAIL;
+                        if feeds {
+                            follow.feed(ends, bytes, fed, pos);
+                        } else {
+                            follow.clear();
+                        }
+                        Some((follow, ends, feeds))
                     }
-                    Some((follow, ends, feeds))
-                }
-                _ => None,
-            };
-            // Usually nothing matches. The walk says so unless a match ends at `pos` or
-            // later (so may start there); otherwise a search that stops at the first
-            // match's end (and does not look for its start) says so for less: the DFA's
-            // own search when a stream has it (its cache is the stream's, no pool to take
-            // one from), else the regex's.
-            if pos < settled_before {
-                let may_match = match dfa {
-                    Some((follow, ends, true)) => follow.ends_from(ends, pos),
-                    Some((follow, ends, false)) => follow
-                        .search_from(ends, bytes, pos)
-                        .unwrap_or_else(|| anywhere.regex.is_match_at(hay, pos)),
-                    None => anywhere.regex.is_match_at(hay, pos),
+                    _ => None,
                 };
-                if !may_match {
-                    pos = settled_before;
+                // Usually nothing matches. The walk says so unless a match ends at `pos` or
+                // later (so may start there); otherwise a search that stops at the first
+                // match's end (and does not look for its start) says so for less: the DFA's
+                // own search when a stream has it (its cache is the stream's, no pool to take
+                // one from), else the regex's.
+                if pos < settled_before {
+                    let may_match = match dfa {
+                        Some((follow, ends, true)) => follow.ends_from(ends, pos),
+                        Some((follow, ends, false)) => follow
+                            .search_from(ends, bytes, pos)
+                            .unwrap_or_else(|| anywhere.regex.is_match_at(hay, pos)),
+                        None => anywhere.regex.is_match_at(hay, pos),
+                    };
+                    if !may_match {
+                        pos = settled_before;
+                    }
+                }
+                while pos < settled_before {
+                    let Some(m) = anywhere.regex.find_at(hay, pos) else {
+                        break;
+                    };
+                    let t = m.start();
+                    if t >= settled_before {
+                        break;
+                    }
+                    for &rule in &anywhere.rules {
+                        // Settled: `t` is before every such rule's open tail.
+                        self.eval(rule, hay, t, last, &mut scan.candidates);
+                    }
+                    pos = t + utf8_len(bytes[t]);
+                }
+                scan.anywhere = pos.max(settled_before);
+                horizon = horizon.min(settled_before);
+                if !last && let Some(lanes) = &anywhere.lanes {
+                    scan.lanes = lanes.recount(bytes, scan.anywhere, &scan.trail.start);
                 }
             }
-            while pos < settled_before {
-                let Some(m) = anywhere.regex.find_at(hay, pos) else {
-                    break;
-                };
-                let t = m.start();
-                if t >= settled_before {
-                    break;
-                }
-                for &rule in &anywhere.rules {
-                    // Settled: `t` is before every such rule's open tail.
-                    self.eval(rule, hay, t, last, &mut scan.candidates);
-                }
-                pos = t + utf8_len(bytes[t]);
-            }
-            scan.anywhere = pos.max(settled_before);
-            horizon = horizon.min(settled_before);
         }
         scan.scanned = n;
         floor(hay, horizon.max(from))

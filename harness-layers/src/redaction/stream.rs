@@ -859,6 +859,78 @@ mod tests {
             }
             SOLO_BUDGET.with(|b| b.set(SOLO));
         }
+
+        /// Rules without prefixes, all with token characters, so streams settle most deltas
+        /// by counting runs (see `lanes`): a run long enough for one rule inside another's
+        /// open run, a match that takes the character ending its run (ASCII or not: the
+        /// declaration is not checked), thresholds from `min_len` and from the pattern, and
+        /// open runs long enough that the DFA of those rules is fed between counted deltas.
+        #[test]
+        fn counted_runs_settle_what_the_search_would(
+            picks in prop::collection::vec((0usize..5, 1usize..7), 1..5),
+            max_len in 4usize..80,
+            pieces in prop::collection::vec(prop_oneof![
+                3 => "[0-9abx é-]{0,12}",
+                1 => "[0-9a]{20,50}",
+                1 => "[ab]{20,50}",
+            ], 0..8),
+            sizes in prop::collection::vec(0usize..8, 0..200),
+        ) {
+            let mut builder = Redactor::builder().without_builtin_patterns();
+            for (i, &(kind, k)) in picks.iter().enumerate() {
+                let (pattern, tokens, min_len) = match kind {
+                    0 => (format!("[0-9]{{{k}}}x"), "0-9", 1),
+                    1 => (format!("[0-9]{{{k}}}é"), "0-9", 1),
+                    2 => (format!(r"(?-u:\b)[ab]{{{}}}(?-u:\b)", k + 1), "ab", 1),
+                    3 => (format!("[ab0-9]{{{k},}}-[0-9]{{2}}"), "ab0-9-", 1),
+                    _ => ("[0-9a]+".to_owned(), "0-9a", k * 10),
+                };
+                let rule = PatternRule::new(format!("r{i}"), &pattern)
+                    .unwrap()
+                    .max_len(max_len)
+                    .min_len(min_len)
+                    .token_chars(tokens)
+                    .unwrap();
+                builder = builder.rule(rule);
+            }
+            let redactor = Arc::new(builder.build().unwrap());
+            let text = pieces.concat();
+            check(&redactor, &text, &split(&text, &sizes, 8))?;
+        }
+    }
+
+    /// A stream's DFA of the rules without prefixes is fed only on deltas that are
+    /// searched: after deltas settled by counting runs it starts again from what is not
+    /// settled, or it would miss a match that began in the bytes it did not see.
+    #[test]
+    fn the_dfa_walk_starts_again_after_counted_deltas() {
+        let rule = |name: &str, pattern: &str, min_len: usize, tokens: &str| {
+            PatternRule::new(name, pattern)
+                .unwrap()
+                .max_len(80)
+                .min_len(min_len)
+                .token_chars(tokens)
+                .unwrap()
+        };
+        // `long` keeps a long open tail (its run is below its threshold of 60), so the
+        // searched deltas feed the DFA; `five` is hit by five digits and what follows.
+        let redactor = Arc::new(
+            Redactor::builder()
+                .without_builtin_patterns()
+                .rule(rule("long", "[0-9a]{60,}", 1, "0-9a"))
+                .rule(rule("five", "[0-9]{5}x", 1, "0-9"))
+                .build()
+                .unwrap(),
+        );
+        let a40 = "a".repeat(40);
+        let a = "a".repeat(11);
+        let deltas = [&a40, "12345a", " ", &a, &a, &a, "1234", "5x", " end"];
+        let text = deltas.concat();
+        assert_eq!(
+            redactor.redact_str(&text),
+            format!("{a40}12345a {}[REDACTED:five] end", a.repeat(3))
+        );
+        check(&redactor, &text, &deltas).unwrap();
     }
 
     /// `sk-` repeated is one run of overlapping `openai_key` matches as long as the text:
