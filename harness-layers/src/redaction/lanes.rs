@@ -64,40 +64,48 @@ impl Lanes {
         })
     }
 
-    /// Counts `bytes` on from `counters`. `false` if a window (a run of a rule's token
+    /// Counts `bytes` on from `counters`. `Err(back)` if a window (a run of a rule's token
     /// characters, with the character that ends it) reaches the rule's threshold in them:
-    /// the counters are then meaningless.
+    /// no such window starts more than `back` bytes before the end of `bytes` (the
+    /// counters are then meaningless).
     #[inline]
-    pub(crate) fn feed(&self, counters: &mut u64, bytes: &[u8]) -> bool {
+    pub(crate) fn feed(&self, counters: &mut u64, bytes: &[u8]) -> Result<(), usize> {
         let mut c = *counters;
-        let mut step = |reached: &mut u64, b: u8| {
+        let step = |c: &mut u64, reached: &mut u64, b: u8| {
             let [test, member] = self.table[usize::from(b)];
             *reached |= c.wrapping_add(test);
-            c = c.wrapping_add(ONES) & member;
+            *c = c.wrapping_add(ONES) & member;
         };
         // A branch per eight bytes, not per byte: a counter past its threshold may carry
         // into the next lane, which only sets more top bits in a result that is `false`
         // already.
+        let n = bytes.len();
+        // A run that reaches its threshold in a chunk started in it or was counted
+        // before it.
+        let back =
+            |at: usize, c: u64| n - at + c.to_le_bytes().into_iter().max().map_or(0, usize::from);
         let chunks = bytes.chunks_exact(8);
         let rest = chunks.remainder();
-        for chunk in chunks {
+        for (k, chunk) in chunks.enumerate() {
+            let before = c;
             let mut reached = 0;
             for &b in chunk {
-                step(&mut reached, b);
+                step(&mut c, &mut reached, b);
             }
             if reached & HIGH != 0 {
-                return false;
+                return Err(back(8 * k, before));
             }
         }
+        let before = c;
         let mut reached = 0;
         for &b in rest {
-            step(&mut reached, b);
+            step(&mut c, &mut reached, b);
         }
         if reached & HIGH != 0 {
-            return false;
+            return Err(back(n - rest.len(), before));
         }
         *counters = c;
-        true
+        Ok(())
     }
 
     /// Counters for a text that ends at `n`, whose rules' trailing runs of token
@@ -115,7 +123,8 @@ impl Lanes {
         }
         let mut counters = 0;
         self.feed(&mut counters, &bytes[from.min(n)..])
-            .then_some(counters)
+            .ok()
+            .map(|()| counters)
     }
 
     /// The minimum over the rules of where a match may still start differently once more
@@ -166,7 +175,7 @@ mod tests {
         let long = compiled("[a-z]+", 200, "a-z");
         let lanes = Lanes::new(&[&ssn, &long]).unwrap();
         assert_eq!(lanes.threshold, [11, MAX_THRESHOLD]);
-        let fits = |text: &str| lanes.feed(&mut 0, text.as_bytes());
+        let fits = |text: &str| lanes.feed(&mut 0, text.as_bytes()).is_ok();
         // Ten token characters and an ASCII one after them: a window of 11.
         assert!(fits("123-45-678"));
         assert!(!fits("123-45-678 "));
@@ -175,9 +184,13 @@ mod tests {
         assert!(!fits("123-45-67é"));
         // Counted on across deltas, and from where the counters say.
         let mut counters = 0;
-        assert!(lanes.feed(&mut counters, b"x 123-45"));
+        assert!(lanes.feed(&mut counters, b"x 123-45").is_ok());
         assert_eq!(lanes.open_from(counters, 8), 2);
-        assert!(!lanes.feed(&mut counters, b"-6789"));
+        // The run that reached it started 6 bytes before these 5.
+        assert_eq!(lanes.feed(&mut counters, b"-6789"), Err(11));
+        // A run begun in the chunk where it reaches the threshold: no earlier than it.
+        let text = "a b c d 123-45-6789 x";
+        assert_eq!(lanes.feed(&mut 0, text.as_bytes()), Err(text.len() - 8));
         // Without token characters, no lanes.
         let plain = Compiled::new(
             1,
