@@ -20,6 +20,9 @@ use crate::metrics::names;
 /// Emitted text kept as context is dropped once it reaches this many bytes.
 const DRAIN_AT: usize = 4096;
 
+/// The largest buffer a stream keeps to write released text into (see [`Pending::spare`]).
+const SPARE_MAX: usize = 4096;
+
 /// The text of one stream (message or reasoning) not yet emitted.
 #[derive(Default)]
 struct Pending {
@@ -34,6 +37,11 @@ struct Pending {
     arrivals: VecDeque<(usize, u64)>,
     /// What the scan of `buf` has settled so far.
     scan: Scan,
+    /// The buffer of an earlier delta (empty, at most [`SPARE_MAX`] bytes): text released
+    /// with a delta longer than the delta's own buffer is written here instead of into a
+    /// new one, and the delta's buffer is kept in its place. Token-sized deltas release
+    /// the end of the last word often: this saves an allocation and a free each time.
+    spare: String,
 }
 
 impl Pending {
@@ -61,6 +69,7 @@ impl Pending {
         let horizon = redactor.scan(&self.buf, self.ctx, false, &mut self.scan);
         let cut = plan(&mut self.scan, horizon, &mut scratch.intervals);
         if cut <= self.ctx {
+            self.keep_spare(text);
             return None;
         }
         // Unless it is exactly the delta (nothing was held before it, nothing is held after
@@ -68,16 +77,26 @@ impl Pending {
         if !(was_empty && cut == self.buf.len() && scratch.intervals.is_empty()) {
             text.clear();
             // Text held before is released with this delta (often: the end of a word that
-            // could have begun a literal): a new buffer costs less than growing this one,
+            // could have begun a literal): another buffer costs less than growing this one,
             // whose contents `realloc` would copy for nothing.
             let out = cut - self.ctx;
             if scratch.intervals.is_empty() && out > text.capacity() {
-                text = String::with_capacity(out);
+                if self.spare.capacity() >= out {
+                    std::mem::swap(&mut text, &mut self.spare);
+                } else {
+                    let own = std::mem::replace(&mut text, String::with_capacity(out));
+                    self.keep_spare(own);
+                }
             }
             redactor.render(&self.buf, self.ctx, cut, &scratch.intervals, &mut text);
         }
         // All of it may be the rest of a redaction whose marker went out before.
-        let text = (!text.is_empty()).then_some(text);
+        let text = if text.is_empty() {
+            self.keep_spare(text);
+            None
+        } else {
+            Some(text)
+        };
         // Keep at least the last emitted character as context; drop what precedes it
         // once it is long, not on every delta (the held text then moves less often).
         let mut keep = cut - 1;
@@ -101,6 +120,14 @@ impl Pending {
             self.arrivals.clear();
         }
         text
+    }
+
+    /// Keeps `buf` as the spare buffer if it is larger than the one kept.
+    fn keep_spare(&mut self, mut buf: String) {
+        if buf.capacity() > self.spare.capacity() && buf.capacity() <= SPARE_MAX {
+            buf.clear();
+            self.spare = buf;
+        }
     }
 
     /// Redacts and returns everything held back; the stream starts afresh.
@@ -897,6 +924,45 @@ mod tests {
             let text = pieces.concat();
             check(&redactor, &text, &split(&text, &sizes, 8))?;
         }
+    }
+
+    /// Released text is written into the buffer of an earlier delta, kept for that: one of
+    /// at most `SPARE_MAX` bytes, whatever the deltas held whole.
+    #[test]
+    fn the_spare_buffer_is_reused_and_bounded() {
+        let redactor = Arc::new(Redactor::builder().build().unwrap());
+        let mut stream = StreamRedactor::new(Arc::clone(&redactor));
+        // The texts emitted, with their buffers.
+        let send = |stream: &mut StreamRedactor, text: String| {
+            let mut out = Vec::new();
+            let event = AdapterEvent::Content(Content::MessageDelta(TextDelta { text }));
+            stream.on_event(event, &mut out);
+            out.into_iter()
+                .map(|e| match e {
+                    AdapterEvent::Content(Content::MessageDelta(d)) => d.text,
+                    other => panic!("unexpected {other:?}"),
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(send(&mut stream, "see ".to_owned()), ["see "]);
+        // `eyJ` may begin a JWT: the delta is held whole and its buffer kept.
+        let mut held = String::with_capacity(16);
+        held.push_str("eyJ");
+        let spare = held.as_ptr();
+        assert!(send(&mut stream, held).is_empty());
+        assert_eq!(stream.message.spare.capacity(), 16);
+        // Released with a shorter delta: written into the spare buffer, whose place the
+        // delta's buffer takes.
+        let mut short = String::with_capacity(1);
+        short.push('!');
+        let released = send(&mut stream, short);
+        assert_eq!(released, ["eyJ!"]);
+        assert_eq!(released[0].as_ptr(), spare);
+        assert_eq!(stream.message.spare.capacity(), 1);
+        // A large delta held whole (a private key's body) is not kept.
+        send(&mut stream, "-----BEGIN RSA PRIVATE KEY-----\n".to_owned());
+        assert!(send(&mut stream, "A".repeat(SPARE_MAX + 100)).is_empty());
+        assert!(stream.message.spare.capacity() <= SPARE_MAX);
     }
 
     /// A stream's DFA of the rules without prefixes is fed only on deltas that are
