@@ -252,8 +252,9 @@ impl fmt::Debug for Charset {
 ///
 /// A rule without prefixes is found through a combined regex run over the whole text, then
 /// evaluated on its window; a match that reaches exactly `max_len` bytes *and* ends with an
-/// end-of-text or word-boundary assertion may be missed, so declare a `max_len` above the
-/// longest match of such a rule.
+/// end-of-text or word-boundary assertion may be missed (or, by a stream whose text ends
+/// there for now, found where [`Redactor::redact_str`](super::Redactor::redact_str) finds
+/// none), so declare a `max_len` above the longest match of such a rule.
 ///
 /// ```
 /// use harness_layers::redaction::PatternRule;
