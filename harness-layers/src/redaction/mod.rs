@@ -137,8 +137,9 @@
 //! so if no run reaches the rule's shortest match (its `min_len`, or its pattern's shortest
 //! match if longer), nothing new can match and the delta is settled without a search, one
 //! byte lane per rule, eight rules to a word. The held text is the same either way.
-//! The emitted text reuses the delta's own buffer (a new one when held text released with
-//! it makes it longer). It emits everything before the *horizon*, holding back only:
+//! The emitted text reuses the delta's own buffer (when held text released with it makes it
+//! longer: a buffer kept from an earlier delta, at most 4 KiB, or a new one). It emits
+//! everything before the *horizon*, holding back only:
 //!
 //! - a tail that is a proper prefix of an exact secret or of a rule prefix, ignoring ASCII
 //!   case for both (at most the longest secret or prefix, minus one byte; a word ending in
