@@ -950,9 +950,11 @@ impl Redactor {
             // DFA would search is settled (see `Lanes`). A longer delta usually has one.
             // Otherwise no match starts before the run that is.
             let counted = match (&anywhere.lanes, &mut scan.lanes) {
-                (Some(lanes), Some(counters)) if !last && n - fed <= LANES_DELTA => {
-                    Some(lanes.feed(counters, &bytes[fed..]).map_err(|back| n - back))
-                }
+                (Some(lanes), Some(counters)) if !last && n - fed <= LANES_DELTA => Some(
+                    lanes
+                        .feed(counters, &bytes[fed..])
+                        .map_err(|back| n.saturating_sub(back)),
+                ),
                 _ => None,
             };
             if let (Some(Ok(())), Some(lanes), Some(counters)) =

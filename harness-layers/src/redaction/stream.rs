@@ -940,6 +940,31 @@ mod tests {
         }
     }
 
+    /// A counted run may begin in text the stream dropped (emitted long ago: a rule whose
+    /// shortest match exceeds its `max_len` settles its runs early): where a long run
+    /// starts is then no earlier than the text held.
+    #[test]
+    fn a_counted_run_may_begin_in_dropped_text() {
+        let rule = PatternRule::new("long", "[0-9a]+")
+            .unwrap()
+            .max_len(16)
+            .min_len(100)
+            .token_chars("0-9a")
+            .unwrap();
+        let redactor = Arc::new(
+            Redactor::builder()
+                .without_builtin_patterns()
+                .rule(rule)
+                .build()
+                .unwrap(),
+        );
+        let mut text = "a ".repeat(2025);
+        text.push_str(&"a".repeat(120));
+        text.push_str(" end");
+        let deltas: Vec<&str> = (0..text.len()).map(|i| &text[i..=i]).collect();
+        check(&redactor, &text, &deltas).unwrap();
+    }
+
     /// Released text is written into the buffer of an earlier delta, kept for that: one of
     /// at most `SPARE_MAX` bytes, whatever the deltas held whole.
     #[test]
