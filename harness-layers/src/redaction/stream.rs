@@ -343,41 +343,8 @@ impl StreamRedactor {
     pub fn on_event(&mut self, event: AdapterEvent, out: &mut Vec<AdapterEvent>) {
         // Counts left by redaction outside a stream on this thread are not ours.
         take_tally();
-        // Text deltas here: moving the whole item into another call (even an inlined one)
-        // copies it (152 bytes, a call to `memcpy`), and they are most items.
-        match event {
-            AdapterEvent::Content(Content::MessageDelta(delta)) => {
-                self.text(Stream::Message, delta, out);
-            }
-            AdapterEvent::Content(Content::ReasoningDelta(delta)) => {
-                self.text(Stream::Reasoning, delta, out);
-            }
-            other => self.on_item(other, out),
-        }
-        self.record();
-    }
-
-    /// The segment ends (or is cut short): pushes everything held back, redacted.
-    pub fn on_segment_end(&mut self, out: &mut Vec<AdapterEvent>) {
-        take_tally();
-        self.flush(out);
-        self.record();
-    }
-
-    /// Redacts an error the adapter yielded (after [`on_segment_end`](Self::on_segment_end)
-    /// gave back the text before it).
-    #[must_use]
-    pub fn on_error(&mut self, error: HarnessError) -> HarnessError {
-        take_tally();
-        let error = self.redactor.redact_error(error);
-        self.record();
-        error
-    }
-}
-
-impl StreamRedactor {
-    /// Every item but text deltas (see [`on_event`](Self::on_event)).
-    fn on_item(&mut self, event: AdapterEvent, out: &mut Vec<AdapterEvent>) {
+        // One match here: moving the whole item into another call (even an inlined one)
+        // copies it (152 bytes, a call to `memcpy`), and text deltas are most items.
         match event {
             AdapterEvent::Content(Content::MessageDelta(delta)) => {
                 self.text(Stream::Message, delta, out);
@@ -400,6 +367,24 @@ impl StreamRedactor {
                 }
             }
         }
+        self.record();
+    }
+
+    /// The segment ends (or is cut short): pushes everything held back, redacted.
+    pub fn on_segment_end(&mut self, out: &mut Vec<AdapterEvent>) {
+        take_tally();
+        self.flush(out);
+        self.record();
+    }
+
+    /// Redacts an error the adapter yielded (after [`on_segment_end`](Self::on_segment_end)
+    /// gave back the text before it).
+    #[must_use]
+    pub fn on_error(&mut self, error: HarnessError) -> HarnessError {
+        take_tally();
+        let error = self.redactor.redact_error(error);
+        self.record();
+        error
     }
 }
 
