@@ -29,14 +29,23 @@ fn main() {
         "eyJ-eyJ-eyJ-eyJ-eyJ-eyJ-eyJ-eyJ-eyJ-eyJ-eyJ- AKIAIOSFODNN7EXAMPLE é 日本",
         "ssn 123-45-6789, not 123-45-67890 or a123-45-6789; 111-22-3333-444-55-6666 end",
     ];
-    write(
-        "redaction",
-        &texts
-            .iter()
-            .enumerate()
-            .map(|(i, t)| [&[i as u8 * 37][..], t.as_bytes()].concat())
-            .collect::<Vec<_>>(),
+    let mut redaction: Vec<Vec<u8>> = texts
+        .iter()
+        .enumerate()
+        .map(|(i, t)| [&[i as u8 * 37][..], t.as_bytes()].concat())
+        .collect();
+    // Runs counted across the text a stream drops, a match that takes the character ending
+    // its run.
+    redaction.push(
+        [
+            &[0x81][..],
+            "a b 1234x 0123456789abcdef0123456789abcdef0123456789a "
+                .repeat(3)
+                .as_bytes(),
+        ]
+        .concat(),
     );
+    write("redaction", &redaction);
 
     let quickstart = Script::quickstart().to_json_pretty();
     write(

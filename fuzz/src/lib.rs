@@ -9,8 +9,11 @@ use serde_json::json;
 /// The registered secrets of the `redaction` target's redactor.
 pub const SECRETS: [&str; 2] = ["hunter2-db-password", "cred00-Q7zX-secret"];
 
-/// The built-in rules, [`SECRETS`], a small-window rule whose caps are reached, and a rule
-/// without prefixes (found by the search of a stream's open tail and its lazy DFA).
+/// The built-in rules, [`SECRETS`], a small-window rule whose caps are reached, and rules
+/// without prefixes (found by the search of a stream's open tail and its lazy DFA, after
+/// streams count their runs): one whose match takes the character that ends its run, and
+/// one whose shortest match exceeds its window (it never matches, but its runs are counted
+/// across the text a stream drops).
 pub fn redactor() -> &'static Arc<Redactor> {
     static REDACTOR: OnceLock<Arc<Redactor>> = OnceLock::new();
     REDACTOR.get_or_init(|| {
@@ -20,11 +23,19 @@ pub fn redactor() -> &'static Arc<Redactor> {
         let ssn = PatternRule::new("ssn", r"(?-u:\b)[0-9]{3}-[0-9]{2}-[0-9]{4}(?-u:\b)")
             .and_then(|r| r.max_len(16).token_chars("0-9-"))
             .expect("rule");
+        let pin = PatternRule::new("pin", r"[0-9]{4}x")
+            .and_then(|r| r.max_len(16).token_chars("0-9"))
+            .expect("rule");
+        let long = PatternRule::new("long", r"[a-f0-9]+")
+            .and_then(|r| r.max_len(24).min_len(40).token_chars("a-f0-9"))
+            .expect("rule");
         Arc::new(
             Redactor::builder()
                 .secrets(SECRETS)
                 .rule(kv)
                 .rule(ssn)
+                .rule(pin)
+                .rule(long)
                 .build()
                 .expect("redactor"),
         )
