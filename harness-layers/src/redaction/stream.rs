@@ -345,20 +345,18 @@ impl StreamRedactor {
         // Counts left by redaction outside a stream on this thread are not ours.
         take_tally();
         // One match here: moving the whole item into another call (even an inlined one)
-        // copies it (152 bytes, a call to `memcpy`), and text deltas are most items.
-        match event {
-            AdapterEvent::Content(Content::MessageDelta(delta)) => {
-                self.text(Stream::Message, delta, out);
-            }
-            AdapterEvent::Content(Content::ReasoningDelta(delta)) => {
-                self.text(Stream::Reasoning, delta, out);
-            }
+        // copies it (152 bytes, a call to `memcpy`), and text deltas are most items; they
+        // take one path (one call site: the stream's `push` is inlined once).
+        let (stream, delta) = match event {
+            AdapterEvent::Content(Content::MessageDelta(delta)) => (Stream::Message, delta),
+            AdapterEvent::Content(Content::ReasoningDelta(delta)) => (Stream::Reasoning, delta),
             // The text goes on across these: a secret split around a usage update or a tool
             // call is still caught (the item may overtake the held tail).
             other @ (AdapterEvent::Content(_) | AdapterEvent::Artifact(_)) => {
                 if let Some(event) = self.redactor.redact_event(other) {
                     out.push(event);
                 }
+                return self.record();
             }
             // The segment ends: the held text first, in place.
             other @ (AdapterEvent::Action(_) | AdapterEvent::Completed(_)) => {
@@ -366,8 +364,10 @@ impl StreamRedactor {
                 if let Some(event) = self.redactor.redact_event(other) {
                     out.push(event);
                 }
+                return self.record();
             }
-        }
+        };
+        self.text(stream, delta, out);
         self.record();
     }
 
