@@ -948,19 +948,23 @@ impl Redactor {
             let fed = scan.scanned.max(from);
             // Usually no run in a short delta is long enough for a match: then what their
             // DFA would search is settled (see `Lanes`). A longer delta usually has one.
-            // Otherwise no match starts before the run that is.
+            // Otherwise no match starts before `run`, where the run that is starts.
+            let mut run = 0;
+            // Where they may still match differently, if counted.
             let counted = match (&anywhere.lanes, &mut scan.lanes) {
-                (Some(lanes), Some(counters)) if !last && n - fed <= LANES_DELTA => Some(
-                    lanes
-                        .feed(counters, &bytes[fed..])
-                        .map_err(|back| n.saturating_sub(back)),
-                ),
+                (Some(lanes), Some(counters)) if !last && n - fed <= LANES_DELTA => {
+                    match lanes.feed(counters, &bytes[fed..]) {
+                        Ok(()) => Some(lanes.open_from(*counters, n)),
+                        Err(back) => {
+                            run = n.saturating_sub(back);
+                            None
+                        }
+                    }
+                }
                 _ => None,
             };
-            if let (Some(Ok(())), Some(lanes), Some(counters)) =
-                (counted, &anywhere.lanes, scan.lanes)
-            {
-                let settled_before = lanes.open_from(counters, n).max(from);
+            if let Some(settled_before) = counted {
+                let settled_before = settled_before.max(from);
                 // The DFA's walk skipped these bytes: it starts again when next fed.
                 if let Walk::Dfa(follow) = &mut scan.walk {
                     follow.clear();
@@ -988,9 +992,7 @@ impl Redactor {
                 }
                 .max(from);
                 let mut pos = scan.anywhere.max(from);
-                if let Some(Err(run)) = counted {
-                    pos = pos.max(run);
-                }
+                pos = pos.max(run);
                 // A stream feeds each new byte once to the DFA it keeps between deltas, unless
                 // the delta is longer than what a search would read again, or what it would
                 // read again is short (usually the end of the last word: a search reads a byte
