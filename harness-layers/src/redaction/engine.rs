@@ -1168,6 +1168,12 @@ impl Redactor {
         self.rules.iter().filter(|r| r.shape.is_some()).count()
     }
 
+    /// How many rules have no trigger prefix (found through their combined regex).
+    #[cfg(test)]
+    pub(crate) fn rules_without_prefixes(&self) -> usize {
+        self.anywhere.as_ref().map_or(0, |a| a.rules.len())
+    }
+
     /// Whether the redactor has any text rule (secrets or patterns).
     pub(crate) fn has_text_rules(&self) -> bool {
         self.literals.as_ref().is_some_and(|l| l.secrets_len() > 0) || !self.rules.is_empty()

@@ -106,7 +106,7 @@
 //! | `anthropic_key`, `openai_key`, `github_token`, `slack_token` | their literal prefixes | 256 B |
 //! | `aws_access_key` | `AKIA`, `ASIA` | 32 B |
 //! | `google_api_key` | `AIza` | 64 B |
-//! | added rules | declared, or derived from a literal start | [`DEFAULT_MAX_LEN`] unless declared |
+//! | added rules | declared, or derived from the pattern's literal starts (`(?:mongodb\|postgres)://` has two) | [`DEFAULT_MAX_LEN`] unless declared |
 //!
 //! A match longer than its rule's window is cut at the window: its beginning is redacted,
 //! the rest is not recognised (in both `redact_str` and streams, which therefore agree).

@@ -237,9 +237,12 @@ impl fmt::Debug for Charset {
 ///   recognised. Streams hold back up to this much text after a possible start.
 /// - [`prefixes`](Self::prefixes): literal prefixes every match starts with (compared
 ///   ASCII-case-insensitively). The rule is then evaluated only where one occurs, which is
-///   what makes 100 rules cheap. When none is declared, a prefix is derived from a pattern
-///   that starts with at least 3 plain literal characters and has no `|`; otherwise the rule
-///   is evaluated wherever a combined regex of such rules matches.
+///   what makes 100 rules cheap. When none is declared, they are derived from the pattern's
+///   syntax tree: the literals every match starts with (`acme_[a-z]+`: `acme_`;
+///   `(?:mongodb|postgres)://…`: both schemes; a leading `\b` or `^` is passed over), if
+///   each is at least 3 bytes long and there are at most 8 once ASCII case is folded.
+///   Otherwise (a class or an optional part first, say) the rule is evaluated wherever a
+///   combined regex of such rules matches.
 /// - [`token_chars`](Self::token_chars): the only characters a match may contain. A stream
 ///   then knows a candidate is settled as soon as another character follows, instead of
 ///   waiting for `max_len` bytes.
@@ -380,10 +383,7 @@ impl PatternRule {
                 }
                 Ok(list.clone())
             }
-            None => Ok(literal_prefix(self.regex.as_str())
-                .filter(|p| p.len() >= 3)
-                .into_iter()
-                .collect()),
+            None => Ok(derived_prefixes(self.regex.as_str())),
         }
     }
 }
@@ -402,66 +402,61 @@ fn check_name(name: &str) -> Result<(), RedactionError> {
     }
 }
 
-/// The literal text every match of `pattern` starts with, when that is plain to see: the
-/// leading run of characters that are literal outside a class, minus a last one that is
-/// quantified. Conservative: `None` for any pattern containing `|`, or starting with an
-/// anchor, a group, a class or a flag.
-pub(crate) fn literal_prefix(pattern: &str) -> Option<String> {
-    if pattern.contains('|') {
-        return None;
+/// A derived prefix is at least this long: a shorter one fires on ordinary words.
+const MIN_DERIVED_LEN: usize = 3;
+
+/// At most this many prefixes are derived (after folding ASCII case and dropping those
+/// that extend another): more alternatives are left to the combined regex.
+pub(crate) const MAX_DERIVED: usize = 8;
+
+/// The literal prefixes every match of `pattern` starts with, read from its syntax tree
+/// (look-arounds match the empty string there, so `\bword` starts with `word`): each at
+/// least [`MIN_DERIVED_LEN`] bytes, ASCII case folded (triggers are compared so), none an
+/// extension of another, at most [`MAX_DERIVED`]; empty if the pattern's matches may
+/// start otherwise (a class of more than a few characters, a repetition that may be
+/// absent, an alternative too short), or if it does not parse here.
+pub(crate) fn derived_prefixes(pattern: &str) -> Vec<String> {
+    use regex_syntax::hir::literal::{ExtractKind, Extractor};
+
+    let Ok(hir) = regex_syntax::parse(pattern) else {
+        return Vec::new();
+    };
+    let seq = Extractor::new()
+        .kind(ExtractKind::Prefix)
+        // `(?i-u:x)` is a class of two; wider classes would only be cut short.
+        .limit_class(2)
+        .limit_total(4 * MAX_DERIVED)
+        .extract(&hir);
+    // Infinite: some match starts with no literal in particular.
+    let Some(literals) = seq.literals() else {
+        return Vec::new();
+    };
+    let mut folded = Vec::with_capacity(literals.len());
+    for literal in literals {
+        match std::str::from_utf8(literal.as_bytes()) {
+            Ok(text) if text.len() >= MIN_DERIVED_LEN => folded.push(text.to_ascii_lowercase()),
+            // One alternative too short (or cut inside a character) leaves every start
+            // possible.
+            _ => return Vec::new(),
+        }
     }
-    let mut out = String::new();
-    // The byte length of the last literal pushed, to pop it when it is quantified.
-    let mut last = 0;
-    let mut chars = pattern.chars().peekable();
-    while let Some(&c) = chars.peek() {
-        let plain = c.is_alphanumeric()
-            || matches!(
-                c,
-                '_' | '-'
-                    | ':'
-                    | '/'
-                    | '='
-                    | '@'
-                    | '%'
-                    | ','
-                    | ';'
-                    | '<'
-                    | '>'
-                    | '\''
-                    | '"'
-                    | '!'
-                    | '~'
-                    | '&'
-                    | ' '
-            );
-        if plain {
-            chars.next();
-            out.push(c);
-            last = c.len_utf8();
-            continue;
+    // Sorted, an extension follows what it extends (and whatever lies between extends
+    // it too): a hit of the shorter one covers it.
+    folded.sort_unstable();
+    folded.dedup();
+    let mut prefixes: Vec<String> = Vec::with_capacity(folded.len());
+    for text in folded {
+        if !prefixes
+            .last()
+            .is_some_and(|p| text.starts_with(p.as_str()))
+        {
+            prefixes.push(text);
         }
-        if c == '\\' {
-            let mut ahead = chars.clone();
-            ahead.next();
-            match ahead.next() {
-                Some(e) if e.is_ascii_punctuation() => {
-                    chars.next();
-                    chars.next();
-                    out.push(e);
-                    last = 1;
-                    continue;
-                }
-                _ => break,
-            }
-        }
-        if matches!(c, '*' | '?' | '{' | '+') {
-            // The previous literal is quantified (`+` keeps one, but stay simple).
-            out.truncate(out.len() - last);
-        }
-        break;
     }
-    (!out.is_empty()).then_some(out)
+    if prefixes.len() > MAX_DERIVED {
+        return Vec::new();
+    }
+    prefixes
 }
 
 /// One built-in rule's definition.
@@ -598,16 +593,45 @@ mod tests {
     use super::*;
 
     #[test]
-    fn prefixes_are_derived_conservatively() {
-        assert_eq!(literal_prefix(r"acme_[a-z]+").as_deref(), Some("acme_"));
-        assert_eq!(literal_prefix(r"tok\.x[0-9]{4}").as_deref(), Some("tok.x"));
-        assert_eq!(literal_prefix(r"abc+d").as_deref(), Some("ab"));
-        assert_eq!(literal_prefix(r"abcd?e").as_deref(), Some("abc"));
-        assert_eq!(literal_prefix(r"a|b"), None);
-        assert_eq!(literal_prefix(r"(?i)abc"), None);
-        assert_eq!(literal_prefix(r"\bword"), None);
-        assert_eq!(literal_prefix(r"[a-z]x"), None);
-        assert_eq!(literal_prefix(r"^abc"), None);
+    fn prefixes_are_derived_from_the_syntax_tree() {
+        let derived = |p: &str| derived_prefixes(p);
+        assert_eq!(derived(r"acme_[a-z]+"), ["acme_"]);
+        assert_eq!(derived(r"tok\.x[0-9]{4}"), ["tok.x"]);
+        assert_eq!(derived(r"abc+d"), ["abc"], "a repetition keeps its minimum");
+        assert_eq!(derived(r"abcd?e"), ["abcde", "abce"]);
+        assert_eq!(
+            derived(r"(?:mongodb|Postgres)://[a-z]+"),
+            ["mongodb://", "postgres://"],
+            "alternatives, ASCII case folded"
+        );
+        assert_eq!(
+            derived(r"(?i-u:tok)_[0-9]+"),
+            ["tok_"],
+            "case variants fold to one"
+        );
+        assert_eq!(
+            derived(r"(?-u:\b)word"),
+            ["word"],
+            "a look-around matches the empty string"
+        );
+        assert_eq!(derived(r"^abc"), ["abc"]);
+        assert_eq!(
+            derived(r"(?:abcdef|abc)[0-9]+"),
+            ["abc"],
+            "an extension is covered"
+        );
+        assert!(derived(r"a|bcd").is_empty(), "an alternative too short");
+        assert!(derived(r"x*abc").is_empty(), "an optional start");
+        assert!(derived(r"[a-z]x").is_empty(), "a wide class");
+        assert!(derived(r"(?-u:\b)[0-9]{3}-[0-9]{2}").is_empty());
+        assert!(
+            derived(r"(?:aaa|bbb|ccc|ddd|eee|fff|ggg|hhh|iii)z").is_empty(),
+            "more than {MAX_DERIVED} alternatives"
+        );
+        assert_eq!(
+            derived(r"(?:aaa|bbb|ccc|ddd|eee|fff|ggg|hhh)z").len(),
+            MAX_DERIVED
+        );
     }
 
     #[test]

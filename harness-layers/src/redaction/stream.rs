@@ -844,6 +844,39 @@ mod tests {
             prop_assert_eq!(stream(&shaped, &deltas).concat(), expected, "{} streamed", pattern);
         }
 
+        /// Rules whose prefixes are derived from their pattern (alternatives of literals,
+        /// case variants, optional parts, look-arounds before them, random ends) redact
+        /// what they redact without prefixes, found through their combined regex: every
+        /// match starts with a derived prefix. In `redact_str` and streamed.
+        #[test]
+        fn derived_prefixes_find_what_the_combined_regex_finds(
+            head in prop::sample::select(&["", r"(?-u:\b)", "^", "(?m:^)"][..]),
+            alternatives in prop::collection::vec(
+                prop::sample::select(
+                    &["abx", "ab", "xa-", "bxa", "(?i-u:abx)", "a(?:b|x)a", "ab?x", "a-x", "x-?ab"][..],
+                ),
+                1..4,
+            ),
+            tail in prop::sample::select(&["", "[ab]+", "x*", "-[abx]{1,3}", r"(?-u:\b)", "b"][..]),
+            text in "[abxAB -]{0,40}",
+            sizes in prop::collection::vec(0usize..8, 0..40),
+        ) {
+            let pattern = format!("{head}(?:{}){tail}", alternatives.join("|"));
+            let build = |derive: bool| {
+                let mut rule = PatternRule::new("r", &pattern).unwrap();
+                if !derive {
+                    rule = rule.prefixes(Vec::<String>::new());
+                }
+                Arc::new(Redactor::builder().without_builtin_patterns().rule(rule).build().unwrap())
+            };
+            let (derived, anywhere) = (build(true), build(false));
+            prop_assert_eq!(anywhere.rules_without_prefixes(), 1);
+            let expected = anywhere.redact_str(&text);
+            prop_assert_eq!(derived.redact_str(&text), expected.clone(), "{} on {:?}", pattern, text);
+            let deltas = split(&text, &sizes, 8);
+            prop_assert_eq!(stream(&derived, &deltas).concat(), expected, "{} streamed", pattern);
+        }
+
         /// Token-sized deltas (1 to 8 or 1 to 64 bytes) at random points.
         #[test]
         fn token_sized_deltas_emit_a_growing_prefix_of_redact_str(
