@@ -16,7 +16,7 @@ use super::literals::{Hit, Literals, Skips};
 use super::lockstep::{Dfa, LazyDfa, Runs};
 use super::rules::{
     BUILTINS, Charset, DEFAULT_FIELDS, FIELD_RULE, MIN_SECRET_LEN, PatternRule, RedactionError,
-    SECRET_RULE, normalize_field,
+    SECRET_RULE, derived_token_chars, normalize_field,
 };
 use super::shape::{Quick, Shape, Tails};
 
@@ -207,17 +207,23 @@ pub(crate) struct Compiled {
 }
 
 impl Compiled {
-    /// Rule `rule` as candidates name it `id`, without a shape.
-    pub(crate) fn new(id: u32, rule: &PatternRule, dfa: LazyDfa) -> Self {
+    /// Rule `rule` as candidates name it `id`, with `token_chars` (its declared ones, or
+    /// derived), without a shape.
+    pub(crate) fn new(
+        id: u32,
+        rule: &PatternRule,
+        token_chars: Option<Charset>,
+        dfa: LazyDfa,
+    ) -> Self {
         Self {
             id,
             regex: rule.regex.clone(),
             min_len: rule.min_len,
             max_len: rule.max_len,
-            token_chars: rule.token_chars,
+            token_chars,
             plain: std::array::from_fn(|b| {
                 let b = u8::try_from(b).unwrap_or(u8::MAX);
-                b.is_ascii() && rule.token_chars.as_ref().is_none_or(|set| set.contains(b))
+                b.is_ascii() && token_chars.as_ref().is_none_or(|set| set.contains(b))
             }),
             secret_group: rule
                 .regex
@@ -416,6 +422,9 @@ pub struct RedactorBuilder {
     /// Tests compare the lockstep DFAs with the regex evaluation they replace.
     #[cfg(test)]
     dfas: bool,
+    /// Tests compare rules with derived token characters with the same rules without.
+    #[cfg(test)]
+    derive_tokens: bool,
 }
 
 impl fmt::Debug for RedactorBuilder {
@@ -441,6 +450,8 @@ impl Default for RedactorBuilder {
             default_fields: true,
             #[cfg(test)]
             dfas: true,
+            #[cfg(test)]
+            derive_tokens: true,
         }
     }
 }
@@ -507,6 +518,14 @@ impl RedactorBuilder {
         self
     }
 
+    /// Gives rules without declared token characters none (as before they were derived):
+    /// the reference the tests compare derived ones with.
+    #[cfg(test)]
+    pub(crate) fn without_derived_token_chars(mut self) -> Self {
+        self.derive_tokens = false;
+        self
+    }
+
     /// What makes a rule's DFA slot: empty, to build on first use (tests may rule DFAs
     /// out).
     fn lazy_dfa(&self) -> fn() -> LazyDfa {
@@ -525,9 +544,9 @@ impl RedactorBuilder {
     pub fn build(self) -> Result<Redactor, RedactionError> {
         let lazy_dfa = self.lazy_dfa();
         #[cfg(test)]
-        let shapes = self.dfas;
+        let (shapes, derive_tokens) = (self.dfas, self.derive_tokens);
         #[cfg(not(test))]
-        let shapes = true;
+        let (shapes, derive_tokens) = (true, true);
         let mut rule_of_slot = Vec::new();
         let mut rules = Vec::new();
         if self.builtins {
@@ -591,7 +610,13 @@ impl RedactorBuilder {
                 }
             }
             hold_back = hold_back.max(rule.max_len);
-            let mut rule_compiled = Compiled::new(id, rule, lazy_dfa());
+            // Not declared: the characters the pattern can match, if all are ASCII. A
+            // window then ends where no match can go on, as with declared ones, so what is
+            // found is the same; streams settle it sooner (see `PatternRule::token_chars`).
+            let token_chars = rule
+                .token_chars
+                .or_else(|| derive_tokens.then(|| derived_token_chars(rule.regex.as_str()))?);
+            let mut rule_compiled = Compiled::new(id, rule, token_chars, lazy_dfa());
             if shapes {
                 let first = rule_of_slot.len();
                 let mut slots = first;

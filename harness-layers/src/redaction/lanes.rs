@@ -167,7 +167,8 @@ mod tests {
             .max_len(200)
             .token_chars(tokens)
             .unwrap();
-        Compiled::new(1, &rule, LazyDfa::default())
+        let tokens = rule.token_chars;
+        Compiled::new(1, &rule, tokens, LazyDfa::default())
     }
 
     #[test]
@@ -196,6 +197,7 @@ mod tests {
         let plain = Compiled::new(
             1,
             &PatternRule::new("p", "[0-9]{4}").unwrap(),
+            None,
             LazyDfa::default(),
         );
         assert!(Lanes::new(&[&ssn, &plain]).is_none());

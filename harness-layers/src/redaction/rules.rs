@@ -4,6 +4,7 @@
 use std::fmt;
 
 use regex::{Regex, RegexBuilder};
+use regex_syntax::hir::{Class, Hir, HirKind};
 
 /// The marker rule name of exact (registered) secrets: `[REDACTED:secret]`.
 pub const SECRET_RULE: &str = "secret";
@@ -245,7 +246,11 @@ impl fmt::Debug for Charset {
 ///   combined regex of such rules matches.
 /// - [`token_chars`](Self::token_chars): the only characters a match may contain. A stream
 ///   then knows a candidate is settled as soon as another character follows, instead of
-///   waiting for `max_len` bytes.
+///   waiting for `max_len` bytes. When none are declared and every character the pattern
+///   can match is ASCII, they are those characters (read from its syntax tree: `[0-9]{4}`
+///   gives `0-9`): what is redacted is the same (no match goes past a character it cannot
+///   contain), only settled sooner. A pattern that can match a non-ASCII character (`.`,
+///   `\d`, `[^ ]`) gets none.
 /// - [`min_len`](Self::min_len): the shortest match; a shorter match is not a redaction, and
 ///   a shorter window (a prefix hit in an ordinary word, with token characters) is dismissed
 ///   at once.
@@ -358,7 +363,9 @@ impl PatternRule {
     }
 
     /// Declares the only (ASCII) characters a match may contain, as `A-Za-z0-9_.-`-style
-    /// ranges (`\s` for ASCII whitespace, a dash first or last is literal).
+    /// ranges (`\s` for ASCII whitespace, a dash first or last is literal). Without this,
+    /// they are derived from the pattern when it can match ASCII characters only. A
+    /// declared set narrower than the pattern cuts matches at the first other character.
     ///
     /// # Errors
     /// A specification that does not parse.
@@ -457,6 +464,55 @@ pub(crate) fn derived_prefixes(pattern: &str) -> Vec<String> {
         return Vec::new();
     }
     prefixes
+}
+
+/// The characters a match of `pattern` can contain, read from its syntax tree, as token
+/// characters; `None` if one may be non-ASCII (a [`Charset`] holds ASCII only), or if the
+/// pattern does not parse here. Look-arounds match no character: `(?-u:\b)[0-9]{3}` gives
+/// `0-9`.
+pub(crate) fn derived_token_chars(pattern: &str) -> Option<Charset> {
+    fn add(hir: &Hir, ascii: &mut [bool; 128]) -> Option<()> {
+        let mut range = |lo: u32, hi: u32| -> Option<()> {
+            if hi > 0x7f {
+                return None;
+            }
+            for c in lo..=hi {
+                ascii[usize::try_from(c).ok()?] = true;
+            }
+            Some(())
+        };
+        match hir.kind() {
+            HirKind::Empty | HirKind::Look(_) => {}
+            HirKind::Literal(lit) => {
+                for &b in lit.0.iter() {
+                    range(u32::from(b), u32::from(b))?;
+                }
+            }
+            HirKind::Class(Class::Unicode(class)) => {
+                for r in class.ranges() {
+                    range(u32::from(r.start()), u32::from(r.end()))?;
+                }
+            }
+            HirKind::Class(Class::Bytes(class)) => {
+                for r in class.ranges() {
+                    range(u32::from(r.start()), u32::from(r.end()))?;
+                }
+            }
+            HirKind::Repetition(rep) => add(&rep.sub, ascii)?,
+            HirKind::Capture(cap) => add(&cap.sub, ascii)?,
+            HirKind::Concat(items) | HirKind::Alternation(items) => {
+                for item in items {
+                    add(item, ascii)?;
+                }
+            }
+        }
+        Some(())
+    }
+
+    let hir = regex_syntax::parse(pattern).ok()?;
+    let mut ascii = [false; 128];
+    add(&hir, &mut ascii)?;
+    Some(Charset { ascii })
 }
 
 /// One built-in rule's definition.
@@ -632,6 +688,33 @@ mod tests {
             derived(r"(?:aaa|bbb|ccc|ddd|eee|fff|ggg|hhh)z").len(),
             MAX_DERIVED
         );
+    }
+
+    #[test]
+    fn token_chars_are_derived_from_the_syntax_tree() {
+        let derived = |p: &str| {
+            derived_token_chars(p).map(|set| {
+                (0u8..128)
+                    .filter(|&b| set.contains(b))
+                    .map(char::from)
+                    .collect::<String>()
+            })
+        };
+        assert_eq!(
+            derived(r"(?-u:\b)[0-9]{3}-[0-9]{2}(?-u:\b)").as_deref(),
+            Some("-0123456789"),
+            "look-arounds match no character"
+        );
+        assert_eq!(
+            derived(r"(?:mongodb|pg)://[a-c]+").as_deref(),
+            Some("/:abcdgmnop")
+        );
+        assert_eq!(derived(r"(?i-u:ab)").as_deref(), Some("ABab"));
+        assert_eq!(derived(r"x(?-u:\d)?").as_deref(), Some("0123456789x"));
+        assert_eq!(derived(r"[a-z]+é"), None, "a non-ASCII character");
+        assert_eq!(derived(r"a.b"), None, "any character");
+        assert_eq!(derived(r"\d{4}"), None, "Unicode digits");
+        assert_eq!(derived(r"[^ ]+@"), None);
     }
 
     #[test]

@@ -606,7 +606,12 @@ mod tests {
     use crate::redaction::rules::{BUILTINS, PatternRule};
 
     fn compiled(rule: &PatternRule) -> Compiled {
-        Compiled::new(1, rule, crate::redaction::lockstep::LazyDfa::default())
+        Compiled::new(
+            1,
+            rule,
+            rule.token_chars,
+            crate::redaction::lockstep::LazyDfa::default(),
+        )
     }
 
     #[test]
