@@ -94,6 +94,10 @@ pub(crate) struct Runs {
     /// Triggers followed alone to the end of the text so far, open: `(rule, origin, start
     /// state)`, followed alone again from their start once more text arrives.
     waiting: Vec<(u32, usize, StateID)>,
+    /// The run a thread that starts behind its rule's threads catches up in, kept with its
+    /// buffers: that happens on most deltas of a trigger repeated (its prefix spans the
+    /// delta before), and a new run each time cost two allocations.
+    late: Option<Run>,
 }
 
 /// How often a rule's triggers are first followed alone: after one that outlived the
@@ -325,18 +329,27 @@ impl Runs {
             run.pos = origin;
             run.start(state, member);
         } else {
-            // A shorter prefix of the same rule was reported first (Aho-Corasick reports
-            // by end): this thread catches up alone, then joins the others.
-            let mut late = Run {
+            // The rule's threads were fed past `origin` already: by the last delta (the
+            // prefix spans it), or for a shorter prefix of the same rule reported first
+            // (Aho-Corasick reports by end). This thread catches up alone, then joins them.
+            let mut late = self.late.take().unwrap_or_else(|| Run {
                 rule: id,
                 pos: origin,
                 threads: Vec::new(),
                 spare: Vec::new(),
-            };
+            });
+            late.rule = id;
+            late.pos = origin;
+            if late.spare.is_empty()
+                && let Some(members) = run.spare.pop()
+            {
+                late.spare.push(members);
+            }
             late.start(state, member);
             late.feed(rule, dfa, text, run.pos);
             run.threads.append(&mut late.threads);
             run.merge(run.pos);
+            self.late = Some(late);
         }
     }
 
