@@ -13,7 +13,8 @@ pub const SECRETS: [&str; 2] = ["hunter2-db-password", "cred00-Q7zX-secret"];
 /// without prefixes (found by the search of a stream's open tail and its lazy DFA, after
 /// streams count their runs): one whose match takes the character that ends its run, and
 /// one whose shortest match exceeds its window (it never matches, but its runs are counted
-/// across the text a stream drops).
+/// across the text a stream drops); and one that declares neither prefixes nor token
+/// characters, so both are derived from its pattern (two schemes, its characters).
 pub fn redactor() -> &'static Arc<Redactor> {
     static REDACTOR: OnceLock<Arc<Redactor>> = OnceLock::new();
     REDACTOR.get_or_init(|| {
@@ -29,6 +30,9 @@ pub fn redactor() -> &'static Arc<Redactor> {
         let long = PatternRule::new("long", r"[a-f0-9]+")
             .and_then(|r| r.max_len(24).min_len(40).token_chars("a-f0-9"))
             .expect("rule");
+        let url = PatternRule::new("url", r"(?:db|pg)://[a-z0-9]+:[a-z0-9]{4,}@")
+            .map(|r| r.max_len(32))
+            .expect("rule");
         Arc::new(
             Redactor::builder()
                 .secrets(SECRETS)
@@ -36,6 +40,7 @@ pub fn redactor() -> &'static Arc<Redactor> {
                 .rule(ssn)
                 .rule(pin)
                 .rule(long)
+                .rule(url)
                 .build()
                 .expect("redactor"),
         )

@@ -430,8 +430,8 @@ pub(crate) fn derived_prefixes(pattern: &str) -> Vec<String> {
     };
     let seq = Extractor::new()
         .kind(ExtractKind::Prefix)
-        // `(?i-u:x)` is a class of two; wider classes would only be cut short.
-        .limit_class(2)
+        // A class of up to that many characters is one literal each (`xox[abprs]-`).
+        .limit_class(MAX_DERIVED)
         .limit_total(4 * MAX_DERIVED)
         .extract(&hir);
     // Infinite: some match starts with no literal in particular.
@@ -679,6 +679,11 @@ mod tests {
         assert!(derived(r"a|bcd").is_empty(), "an alternative too short");
         assert!(derived(r"x*abc").is_empty(), "an optional start");
         assert!(derived(r"[a-z]x").is_empty(), "a wide class");
+        assert_eq!(
+            derived(r"xox[abs]-[a-z]+"),
+            ["xoxa-", "xoxb-", "xoxs-"],
+            "a narrow class"
+        );
         assert!(derived(r"(?-u:\b)[0-9]{3}-[0-9]{2}").is_empty());
         assert!(
             derived(r"(?:aaa|bbb|ccc|ddd|eee|fff|ggg|hhh|iii)z").is_empty(),

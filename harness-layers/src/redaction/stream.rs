@@ -857,7 +857,7 @@ mod tests {
             head in prop::sample::select(&["", r"(?-u:\b)", "^", "(?m:^)"][..]),
             alternatives in prop::collection::vec(
                 prop::sample::select(
-                    &["abx", "ab", "xa-", "bxa", "(?i-u:abx)", "a(?:b|x)a", "ab?x", "a-x", "x-?ab"][..],
+                    &["abx", "ab", "xa-", "bxa", "(?i-u:abx)", "a(?:b|x)a", "ab?x", "a-x", "x-?ab", "x[ab]b", "[xa-]ab"][..],
                 ),
                 1..4,
             ),
