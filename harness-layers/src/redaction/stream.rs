@@ -895,17 +895,18 @@ mod tests {
                 ),
                 1..3,
             ),
-            end in prop::sample::select(&["", "b", "[0-9]", r"(?-u:\b)", r"\b"][..]),
+            end in prop::sample::select(&["", "b", "[0-9]", r"(?-u:\b)", r"\b", "$", "(?m:$)"][..]),
             min_len in 1usize..4,
             max_len in 1usize..12,
-            text in "[abx0-9 .é-]{0,40}",
+            text in "[abx0-9 .é\n-]{0,40}",
             sizes in prop::collection::vec(0usize..8, 0..40),
         ) {
             let pattern = format!("{head}{}{end}", body.concat());
             // A match that reaches its window's cap and ends with an assertion may be
             // found differently by the combined regex (see `PatternRule`): windows longer
             // than the text here.
-            let max_len = if end.contains('b') && end != "b" { 64 } else { max_len };
+            let assertion = end.contains('$') || (end.contains('b') && end != "b");
+            let max_len = if assertion { 64 } else { max_len };
             let Ok(rule) = PatternRule::new("r", &pattern) else {
                 return Ok(());
             };
