@@ -9,11 +9,12 @@
 //!
 //! Two configurations of the same 91 generated rules: with declared bounds (`max_len`,
 //! token characters), and with the defaults of `RedactorBuilder::pattern` (prefixes and
-//! token characters derived from the pattern, 256-byte window). For each, the throughput of `Redactor::redact_str` on the whole text
-//! and of a `StreamRedactor` fed deltas of 1 to 64 bytes (token-sized) and of 256 bytes to
-//! 4 KiB, checking that the stream's output equals `redact_str`'s. For comparison, one regex
-//! alternating all 100 patterns and the 50 secrets. The aim is 200 MB/s (10^6 bytes) or
-//! more on one core; each line says PASS or BELOW.
+//! token characters derived from the pattern, 256-byte window). For each, the throughput
+//! of `Redactor::redact_str` on the whole text and of a `StreamRedactor` fed deltas of 1 to
+//! 64 bytes (token-sized) and of 256 bytes to 4 KiB, checking that the stream's output
+//! equals `redact_str`'s. For comparison, one regex alternating all 100 patterns and the
+//! 50 secrets. The aim is 200 MB/s (10^6 bytes) or more on one core; each line says PASS
+//! or BELOW.
 //!
 //! Then adversarial input: one trigger repeated (a rule's prefix, an open-ended rule, a
 //! secret's start, token characters), 1 MiB each, whole and streamed; the aim there is
