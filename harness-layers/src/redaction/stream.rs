@@ -754,6 +754,33 @@ mod tests {
         Ok(())
     }
 
+    /// `redactor` (built from rules of `pattern`) redacts `text` as `reference` does, in
+    /// `redact_str` and streamed in deltas of 1 to 8 bytes cut as `sizes` say.
+    fn same_as(
+        redactor: &Arc<Redactor>,
+        reference: &Arc<Redactor>,
+        pattern: &str,
+        text: &str,
+        sizes: &[usize],
+    ) -> Result<(), TestCaseError> {
+        let expected = reference.redact_str(text);
+        prop_assert_eq!(
+            redactor.redact_str(text),
+            expected.clone(),
+            "{} on {:?}",
+            pattern,
+            text
+        );
+        let deltas = split(text, sizes, 8);
+        prop_assert_eq!(
+            stream(redactor, &deltas).concat(),
+            expected,
+            "{} streamed",
+            pattern
+        );
+        Ok(())
+    }
+
     /// Cuts `text` at char boundaries into deltas of 1 to `max` bytes, as `sizes` say.
     fn split<'a>(text: &'a str, sizes: &[usize], max: usize) -> Vec<&'a str> {
         let mut deltas = Vec::new();
@@ -842,10 +869,7 @@ mod tests {
             };
             let (shaped, regex) = (build(true), build(false));
             prop_assert_eq!(shaped.shaped_rules(), 1, "{} has the shape", pattern);
-            let expected = regex.redact_str(&text);
-            prop_assert_eq!(shaped.redact_str(&text), expected.clone(), "{} on {:?}", pattern, text);
-            let deltas = split(&text, &sizes, 8);
-            prop_assert_eq!(stream(&shaped, &deltas).concat(), expected, "{} streamed", pattern);
+            same_as(&shaped, &regex, &pattern, &text, &sizes)?;
         }
 
         /// Rules whose prefixes are derived from their pattern (alternatives of literals,
@@ -875,10 +899,7 @@ mod tests {
             };
             let (derived, anywhere) = (build(true), build(false));
             prop_assert_eq!(anywhere.rules_without_prefixes(), 1);
-            let expected = anywhere.redact_str(&text);
-            prop_assert_eq!(derived.redact_str(&text), expected.clone(), "{} on {:?}", pattern, text);
-            let deltas = split(&text, &sizes, 8);
-            prop_assert_eq!(stream(&derived, &deltas).concat(), expected, "{} streamed", pattern);
+            same_as(&derived, &anywhere, &pattern, &text, &sizes)?;
         }
 
         /// Rules without declared token characters (with derived prefixes or none; a
@@ -917,10 +938,7 @@ mod tests {
                 Arc::new(builder.build().unwrap())
             };
             let (derived, without) = (build(true), build(false));
-            let expected = without.redact_str(&text);
-            prop_assert_eq!(derived.redact_str(&text), expected.clone(), "{} on {:?}", pattern, text);
-            let deltas = split(&text, &sizes, 8);
-            prop_assert_eq!(stream(&derived, &deltas).concat(), expected, "{} streamed", pattern);
+            same_as(&derived, &without, &pattern, &text, &sizes)?;
         }
 
         /// Token-sized deltas (1 to 8 or 1 to 64 bytes) at random points.
