@@ -9,6 +9,7 @@
 //! read again) and the walk back over the trailing runs that bounds what is settled.
 
 use super::engine::{Compiled, utf8_len};
+use super::rules::derived_token_chars;
 
 /// The most rules without prefixes one word counts: one byte lane each.
 pub(crate) const MAX_LANES: usize = 8;
@@ -27,7 +28,11 @@ pub(crate) struct Lanes {
     /// rule `k`'s token characters (so `(c + 1) & member` counts the run or ends it).
     /// `test` adds, to a counter below its threshold `L`, `128 - L` plus the length of the
     /// window the byte would end (1, or a character's length when it is not ASCII): lane
-    /// `k`'s top bit is then set exactly when the window reaches `L`.
+    /// `k`'s top bit is then set exactly when the window reaches `L`. When the token
+    /// characters hold every character the rule's pattern can match, a match ends before
+    /// the character that ends its run: only a token character adds (1), and the top bit
+    /// is set when the run itself reaches `L` (an ISO date, 10 characters then a space,
+    /// is then too short for a rule of 11, where its window was not).
     table: Box<[[u64; 2]; 256]>,
     /// By lane: the rule's `max_len`.
     max_len: Vec<usize>,
@@ -48,8 +53,16 @@ impl Lanes {
             let set = rule.token_chars.as_ref()?;
             let shortest = shortest_match(rule).clamp(1, MAX_THRESHOLD);
             threshold.push(shortest);
+            let within = derived_token_chars(rule.regex.as_str())
+                .is_some_and(|chars| (0..128u8).all(|b| !chars.contains(b) || set.contains(b)));
             for (b, [test, member]) in (0..=255u8).zip(table.iter_mut()) {
-                let window = if b.is_ascii() { 1 } else { utf8_len(b) };
+                let window = if within {
+                    usize::from(set.contains(b))
+                } else if b.is_ascii() {
+                    1
+                } else {
+                    utf8_len(b)
+                };
                 // At most 128 - 1 + 4: below the lane's carry.
                 *test |= ((MAX_THRESHOLD - shortest + window) as u64) << (8 * k);
                 if set.contains(b) {
@@ -172,18 +185,28 @@ mod tests {
     }
 
     #[test]
-    fn the_threshold_is_the_shortest_match_and_a_window_takes_its_last_character() {
+    fn the_threshold_is_the_shortest_match_and_a_window_may_take_its_last_character() {
         let ssn = compiled(r"(?-u:\b)[0-9]{3}-[0-9]{2}-[0-9]{4}(?-u:\b)", 1, "0-9-");
         let long = compiled("[a-z]+", 200, "a-z");
         let lanes = Lanes::new(&[&ssn, &long]).unwrap();
         assert_eq!(lanes.threshold, [11, MAX_THRESHOLD]);
         let fits = |text: &str| lanes.feed(&mut 0, text.as_bytes()).is_ok();
-        // Ten token characters and an ASCII one after them: a window of 11.
-        assert!(fits("123-45-678"));
-        assert!(!fits("123-45-678 "));
-        // Nine, then a character of two bytes.
-        assert!(fits("123-45-67"));
-        assert!(!fits("123-45-67é"));
+        // Its token characters hold every character of its pattern: a match lies in a run,
+        // which must reach 11 (an ISO date and the space after it do not).
+        assert!(fits("2026-12-05 "));
+        assert!(fits("123-45-67é"));
+        assert!(!fits("123-45-6789"));
+        // Token characters narrower than the pattern: a match may take the character that
+        // ends the run, so the window does (its length when it is not ASCII).
+        let wider = compiled("[0-9]{10}[xé]", 1, "0-9");
+        let lanes = Lanes::new(&[&wider]).unwrap();
+        let fits = |text: &str| lanes.feed(&mut 0, text.as_bytes()).is_ok();
+        assert_eq!(lanes.threshold, [11]);
+        assert!(fits("1234567890"));
+        assert!(!fits("1234567890 "));
+        assert!(fits("123456789"));
+        assert!(!fits("123456789é"));
+        let lanes = Lanes::new(&[&ssn, &long]).unwrap();
         // Counted on across deltas, and from where the counters say.
         let mut counters = 0;
         assert!(lanes.feed(&mut counters, b"x 123-45").is_ok());
