@@ -406,6 +406,24 @@ async fn the_edges_schemathesis_found_are_settled() {
         assert_eq!(status, 400, "{input} answered {body}");
         assert_eq!(error_code(&body), "REQUEST_INVALID", "{body}");
     }
+
+    // A cancel's body is optional, but one of whitespace is not JSON (it was accepted).
+    let id = s.start(ALICE, script_with_approval()).await;
+    let cancel = |body: &'static str| {
+        s.http
+            .post(format!("{}/v1/executions/{id}/cancel", s.url))
+            .bearer_auth(ALICE)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    for body in ["\t", " ", "\n"] {
+        let response = cancel(body).await.unwrap();
+        assert_eq!(response.status(), 400, "{body:?}");
+        let answer: Value = response.json().await.unwrap();
+        assert_eq!(error_code(&answer), "REQUEST_INVALID", "{answer}");
+    }
+    assert_eq!(cancel("").await.unwrap().status(), 202, "no body at all");
 }
 
 #[tokio::test]
