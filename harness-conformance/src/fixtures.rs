@@ -378,8 +378,8 @@ impl Gate {
 fn plain_config<Kn: Knobs>(knobs: &Kn) -> harness_core::adapter::AgentConfig {
     let plain = knobs.plain_request();
     harness_core::adapter::AgentConfig {
+        conversation: plain.conversation(),
         options: plain.options,
-        conversation: plain.conversation_id,
         ..harness_core::adapter::AgentConfig::default()
     }
 }

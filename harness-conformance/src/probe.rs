@@ -84,7 +84,7 @@ pub(crate) async fn direct<A: HarnessAdapter>(
         config: AgentConfig {
             options: request.options.clone(),
             model: None,
-            conversation: request.conversation_id.clone(),
+            conversation: request.conversation(),
         },
         binding: None,
         prompt: None,

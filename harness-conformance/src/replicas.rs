@@ -101,7 +101,9 @@ pub(crate) async fn clear<Kn: Knobs>(
         );
     }
     let cleared = service
-        .clear_session(&conversation)
+        .clear_session(&harness_core::session::Conversation::anonymous(
+            conversation.clone(),
+        ))
         .await
         .map_err(|e| format!("clear_session failed: {e}"))?;
     let after = turn(

@@ -1,7 +1,7 @@
 //! Group 5 fixtures over several executions of one adapter: conversation memory.
 
 use harness_core::event::EventPayload;
-use harness_core::id::ConversationId;
+use harness_core::id::{CallerId, ConversationId};
 use harness_core::service::{ExecutionRequest, Outcome};
 
 use crate::probe::{self, Observed};
@@ -10,8 +10,12 @@ use crate::{Behaviour, Knobs};
 type Verdict = Result<String, String>;
 
 /// The rule of `session.multi_turn`, named in each of its failures.
-pub(crate) const MULTI_TURN_RULE: &str =
-    "a later turn of a conversation sees what an earlier turn kept; another conversation does not";
+pub(crate) const MULTI_TURN_RULE: &str = "a later turn of a conversation sees what an earlier \
+     turn kept; another conversation does not, nor does the same conversation id under another \
+     caller";
+
+/// The two callers of `session.multi_turn`: the first conversation is the first's.
+const CALLERS: [&str; 2] = ["conformance-alice", "conformance-bob"];
 
 /// A marker no adapter can know in advance: unique per fixture run.
 pub(crate) fn marker() -> String {
@@ -44,21 +48,21 @@ fn wire(request: &ExecutionRequest) -> String {
     serde_json::to_string(request).unwrap_or_default()
 }
 
-/// Runs one turn of `conversation` to its end; it must keep the log rules and succeed.
+/// Runs one turn of `conversation` to its end, for `caller`; it must keep the log rules and
+/// succeed.
 async fn turn<A: harness_core::adapter::HarnessAdapter>(
     service: &harness_core::service::AdapterService<A>,
     request: ExecutionRequest,
-    conversation: &ConversationId,
+    (caller, conversation): (&str, &ConversationId),
     which: &str,
     bounds: crate::Bounds,
 ) -> Result<Observed, String> {
-    let obs = probe::run_to_end(
-        service,
-        request.with_conversation(conversation.clone()),
-        bounds,
-    )
-    .await
-    .map_err(|e| format!("{which}: {e}"))?;
+    let mut request = request.with_conversation(conversation.clone());
+    let caller: CallerId = caller.parse().map_err(|e| format!("{which}: {e}"))?;
+    request.extensions.insert(caller);
+    let obs = probe::run_to_end(service, request, bounds)
+        .await
+        .map_err(|e| format!("{which}: {e}"))?;
     obs.check_log().map_err(|e| format!("{which}: {e}"))?;
     if !matches!(obs.outcome, Outcome::Succeeded(_)) {
         return Err(format!(
@@ -70,9 +74,10 @@ async fn turn<A: harness_core::adapter::HarnessAdapter>(
 }
 
 /// `session.multi_turn`: through one adapter (one service), [`Behaviour::Remember`] then
-/// [`Behaviour::Recall`] on a fresh conversation, then [`Behaviour::Recall`] on a second
-/// one. Both turns of the first succeed and its recall streams the marker; the second
-/// conversation's recall succeeds without it anywhere in its log.
+/// [`Behaviour::Recall`] on a fresh conversation of one caller, then [`Behaviour::Recall`]
+/// on a second conversation of that caller, and on the first conversation's id under
+/// another caller. Both turns of the first succeed and its recall streams the marker; the
+/// other recalls succeed without it anywhere in their logs.
 ///
 /// The knobs make both recalls alike and without the marker (they cannot know the
 /// conversation, which the suite sets afterwards): only the adapter's memory can tell them
@@ -96,12 +101,14 @@ pub(crate) async fn multi_turn<Kn: Knobs>(knobs: &Kn, marker: &str, turns: Turns
     }
     let first = ConversationId::generate();
     let second = ConversationId::generate();
+    let [alice, bob] = CALLERS;
+    let recall_foreign = turns.recall_other.clone();
     // One adapter serves all three turns: its memory is what is certified.
     let service = probe::service(knobs.adapter(), b);
     turn(
         &service,
         turns.remember,
-        &first,
+        (alice, &first),
         "the remembering turn of the first conversation",
         b,
     )
@@ -109,7 +116,7 @@ pub(crate) async fn multi_turn<Kn: Knobs>(knobs: &Kn, marker: &str, turns: Turns
     let recalled = turn(
         &service,
         turns.recall,
-        &first,
+        (alice, &first),
         "the recalling turn of the first conversation",
         b,
     )
@@ -123,7 +130,7 @@ pub(crate) async fn multi_turn<Kn: Knobs>(knobs: &Kn, marker: &str, turns: Turns
     let elsewhere = turn(
         &service,
         turns.recall_other,
-        &second,
+        (alice, &second),
         "the recalling turn of the second conversation",
         b,
     )
@@ -134,9 +141,24 @@ pub(crate) async fn multi_turn<Kn: Knobs>(knobs: &Kn, marker: &str, turns: Turns
              kept, at {at} ({MULTI_TURN_RULE})"
         ));
     }
+    let foreign = turn(
+        &service,
+        recall_foreign,
+        (bob, &first),
+        "the recalling turn of another caller naming the first conversation's id",
+        b,
+    )
+    .await?;
+    if let Some(at) = foreign.leaks(marker) {
+        return Err(format!(
+            "conversation leaked across callers: another caller naming the first \
+             conversation's id saw the marker its owner kept, at {at} ({MULTI_TURN_RULE})"
+        ));
+    }
     Ok(
-        "one adapter, three turns: the first conversation's later turn recalled the marker its \
-         earlier turn kept; the second conversation's turn did not see it"
+        "one adapter, four turns: the first conversation's later turn recalled the marker its \
+         earlier turn kept; neither the caller's second conversation nor another caller \
+         naming the first conversation's id saw it"
             .to_owned(),
     )
 }

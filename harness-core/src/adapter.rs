@@ -47,7 +47,7 @@ use crate::error::HarnessError;
 use crate::event::{CancelReason, Content, RunSucceeded};
 use crate::id::{ActionId, AdapterId, ConversationId, ExecutionId, IdempotencyKey};
 use crate::manifest::{ContractVersion, Describe, HarnessDescriptor};
-use crate::session::{ScopedThreadState, SessionBinding};
+use crate::session::{Conversation, ScopedThreadState, SessionBinding};
 use crate::time::Timestamp;
 use crate::tool::ToolHandle;
 use crate::trace::TraceContext;
@@ -119,8 +119,10 @@ pub struct AgentConfig {
     pub options: Value,
     /// The selected model, if the caller chose one.
     pub model: Option<String>,
-    /// Whether the caller asked for conversation continuity.
-    pub conversation: Option<ConversationId>,
+    /// The conversation the caller continues, if any, in the caller's scope: key anything
+    /// kept per conversation outside the thread state by it (the same id under two callers
+    /// is two conversations).
+    pub conversation: Option<Conversation>,
 }
 
 /// What the deployment offers the adapter.
@@ -195,7 +197,9 @@ pub struct InputFile {
 pub struct TurnInput {
     /// The execution (run) id.
     pub execution_id: ExecutionId,
-    /// The conversation, for multi-turn adapters.
+    /// The conversation's id as its caller gave it, for multi-turn adapters. It is unique
+    /// only within the caller's scope: key what is kept per conversation by
+    /// [`AgentConfig::conversation`] (or keep it in the thread state), never by this id.
     pub conversation_id: Option<ConversationId>,
     /// The user's message.
     pub message: String,

@@ -55,7 +55,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ErrorCategory, ErrorCode, HarnessError};
-use crate::id::{ConversationId, InvalidId};
+use crate::id::{CallerId, ConversationId, InvalidId};
 use crate::tool::BoxFuture;
 
 // ---------------------------------------------------------------------------------------------
@@ -181,33 +181,110 @@ crate::id::opaque_id!(
     BindingId, "binding id", "A binding id.", "bind"
 );
 
+/// A conversation in its caller's scope: the caller-facing multi-turn identity that thread
+/// state, session bindings and anything an adapter keeps between turns belong to.
+///
+/// The same [`ConversationId`] under two callers is two unrelated conversations: two
+/// `Conversation`s are equal only when both their caller and their id are. A service builds
+/// it from a request's [`CallerId`] extension and `conversation_id`; in-process use without a
+/// caller is in the [`CallerId::ANONYMOUS`] scope ([`anonymous`](Self::anonymous)). An
+/// adapter that keeps anything per conversation outside its
+/// [`ScopedThreadState`] keys it by this type, never by the bare id, so a lookup cannot reach
+/// another caller's conversation. It displays as its id alone, the only part a caller may be
+/// shown.
+///
+/// ```
+/// use harness_core::id::{CallerId, ConversationId};
+/// use harness_core::session::Conversation;
+///
+/// let id: ConversationId = "support-42".parse().unwrap();
+/// let alice = Conversation::new("alice".parse().unwrap(), id.clone());
+/// let bob = Conversation::new("bob".parse().unwrap(), id.clone());
+/// assert_ne!(alice, bob);
+/// assert_eq!(alice.id(), bob.id());
+/// assert_eq!(Conversation::anonymous(id.clone()).caller(), &CallerId::ANONYMOUS);
+/// assert_eq!(alice.to_string(), "support-42");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Conversation {
+    caller: CallerId,
+    id: ConversationId,
+}
+
+impl Conversation {
+    /// `id` in `caller`'s scope.
+    #[must_use]
+    pub const fn new(caller: CallerId, id: ConversationId) -> Self {
+        Self { caller, id }
+    }
+
+    /// `id` in the anonymous scope of in-process use (requests that carry no [`CallerId`]).
+    #[must_use]
+    pub const fn anonymous(id: ConversationId) -> Self {
+        Self::new(CallerId::ANONYMOUS, id)
+    }
+
+    /// Whose conversation it is.
+    #[must_use]
+    pub const fn caller(&self) -> &CallerId {
+        &self.caller
+    }
+
+    /// The id the caller gave it (unique only within the caller's scope).
+    #[must_use]
+    pub const fn id(&self) -> &ConversationId {
+        &self.id
+    }
+}
+
+impl fmt::Display for Conversation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.id, f)
+    }
+}
+
 impl BindingId {
     /// The binding the service gives `conversation` on adapter `adapter`: the same for every
     /// replica and every restart (so a conversation's state is found wherever its next turn
-    /// runs), and distinct for distinct pairs. Short pairs read as `adapter:conversation`;
-    /// a pair too long for an id keeps a prefix and a 128-bit digest of the whole.
+    /// runs), and distinct for distinct (caller, adapter, conversation id) triples.
+    ///
+    /// An anonymous conversation reads `adapter:conversation` (the form bindings had before
+    /// they were scoped, so in-process data keeps working); a caller's reads
+    /// `adapter.<length of the caller>.<caller>:conversation`. Adapter ids hold neither `.`
+    /// nor `:`, and the length delimits the caller, so no two triples share a short form. A
+    /// form too long for an id keeps a prefix and a 128-bit digest of the whole; two callers'
+    /// bindings of the same conversation id still differ there (each byte of FNV-1a is a
+    /// bijection of its state, so forms that differ before an equal tail keep different
+    /// digests), and a store refuses a binding that names another conversation than its first.
     ///
     /// ```
     /// use harness_core::id::{AdapterId, ConversationId};
-    /// use harness_core::session::BindingId;
+    /// use harness_core::session::{BindingId, Conversation};
     /// let adapter: AdapterId = "acp".parse().unwrap();
-    /// let conversation: ConversationId = "conv-1".parse().unwrap();
-    /// let b = BindingId::for_conversation(&adapter, &conversation);
+    /// let id: ConversationId = "conv-1".parse().unwrap();
+    /// let anonymous = Conversation::anonymous(id.clone());
+    /// let b = BindingId::for_conversation(&adapter, &anonymous);
     /// assert_eq!(b.as_str(), "acp:conv-1");
-    /// assert_eq!(b, BindingId::for_conversation(&adapter, &conversation));
-    /// let long: ConversationId = "c".repeat(128).parse().unwrap();
+    /// assert_eq!(b, BindingId::for_conversation(&adapter, &anonymous));
+    /// let alice = Conversation::new("alice".parse().unwrap(), id);
+    /// assert_eq!(BindingId::for_conversation(&adapter, &alice).as_str(), "acp.5.alice:conv-1");
+    /// let long = Conversation::anonymous("c".repeat(128).parse().unwrap());
     /// let b = BindingId::for_conversation(&adapter, &long);
     /// assert!(b.as_str().len() <= 128 && b.as_str().starts_with("acp:"));
     /// ```
     #[must_use]
-    pub fn for_conversation(adapter: &crate::id::AdapterId, conversation: &ConversationId) -> Self {
-        let plain = format!("{adapter}:{conversation}");
+    pub fn for_conversation(adapter: &crate::id::AdapterId, conversation: &Conversation) -> Self {
+        let (caller, id) = (conversation.caller(), conversation.id());
+        let plain = if *caller == CallerId::ANONYMOUS {
+            format!("{adapter}:{id}")
+        } else {
+            format!("{adapter}.{}.{caller}:{id}", caller.as_str().len())
+        };
         if plain.len() <= 128 {
             return Self(Arc::from(plain));
         }
         // Two FNV-1a passes with different offsets: stable across Rust versions (unlike
-        // `DefaultHasher`). A collision is not a leak: the store refuses a binding that names
-        // another conversation than its first.
+        // `DefaultHasher`).
         let digest = |offset: u64| {
             plain.bytes().fold(offset, |h, b| {
                 (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)

@@ -53,6 +53,11 @@
 //! Errors are `{"error": <public error>}` with the status of [`error::status_of`] and
 //! `Retry-After` for `throttled` and `capacity`; no diagnostic ever leaves. Another
 //! principal's execution is `404 EXECUTION_NOT_FOUND`, exactly as one that does not exist.
+//! A conversation is its principal's too: the same `conversationId` (or AG-UI `threadId`)
+//! under two principals is two unrelated conversations, each with its own thread state,
+//! native session and history, so one never learns whether the other's exists, is busy or
+//! conflicts ([`Conversation`](harness_core::session::Conversation)); an idempotency key
+//! (and AG-UI's `runId`) is looked up within its principal's executions.
 //!
 //! # Decisions
 //!

@@ -29,9 +29,9 @@ use harness_core::event::{
     CancelReason, Content, NativeEvent, RunSucceeded, TextDelta, ToolCall, ToolCallCompleted,
     ToolCallOutcome,
 };
-use harness_core::id::{ActionId, AdapterId, ConversationId, ToolCallId};
+use harness_core::id::{ActionId, AdapterId, ToolCallId};
 use harness_core::manifest::{Adapter, HarnessDescriptor};
-use harness_core::session::{ScopedThreadState, StateKey};
+use harness_core::session::{Conversation, ScopedThreadState, StateKey};
 use harness_layers::redaction::Redactor;
 use harness_macros::Adapter;
 use serde::{Deserialize, Serialize};
@@ -174,7 +174,7 @@ fn bound_key() -> StateKey {
 /// Refuses a conversation whose session lives in another agent than `agent`.
 fn same_agent(
     bound: &Bound,
-    conversation: &ConversationId,
+    conversation: &Conversation,
     agent: &str,
 ) -> Result<SessionId, HarnessError> {
     if &*bound.agent == agent {
@@ -195,8 +195,8 @@ fn same_agent(
 /// A conversation's mapped ACP session, if any, for the agent `agent`; a conversation bound
 /// to another agent is a `configuration` error naming both.
 fn session_for(
-    sessions: &Mutex<HashMap<ConversationId, Bound>>,
-    conversation: Option<&ConversationId>,
+    sessions: &Mutex<HashMap<Conversation, Bound>>,
+    conversation: Option<&Conversation>,
     agent: &str,
 ) -> Result<Option<SessionId>, HarnessError> {
     let Some(conversation) = conversation else {
@@ -374,7 +374,7 @@ pub struct AcpAdapter {
     /// The operator's agents by name, [`DEFAULT_AGENT`] among them.
     profiles: Arc<BTreeMap<String, Profile>>,
     stats: Arc<Stats>,
-    sessions: Arc<Mutex<HashMap<ConversationId, Bound>>>,
+    sessions: Arc<Mutex<HashMap<Conversation, Bound>>>,
 }
 
 impl AcpAdapter {
@@ -472,10 +472,10 @@ impl AcpAdapter {
         Arc::clone(&self.stats)
     }
 
-    /// The ACP session id a conversation maps to, from the moment its first execution opened
-    /// the session (whether or not that turn succeeded).
+    /// The ACP session id a conversation (in its caller's scope) maps to, from the moment its
+    /// first execution opened the session (whether or not that turn succeeded).
     #[must_use]
-    pub fn session_of(&self, conversation: &ConversationId) -> Option<String> {
+    pub fn session_of(&self, conversation: &Conversation) -> Option<String> {
         lock(&self.sessions)
             .get(conversation)
             .map(|bound| bound.session.0.to_string())
@@ -607,7 +607,7 @@ fn mcp_servers(
         .collect()
 }
 
-fn multi_turn_unsupported(conversation: Option<&ConversationId>) -> HarnessError {
+fn multi_turn_unsupported(conversation: Option<&Conversation>) -> HarnessError {
     let what = conversation.map_or_else(
         || "a conversation".to_owned(),
         |c| format!("conversation {c}"),
@@ -786,10 +786,10 @@ struct AcpRuntime {
     agent_name: Arc<str>,
     /// The session mode and configuration options this execution's session gets.
     setup: SessionSetup,
-    conversation: Option<ConversationId>,
+    conversation: Option<Conversation>,
     /// The conversation's thread state: where its session mapping lives.
     thread_state: Option<ScopedThreadState>,
-    sessions: Arc<Mutex<HashMap<ConversationId, Bound>>>,
+    sessions: Arc<Mutex<HashMap<Conversation, Bound>>>,
     stats: Arc<Stats>,
     init: tokio::sync::Mutex<Option<Result<RuntimeInit, HarnessError>>>,
     inbound: tokio::sync::Mutex<Option<mpsc::UnboundedReceiver<Inbound>>>,
@@ -1802,7 +1802,10 @@ mod tests {
     #[test]
     fn a_conversation_is_bound_to_the_agent_that_opened_its_session() {
         let sessions = Mutex::new(HashMap::new());
-        let conversation: ConversationId = "conv_a".parse().expect("a valid id");
+        let conversation = Conversation::new(
+            "alice".parse().expect("a valid caller"),
+            "conv_a".parse().expect("a valid id"),
+        );
         lock(&sessions).insert(
             conversation.clone(),
             Bound {
@@ -1821,9 +1824,11 @@ mod tests {
             err.message().contains("`a`") && err.message().contains("`b`"),
             "{err:?}"
         );
-        // Other conversations, and no conversation, are free.
-        let other: ConversationId = "conv_b".parse().expect("a valid id");
+        // Other conversations, the same id under another caller, and no conversation, are free.
+        let other = Conversation::new(conversation.caller().clone(), "conv_b".parse().unwrap());
         assert_eq!(session_for(&sessions, Some(&other), "b").ok(), Some(None));
+        let bobs = Conversation::new("bob".parse().unwrap(), conversation.id().clone());
+        assert_eq!(session_for(&sessions, Some(&bobs), "b").ok(), Some(None));
         assert_eq!(session_for(&sessions, None, "b").ok(), Some(None));
     }
 }

@@ -7,6 +7,7 @@
 
 mod common;
 
+use harness_core::session::Conversation;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -311,7 +312,7 @@ async fn a_conversation_whose_first_turn_failed_continues_in_its_session() {
     let (_, outcome) = finish(&first).await;
     assert!(matches!(outcome, Outcome::Failed(_)), "{outcome:?}");
     let session = adapter
-        .session_of(&conv)
+        .session_of(&Conversation::anonymous(conv.clone()))
         .expect("recorded when the session was opened");
     let second = service
         .start(ExecutionRequest::new("recall").with_conversation(conv.clone()))
@@ -327,7 +328,10 @@ async fn a_conversation_whose_first_turn_failed_continues_in_its_session() {
     );
     let loaded = native(&events, "session_loaded");
     assert_eq!(loaded[0]["sessionId"], session.as_str());
-    assert_eq!(adapter.session_of(&conv), Some(session));
+    assert_eq!(
+        adapter.session_of(&Conversation::anonymous(conv.clone())),
+        Some(session)
+    );
     assert_no_process_left(&mark).await;
 }
 

@@ -3,6 +3,7 @@
 
 mod common;
 
+use harness_core::session::Conversation;
 use std::sync::Arc;
 
 use common::{adapter_for, assert_no_process_left, finish, kinds, marker, test_agent, text};
@@ -54,7 +55,7 @@ async fn a_later_turn_of_a_conversation_loads_its_session_without_replaying_hist
     assert_eq!(text(&first), "turn 1: hello", "{:?}", kinds(&first));
     assert!(native(&first, "session_loaded").is_empty());
     let session = adapter
-        .session_of(&conv)
+        .session_of(&Conversation::anonymous(conv.clone()))
         .expect("the conversation is mapped once its turn succeeded");
 
     // A new execution is a new agent process: it reopens the session with session/load.
@@ -67,7 +68,12 @@ async fn a_later_turn_of_a_conversation_loads_its_session_without_replaying_hist
     assert_eq!(loaded.len(), 1, "{:?}", kinds(&second));
     assert_eq!(loaded[0]["sessionId"], session.as_str());
     assert_eq!(loaded[0]["replayedUpdates"], 2, "{}", loaded[0]);
-    assert_eq!(adapter.session_of(&conv).as_deref(), Some(session.as_str()));
+    assert_eq!(
+        adapter
+            .session_of(&Conversation::anonymous(conv.clone()))
+            .as_deref(),
+        Some(session.as_str())
+    );
 
     // One probe for both preflights (cached for the adapter), one agent per execution.
     let stats = adapter.stats().snapshot();
@@ -200,18 +206,25 @@ async fn a_conversation_continued_on_another_adapter_opens_a_new_session_there()
     let first_service = AdapterService::new(first.clone());
     let (_, outcome) = run(&first_service, request("hello")).await;
     assert!(matches!(outcome, Outcome::Succeeded(_)), "{outcome:?}");
-    let session = first.session_of(&conv).expect("the conversation is mapped");
+    let session = first
+        .session_of(&Conversation::anonymous(conv.clone()))
+        .expect("the conversation is mapped");
 
     let (events, outcome) = run(&AdapterService::new(second.clone()), request("again")).await;
     assert!(matches!(outcome, Outcome::Succeeded(_)), "{outcome:?}");
     assert_eq!(text(&events), "turn 1: again", "{:?}", kinds(&events));
     assert!(native(&events, "session_loaded").is_empty());
     let other = second
-        .session_of(&conv)
+        .session_of(&Conversation::anonymous(conv.clone()))
         .expect("mapped in the second adapter");
     assert_ne!(other, session);
     // The first adapter's mapping is untouched, and continues there.
-    assert_eq!(first.session_of(&conv).as_deref(), Some(session.as_str()));
+    assert_eq!(
+        first
+            .session_of(&Conversation::anonymous(conv.clone()))
+            .as_deref(),
+        Some(session.as_str())
+    );
     let (events, outcome) = run(&first_service, request("again")).await;
     assert!(matches!(outcome, Outcome::Succeeded(_)), "{outcome:?}");
     assert_eq!(text(&events), "turn 2: again");
@@ -239,9 +252,13 @@ async fn a_conversation_continues_on_another_replica_and_a_cleared_one_starts_af
     let request = |message: &str| ExecutionRequest::new(message).with_conversation(conv.clone());
     let (_, outcome) = run(&one, request("hello")).await;
     assert!(matches!(outcome, Outcome::Succeeded(_)), "{outcome:?}");
-    let session = one.adapter().session_of(&conv).expect("mapped on one");
+    let session = one
+        .adapter()
+        .session_of(&Conversation::anonymous(conv.clone()))
+        .expect("mapped on one");
     assert_eq!(
-        two.adapter().session_of(&conv),
+        two.adapter()
+            .session_of(&Conversation::anonymous(conv.clone())),
         None,
         "two knows nothing in memory"
     );
@@ -250,9 +267,15 @@ async fn a_conversation_continues_on_another_replica_and_a_cleared_one_starts_af
     assert!(matches!(outcome, Outcome::Succeeded(_)), "{outcome:?}");
     assert_eq!(text(&events), "turn 2: again", "{:?}", kinds(&events));
     assert_eq!(native(&events, "session_loaded").len(), 1);
-    assert_eq!(two.adapter().session_of(&conv), Some(session.clone()));
+    assert_eq!(
+        two.adapter()
+            .session_of(&Conversation::anonymous(conv.clone())),
+        Some(session.clone())
+    );
 
-    two.clear_session(&conv).await.expect("cleared");
+    two.clear_session(&Conversation::anonymous(conv.clone()))
+        .await
+        .expect("cleared");
     let (events, outcome) = run(&one, request("afresh")).await;
     assert!(matches!(outcome, Outcome::Succeeded(_)), "{outcome:?}");
     assert_eq!(
@@ -261,7 +284,11 @@ async fn a_conversation_continues_on_another_replica_and_a_cleared_one_starts_af
         "a new session after the clear"
     );
     assert!(native(&events, "session_loaded").is_empty());
-    assert_ne!(one.adapter().session_of(&conv), Some(session));
+    assert_ne!(
+        one.adapter()
+            .session_of(&Conversation::anonymous(conv.clone())),
+        Some(session)
+    );
     assert_no_process_left(&mark).await;
 }
 
@@ -288,7 +315,7 @@ async fn a_conversation_continued_with_another_agent_is_refused_naming_both() {
     let (_, outcome) = run(&service, request(None, "hello")).await;
     assert!(matches!(outcome, Outcome::Succeeded(_)), "{outcome:?}");
     let session = adapter
-        .session_of(&conv)
+        .session_of(&Conversation::anonymous(conv.clone()))
         .expect("the conversation is mapped");
 
     // At preflight (the request requires a capability, so the adapter evaluates).
@@ -316,7 +343,12 @@ async fn a_conversation_continued_with_another_agent_is_refused_naming_both() {
     assert_eq!(adapter.stats().snapshot().agents_started, started);
 
     // The conversation still maps to its session, and continues with its own agent.
-    assert_eq!(adapter.session_of(&conv).as_deref(), Some(session.as_str()));
+    assert_eq!(
+        adapter
+            .session_of(&Conversation::anonymous(conv.clone()))
+            .as_deref(),
+        Some(session.as_str())
+    );
     let (events, outcome) = run(&service, request(Some("default"), "again")).await;
     assert!(matches!(outcome, Outcome::Succeeded(_)), "{outcome:?}");
     assert_eq!(text(&events), "turn 2: again");

@@ -359,7 +359,12 @@ async fn a_conversation_continues_from_its_history_and_a_cleared_one_starts_afre
             .await
             .unwrap();
         assert_eq!(text(&payloads(&other).await), "I do not know your name.");
-        service.clear_session(&conversation).await.unwrap();
+        service
+            .clear_session(&harness_core::session::Conversation::anonymous(
+                conversation.clone(),
+            ))
+            .await
+            .unwrap();
         let cleared = service
             .start(ExecutionRequest::new("what is my name?").with_conversation(conversation))
             .await

@@ -143,7 +143,8 @@ use crate::id::{ConversationId, Cursor, ExecutionId, IdempotencyKey};
 use crate::lifecycle::{AnyExecution, Execution};
 use crate::manifest::ContractVersion;
 use crate::session::{
-    BindingId, InMemoryThreadStateStore, ScopedThreadState, SessionBinding, ThreadStateStore,
+    BindingId, Conversation, InMemoryThreadStateStore, ScopedThreadState, SessionBinding,
+    ThreadStateStore,
 };
 use crate::time::Timestamp;
 use crate::trace::TraceContext;
@@ -244,6 +245,24 @@ impl ExecutionRequest {
     pub fn with_conversation(mut self, conversation: ConversationId) -> Self {
         self.conversation_id = Some(conversation);
         self
+    }
+
+    /// The conversation this execution continues, in its caller's scope: `conversation_id`
+    /// under the request's [`CallerId`](crate::id::CallerId) (anonymous without one).
+    ///
+    /// ```
+    /// use harness_core::id::CallerId;
+    /// use harness_core::service::ExecutionRequest;
+    ///
+    /// let mut request = ExecutionRequest::new("hi").with_conversation("c-1".parse().unwrap());
+    /// assert_eq!(request.conversation().unwrap().caller(), &CallerId::ANONYMOUS);
+    /// request.extensions.insert("alice".parse::<CallerId>().unwrap());
+    /// assert_eq!(request.conversation().unwrap().caller().as_str(), "alice");
+    /// ```
+    #[must_use]
+    pub fn conversation(&self) -> Option<Conversation> {
+        let id = self.conversation_id.clone()?;
+        Some(Conversation::new(crate::id::CallerId::of(self), id))
     }
 
     /// Sets the trace context.
@@ -662,10 +681,12 @@ impl<A: HarnessAdapter> AdapterService<A> {
             .with_diagnostic("build the runtime with `enable_time()` (or `enable_all()`)"));
         }
         let inner = &self.inner;
+        // The conversation is the caller's: the same id under another caller is another one.
+        let conversation = request.conversation();
         let config = AgentConfig {
             options: request.options.clone(),
             model: None,
-            conversation: request.conversation_id.clone(),
+            conversation: conversation.clone(),
         };
         self.check_tools(&request)?;
         if !request.required_capabilities.is_empty() {
@@ -685,7 +706,7 @@ impl<A: HarnessAdapter> AdapterService<A> {
 
         // The conversation's thread state, at its binding's current epoch; a store that
         // cannot say refuses the start before anything is recorded or runs.
-        let (binding, thread_state) = match &request.conversation_id {
+        let (binding, thread_state) = match &conversation {
             Some(conversation) => {
                 let scoped = self.scoped_state(conversation).await?;
                 (Some(scoped.binding().clone()), Some(scoped))
@@ -862,13 +883,14 @@ impl<A: HarnessAdapter> AdapterService<A> {
             pending,
         } = paused;
         let id = record.id.clone();
-        let request: ExecutionRequest = serde_json::from_value(record.request).map_err(|e| {
-            HarnessError::new(
-                ErrorCategory::Persistence,
-                "the stored request of the execution cannot be read back",
-            )
-            .with_diagnostic(e.to_string())
-        })?;
+        let mut request: ExecutionRequest =
+            serde_json::from_value(record.request).map_err(|e| {
+                HarnessError::new(
+                    ErrorCategory::Persistence,
+                    "the stored request of the execution cannot be read back",
+                )
+                .with_diagnostic(e.to_string())
+            })?;
         // The answers before this pause, with what the log does not carry (form values).
         let mut answers = Vec::new();
         for event in &events {
@@ -891,7 +913,22 @@ impl<A: HarnessAdapter> AdapterService<A> {
             )
             .with_diagnostic(e.to_string())
         })?;
-        let state = match &request.conversation_id {
+        // The caller the record names owns the conversation (none: in-process, anonymous).
+        if !record.principal.is_empty() {
+            let caller = record
+                .principal
+                .parse::<crate::id::CallerId>()
+                .map_err(|e| {
+                    HarnessError::new(
+                        ErrorCategory::Persistence,
+                        "the stored principal of the execution is not a caller id",
+                    )
+                    .with_diagnostic(e.to_string())
+                })?;
+            request.extensions.insert(caller);
+        }
+        let conversation = request.conversation();
+        let state = match &conversation {
             Some(conversation) => {
                 let scoped = self.scoped_state(conversation).await?;
                 (Some(scoped.binding().clone()), Some(scoped))
@@ -915,7 +952,7 @@ impl<A: HarnessAdapter> AdapterService<A> {
         let config = AgentConfig {
             options: request.options.clone(),
             model: None,
-            conversation: request.conversation_id.clone(),
+            conversation,
         };
         let restored_for_runtime = Restored::new(turn.clone(), pending, log, answers);
         let driver = self.driver(
@@ -1005,11 +1042,11 @@ impl<A: HarnessAdapter> AdapterService<A> {
     /// The thread state of `conversation` on this adapter, at its binding's current epoch.
     async fn scoped_state(
         &self,
-        conversation: &ConversationId,
+        conversation: &Conversation,
     ) -> Result<ScopedThreadState, HarnessError> {
         let store = &self.inner.thread_state;
         let id = BindingId::for_conversation(self.inner.adapter.descriptor().id(), conversation);
-        let binding = store.current(&id, conversation).await?;
+        let binding = store.current(&id, conversation.id()).await?;
         Ok(ScopedThreadState::new(Arc::clone(store), binding))
     }
 
@@ -1033,10 +1070,12 @@ impl<A: HarnessAdapter> AdapterService<A> {
     /// # }
     /// # let adapter = Simple::new(Nop(HarnessDescriptor::builder("nop".parse().unwrap(), "0.1.0")
     /// #     .contract_version(ContractVersion::V1).execution_mode(ExecutionMode::in_process()).build().unwrap()));
+    /// use harness_core::session::Conversation;
+    ///
     /// let service = AdapterService::new(adapter);
     /// let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     /// rt.block_on(async {
-    ///     let conversation = "conv-1".parse().unwrap();
+    ///     let conversation = Conversation::anonymous("conv-1".parse().unwrap());
     ///     assert_eq!(service.clear_session(&conversation).await.unwrap().epoch(), 1);
     ///     assert_eq!(service.clear_session(&conversation).await.unwrap().epoch(), 2);
     /// });
@@ -1046,7 +1085,7 @@ impl<A: HarnessAdapter> AdapterService<A> {
     /// `persistence` (`STATE_*` codes) when the thread-state store fails or the race is lost.
     pub async fn clear_session(
         &self,
-        conversation: &ConversationId,
+        conversation: &Conversation,
     ) -> Result<SessionBinding, HarnessError> {
         let scoped = self.scoped_state(conversation).await?;
         Ok(self.inner.thread_state.clear(scoped.binding()).await?)
