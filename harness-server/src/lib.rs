@@ -41,7 +41,7 @@
 //! | `GET /v1/executions/{id}` | state, pending actions, artifacts, outcome, last sequence number |
 //! | `GET /v1/executions/{id}/events` | with `Accept: text/event-stream`, server-sent events: `id: <seq>`, `event: <kind>`, `data: <event JSON>`, from after `Last-Event-ID` (else `?after=`, else the start), keep-alive comments after 15 s without a frame ([`ServerBuilder::keep_alive`]), frames ready together written as one chunk, the stream ending after the terminal event. Otherwise a JSON page: `?after=`, `?limit=` (up to 8,192; 1,000 by default) |
 //! | `POST /v1/executions/{id}/actions/{actionId}` | answers an action: an [`ActionResponse`](harness_core::action::ActionResponse) (its `actionId` may be left out) |
-//! | `POST /v1/executions/{id}/cancel` | requests cancellation (`{"reason": ...}` optional): `202`, confirmed by `run.cancelled` on the stream |
+//! | `POST /v1/executions/{id}/cancel` | requests cancellation (`{"reason": ...}` optional): `202` with `status`: `requested` for the first request (claimed in the store's record, so one of any number of concurrent requests on any replica), `already_requested` for the others, `already_ended` once the run has ended; confirmed by `run.cancelled` on the stream |
 //! | `POST /v1/agui/{adapter}` | the [AG-UI face](agui): a `RunAgentInput` in, AG-UI events out as server-sent events; actions are interrupts, resumed by the next run |
 //! | `GET /v1/adapters`, `GET /v1/adapters/{id}` | the instances' manifests, options schemas included |
 //! | `GET /v1/openapi.json` | the [OpenAPI document](openapi) (no token needed) |

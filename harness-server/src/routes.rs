@@ -15,7 +15,7 @@ use harness_core::action::ActionResponse;
 use harness_core::error::{ErrorCategory, ErrorCode, HarnessError};
 use harness_core::event::CancelReason;
 use harness_core::id::{ActionId, CallerId, Cursor, ExecutionId, IdempotencyKey};
-use harness_core::service::{CancelStatus, ExecutionRequest};
+use harness_core::service::ExecutionRequest;
 use harness_core::store::ExecutionRecord;
 use harness_core::trace::TraceContext;
 use serde::Deserialize;
@@ -571,22 +571,7 @@ async fn cancel(
         }
         // The reason is the caller's text, and it will be in the log: redacted like the rest.
         let reason = state.redactor.redact_str(&reason).into_owned();
-        let status = match state.local(&record.id) {
-            Some(handle) => match handle.cancel(CancelReason::new(reason)) {
-                CancelStatus::Accepted => CancelOutcome::Requested,
-                CancelStatus::AlreadyRequested => CancelOutcome::AlreadyRequested,
-                CancelStatus::AlreadyEnded(_) => CancelOutcome::AlreadyEnded,
-            },
-            None if record.state.is_terminal() => CancelOutcome::AlreadyEnded,
-            None => {
-                let instance = state.any().ok_or_else(|| ApiError::not_found(&id))?;
-                if instance.control.request_cancel(&record.id, &reason).await? {
-                    CancelOutcome::Requested
-                } else {
-                    CancelOutcome::AlreadyRequested
-                }
-            }
-        };
+        let status = cancel_once(&state, &record, reason).await?;
         Ok::<_, ApiError>((
             StatusCode::ACCEPTED,
             Json(CancelAnswer {
@@ -597,6 +582,52 @@ async fn cancel(
     }
     .await;
     result.map_or_else(|e| fail(&state, e), IntoResponse::into_response)
+}
+
+/// Requests the cancellation of `record`, answering what the request did.
+///
+/// The store's record is the one place where every caller, on every replica, claims the
+/// cancel: its first request is the one told `requested`. Deciding on the process's handle
+/// instead let two callers be first (one through the handle, one through the store once the
+/// run had ended here and the handle was let go: the handle never wrote the store).
+async fn cancel_once(
+    state: &State,
+    record: &ExecutionRecord,
+    reason: String,
+) -> Result<CancelOutcome, ApiError> {
+    let local = state.local(&record.id);
+    let ended = |local: Option<&harness_core::service::ExecutionHandle>| {
+        local.map_or(record.state, |h| h.state()).is_terminal()
+    };
+    if ended(local.as_ref()) {
+        return Ok(CancelOutcome::AlreadyEnded);
+    }
+    let instance = state
+        .any()
+        .ok_or_else(|| ApiError::not_found(record.id.as_str()))?;
+    if !instance.control.request_cancel(&record.id, &reason).await? {
+        // Not first: ended since (by the first request, or on its own) is said as such.
+        let ended = match state.local(&record.id) {
+            Some(handle) => handle.state().is_terminal(),
+            None => instance
+                .control
+                .record(&record.id)
+                .await?
+                .is_none_or(|r| r.state.is_terminal()),
+        };
+        return Ok(if ended {
+            CancelOutcome::AlreadyEnded
+        } else {
+            CancelOutcome::AlreadyRequested
+        });
+    }
+    // First: the owner applies it from the store (its watch on the record); a run held here
+    // is tripped at once rather than on that wake-up. What the handle says is not the answer:
+    // the watch may have applied this very request already.
+    if let Some(handle) = local {
+        let _ = handle.cancel(CancelReason::new(reason));
+    }
+    Ok(CancelOutcome::Requested)
 }
 
 async fn agui_run(
