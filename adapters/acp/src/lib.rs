@@ -38,6 +38,7 @@
 
 mod client;
 mod elicitation;
+mod health;
 mod options;
 mod runtime;
 mod setup;

@@ -623,6 +623,17 @@ fn multi_turn_unsupported(conversation: Option<&Conversation>) -> HarnessError {
 }
 
 impl HarnessAdapter for AcpAdapter {
+    /// Ready when every agent's command resolves to an executable file and its working
+    /// directory is there; nothing is started.
+    fn health(&self) -> BoxFuture<'_, harness_core::adapter::HarnessHealth> {
+        let health = crate::health::agents(
+            self.profiles
+                .iter()
+                .map(|(name, profile)| (name.as_str(), &*profile.agent)),
+        );
+        Box::pin(async move { health })
+    }
+
     /// Probes the agent (see [`PROBE_TIMEOUT`]) and reports what it negotiated:
     /// `session.multi_turn` is unsupported, and a conversation refused, when the agent does
     /// not offer `loadSession`.
