@@ -2,6 +2,7 @@
 
 mod config;
 mod error;
+mod health;
 mod runtime;
 mod sse;
 mod wire;

@@ -323,6 +323,17 @@ impl OpenAiAdapter {
 }
 
 impl HarnessAdapter for OpenAiAdapter {
+    /// Ready when every endpoint answers HTTP: one bounded `GET` (2 s) of
+    /// its models list each, without the key.
+    fn health(&self) -> BoxFuture<'_, harness_core::adapter::HarnessHealth> {
+        let endpoints = self
+            .profiles
+            .iter()
+            .map(|(name, profile)| (name.clone(), profile.endpoint.clone()))
+            .collect();
+        Box::pin(crate::health::endpoints(endpoints))
+    }
+
     /// Checks the request's options (endpoint, model, temperature) without a network call,
     /// and reports the descriptor's capabilities.
     fn evaluate<'a>(
