@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 use harness_core::action::ActionResponse;
-use harness_core::adapter::HarnessAdapter;
+use harness_core::adapter::{HarnessAdapter, HarnessHealth};
 use harness_core::error::HarnessError;
 use harness_core::event::Event;
 use harness_core::id::{AdapterId, Cursor, ExecutionId};
@@ -38,6 +38,8 @@ pub struct Instance {
     manifest: Arc<Value>,
     pub(crate) admission: StackService,
     pub(crate) control: Arc<dyn Control>,
+    /// The adapter's last health, shared by every probe (see [`crate::health`]).
+    pub(crate) health: Arc<crate::health::Cached>,
 }
 
 impl std::fmt::Debug for Instance {
@@ -61,6 +63,7 @@ impl Instance {
             manifest: Arc::new(manifest),
             admission,
             control: Arc::new(service),
+            health: Arc::default(),
         }
     }
 
@@ -83,6 +86,19 @@ impl Instance {
     /// `persistence` when the store fails.
     pub async fn recover(&self) -> Result<Vec<Recovery>, HarnessError> {
         self.control.recover().await
+    }
+
+    /// The adapter's health ([`HarnessAdapter::health`]): checked at most once in
+    /// [`health::FRESH`](crate::health::FRESH), one check at a time, each bounded; a check
+    /// that does not answer in time, or panics, is a failure.
+    pub async fn health(&self) -> HarnessHealth {
+        let control = Arc::clone(&self.control);
+        self.health
+            .get(
+                self.id.as_str(),
+                move || async move { control.health().await },
+            )
+            .await
     }
 }
 
@@ -116,6 +132,7 @@ pub(crate) trait Control: Send + Sync + 'static {
         reason: &'a str,
     ) -> BoxFuture<'a, Result<bool, HarnessError>>;
     fn recover(&self) -> BoxFuture<'_, Result<Vec<Recovery>, HarnessError>>;
+    fn health(&self) -> BoxFuture<'_, HarnessHealth>;
 }
 
 impl<A: HarnessAdapter> Control for AdapterService<A> {
@@ -160,5 +177,8 @@ impl<A: HarnessAdapter> Control for AdapterService<A> {
     }
     fn recover(&self) -> BoxFuture<'_, Result<Vec<Recovery>, HarnessError>> {
         Box::pin(AdapterService::recover(self))
+    }
+    fn health(&self) -> BoxFuture<'_, HarnessHealth> {
+        self.adapter().health()
     }
 }

@@ -43,11 +43,11 @@
 //! | `POST /v1/executions/{id}/actions/{actionId}` | answers an action: an [`ActionResponse`](harness_core::action::ActionResponse) (its `actionId` may be left out) |
 //! | `POST /v1/executions/{id}/cancel` | requests cancellation (`{"reason": ...}` optional): `202` with `status`: `requested` for the first request (claimed in the store's record, so one of any number of concurrent requests on any replica), `already_requested` for the others, `already_ended` once the run has ended; confirmed by `run.cancelled` on the stream |
 //! | `POST /v1/agui/{adapter}` | the [AG-UI face](agui): a `RunAgentInput` in, AG-UI events out as server-sent events; actions are interrupts, resumed by the next run |
-//! | `GET /v1/adapters`, `GET /v1/adapters/{id}` | the instances' manifests, options schemas included |
+//! | `GET /v1/adapters`, `GET /v1/adapters/{id}` | the instances' manifests, options schemas included; `GET /v1/adapters` also their [`health`] by instance id (`{"ready", "reason", "checkedAt"}`) |
 //! | `GET /v1/openapi.json` | the [OpenAPI document](openapi) (no token needed) |
 //! | `GET /console` | the [console]: a page over this API (it asks for a token) |
 //! | `GET /healthz` | `200` while the process serves |
-//! | `GET /readyz` | `200` when every required health check passes, else `503` with the sanitized reasons |
+//! | `GET /readyz` | `200` when every instance's adapter is healthy (its agent's command executable, its model endpoint answering), the store answers and every required check of [`ServerBuilder::health`] passes, else `503` with the sanitized reasons, each naming the instance; checks are cached briefly ([`health`]) |
 //! | `GET /metrics` | the Prometheus exposition, when the server was given one |
 //!
 //! Errors are `{"error": <public error>}` with the status of [`error::status_of`] and
@@ -84,6 +84,7 @@ pub mod config;
 pub mod console;
 pub mod error;
 mod events;
+pub mod health;
 mod instance;
 pub mod openapi;
 mod routes;
@@ -104,7 +105,7 @@ use harness_observe::prometheus::PrometheusEndpoint;
 pub use crate::instance::Instance;
 pub use crate::view::{
     Answered, CancelAnswer, CancelOutcome, ErrorBody, EventPage, ExecutionPage, ExecutionSummary,
-    ExecutionView, Readiness,
+    ExecutionView, InstanceHealth, Readiness,
 };
 
 /// The default bound on a request body: 1 MiB.
@@ -132,6 +133,8 @@ pub(crate) struct State {
     /// The executions this process started, until their terminal event: answered and
     /// streamed from the process's own log, and kept answerable when their callers go.
     pub(crate) local: Mutex<HashMap<ExecutionId, ExecutionHandle>>,
+    /// The store's last health ([`health`]).
+    pub(crate) store_health: health::Cached,
 }
 
 impl std::fmt::Debug for State {
@@ -313,6 +316,7 @@ impl ServerBuilder {
                 body_limit: self.body_limit.unwrap_or(DEFAULT_BODY_LIMIT),
                 keep_alive: self.keep_alive.unwrap_or(KEEP_ALIVE),
                 local: Mutex::new(HashMap::new()),
+                store_health: health::Cached::default(),
             }),
         })
     }

@@ -34,6 +34,8 @@ use crate::view::{
 #[allow(dead_code)] // only its schema is used: the handler writes the stored manifests
 struct AdapterList {
     adapters: Vec<HarnessDescriptor>,
+    /// Each instance's health, by instance id.
+    health: std::collections::BTreeMap<String, crate::view::InstanceHealth>,
 }
 
 /// `POST /v1/executions/{id}/cancel`'s optional body.

@@ -780,7 +780,16 @@ async fn agui_stream(
 
 async fn adapters(Extract(state): Extract<Shared>, Caller(_): Caller) -> Json<Value> {
     let adapters: Vec<&Value> = state.instances.values().map(|i| i.manifest()).collect();
-    Json(json!({ "adapters": adapters }))
+    let checks = state.instances.values().map(|i| async move {
+        let health = crate::view::InstanceHealth::from(i.health().await);
+        (i.id().to_string(), health)
+    });
+    let health: std::collections::BTreeMap<String, crate::view::InstanceHealth> =
+        futures_util::future::join_all(checks)
+            .await
+            .into_iter()
+            .collect();
+    Json(json!({ "adapters": adapters, "health": health }))
 }
 
 async fn adapter(
@@ -802,32 +811,71 @@ async fn adapter(
 }
 
 async fn ready(Extract(state): Extract<Shared>) -> Response {
-    let Some(health) = &state.health else {
-        return Json(Readiness {
-            ready: true,
-            reasons: Vec::new(),
-        })
-        .into_response();
+    // Every dependency at once: the slowest bounds the answer (see `crate::health`).
+    let instances = futures_util::future::join_all(
+        state
+            .instances
+            .values()
+            .map(|i| async move { (i.id(), i.health().await) }),
+    );
+    let store = store_health(&state);
+    let application = async {
+        match &state.health {
+            Some(health) => Some(health.check().await),
+            None => None,
+        }
     };
-    let readiness = health.check().await;
-    let status = if readiness.ready {
+    let (instances, store, application) = tokio::join!(instances, store, application);
+    let mut reasons = Vec::new();
+    for (id, health) in instances.into_iter().filter(|(_, h)| !h.ready) {
+        let why = health.reason.as_deref().unwrap_or("not ready");
+        reasons.push(format!("instance `{id}`: {why}"));
+    }
+    if let Some(why) = store.reason.as_deref().filter(|_| !store.ready) {
+        reasons.push(format!("store: {why}"));
+    }
+    let mut ready = reasons.is_empty();
+    if let Some(readiness) = application {
+        ready &= readiness.ready;
+        reasons.extend(readiness.reasons());
+    }
+    let status = if ready {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    let reasons: Vec<String> = readiness
-        .reasons()
+    let reasons: Vec<String> = reasons
         .iter()
         .map(|r| state.redactor.redact_str(r).into_owned())
         .collect();
-    (
-        status,
-        Json(Readiness {
-            ready: readiness.ready,
-            reasons,
-        }),
-    )
-        .into_response()
+    (status, Json(Readiness { ready, reasons })).into_response()
+}
+
+/// Whether the store answers: a read of a record that is not there, cached and bounded as
+/// an instance's check is.
+async fn store_health(state: &State) -> harness_core::adapter::HarnessHealth {
+    use harness_core::adapter::HarnessHealth;
+    let Some(instance) = state.any() else {
+        return HarnessHealth::ready();
+    };
+    let control = Arc::clone(&instance.control);
+    state
+        .store_health
+        .get("store", move || async move {
+            let probe = ExecutionId::generate();
+            match control.record(&probe).await {
+                Ok(_) => HarnessHealth::ready(),
+                Err(e) => {
+                    tracing::warn!(
+                        error = e.message(),
+                        diagnostic = e.diagnostic().unwrap_or_default(),
+                        "the store does not answer"
+                    );
+                    HarnessHealth::not_ready("not answering")
+                }
+            }
+        })
+        .await
 }
 
 /// The OpenAPI document, built once.

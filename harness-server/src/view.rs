@@ -122,6 +122,30 @@ pub struct CancelAnswer {
     pub status: CancelOutcome,
 }
 
+/// An adapter instance's health, as `GET /v1/adapters` shows it (see [`crate::health`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct InstanceHealth {
+    /// Whether the instance can take executions.
+    pub ready: bool,
+    /// Why not: a short category, naming no path or address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// When it was checked (results are kept a few seconds).
+    pub checked_at: harness_core::time::Timestamp,
+}
+
+impl From<harness_core::adapter::HarnessHealth> for InstanceHealth {
+    fn from(health: harness_core::adapter::HarnessHealth) -> Self {
+        Self {
+            ready: health.ready,
+            reason: health.reason,
+            checked_at: health.checked_at,
+        }
+    }
+}
+
 /// What `GET /readyz` answers (`200` when ready, else `503`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[non_exhaustive]
