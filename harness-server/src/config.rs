@@ -8,6 +8,14 @@
 //! # The largest request body, in bytes.
 //! body_limit = 1048576
 //!
+//! # How the socket layer bounds its clients (`ConnectionLimits`; these are the defaults).
+//! [connections]
+//! header_timeout_secs = 10     # to send a request head
+//! body_timeout_secs = 30       # to send a request body, after its head
+//! idle_timeout_secs = 60       # idle between requests on a kept-alive connection
+//! max = 1024                   # connections open at once
+//! max_per_peer = 128           # of them from one IP address
+//!
 //! [store]
 //! kind = "sqlite"          # "sqlite" (the default), "postgres" or "memory"
 //! path = "harness.db"      # sqlite: the database file
@@ -65,7 +73,7 @@ use harness_scripted::{Script, ScriptedAdapter};
 use serde::Deserialize;
 
 use crate::auth::BearerTokens;
-use crate::{Instance, Server};
+use crate::{ConnectionLimits, Instance, Server};
 
 /// The address `harness serve` listens on by default.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8700";
@@ -87,6 +95,9 @@ pub struct Config {
     /// The largest request body.
     #[serde(default)]
     pub body_limit: Option<usize>,
+    /// The socket layer's bounds.
+    #[serde(default)]
+    pub connections: ConnectionsConfig,
     /// The store.
     #[serde(default)]
     pub store: StoreConfig,
@@ -105,6 +116,28 @@ pub struct Config {
     /// MCP servers for the model loop's executions.
     #[serde(default)]
     pub mcp: Option<McpConfig>,
+}
+
+/// `[connections]`: each left out keeps its [`ConnectionLimits`] default.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct ConnectionsConfig {
+    /// Seconds to send a request head.
+    #[serde(default)]
+    pub header_timeout_secs: Option<f64>,
+    /// Seconds to send a request body, after its head.
+    #[serde(default)]
+    pub body_timeout_secs: Option<f64>,
+    /// Seconds a kept-alive connection may stay idle.
+    #[serde(default)]
+    pub idle_timeout_secs: Option<f64>,
+    /// Connections open at once.
+    #[serde(default)]
+    pub max: Option<usize>,
+    /// Connections open at once from one IP address.
+    #[serde(default)]
+    pub max_per_peer: Option<usize>,
 }
 
 /// `[store]`.
@@ -266,6 +299,64 @@ impl Config {
                 .parse()
                 .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 8700)))
         })
+    }
+
+    /// The socket layer's bounds: `[connections]` over the defaults.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let config = harness_server::config::Config::from_toml(
+    ///     "[connections]\nheader_timeout_secs = 2.5\nmax_per_peer = 8",
+    /// ).unwrap();
+    /// let limits = config.connection_limits().unwrap();
+    /// assert_eq!(limits.header_timeout, Duration::from_millis(2500));
+    /// assert_eq!(limits.max_connections_per_peer, 8);
+    /// assert_eq!(limits.max_connections, 1024);
+    /// let zero = harness_server::config::Config::from_toml("[connections]\nmax = 0").unwrap();
+    /// assert!(zero.connection_limits().unwrap_err().to_string().contains("`connections.max`"));
+    /// ```
+    ///
+    /// # Errors
+    /// A timeout that is not a positive number of seconds (at most a day), or a cap of 0.
+    pub fn connection_limits(&self) -> Result<ConnectionLimits, HarnessError> {
+        let c = &self.connections;
+        let seconds = |value: Option<f64>, key: &str, default: std::time::Duration| match value {
+            None => Ok(default),
+            Some(s) if s > 0.0 && s <= 86_400.0 => Ok(std::time::Duration::from_secs_f64(s)),
+            Some(s) => Err(invalid(format!(
+                "`connections.{key}` is {s}: it must be a number of seconds above 0 and at most 86400"
+            ))),
+        };
+        let count = |value: Option<usize>, key: &str, default: usize| match value {
+            None => Ok(default),
+            Some(0) => Err(invalid(format!(
+                "`connections.{key}` is 0: it must be at least 1"
+            ))),
+            Some(n) => Ok(n),
+        };
+        let d = ConnectionLimits::new();
+        Ok(ConnectionLimits::new()
+            .header_timeout(seconds(
+                c.header_timeout_secs,
+                "header_timeout_secs",
+                d.header_timeout,
+            )?)
+            .body_timeout(seconds(
+                c.body_timeout_secs,
+                "body_timeout_secs",
+                d.body_timeout,
+            )?)
+            .idle_timeout(seconds(
+                c.idle_timeout_secs,
+                "idle_timeout_secs",
+                d.idle_timeout,
+            )?)
+            .max_connections(count(c.max, "max", d.max_connections)?)
+            .max_connections_per_peer(count(
+                c.max_per_peer,
+                "max_per_peer",
+                d.max_connections_per_peer,
+            )?))
     }
 
     /// The tokens of `[[tokens]]`.

@@ -88,6 +88,7 @@ pub mod health;
 mod instance;
 pub mod openapi;
 mod routes;
+pub mod socket;
 mod view;
 
 use std::collections::{BTreeMap, HashMap};
@@ -103,6 +104,7 @@ use harness_observe::health::Health;
 use harness_observe::prometheus::PrometheusEndpoint;
 
 pub use crate::instance::Instance;
+pub use crate::socket::{ConnectionLimits, serve};
 pub use crate::view::{
     Answered, CancelAnswer, CancelOutcome, ErrorBody, EventPage, ExecutionPage, ExecutionSummary,
     ExecutionView, InstanceHealth, Readiness,

@@ -177,6 +177,7 @@ async fn serve(args: &Args) -> Result<ExitCode, String> {
             .map_err(|e| format!("`--listen {addr}` is not an address (127.0.0.1:8700): {e}"))?,
         None => config.listen(),
     };
+    let limits = config.connection_limits().map_err(|e| e.to_string())?;
     let mut tokens = config.tokens().map_err(|e| e.to_string())?;
     let mut dev_token = None;
     if tokens.is_empty() {
@@ -218,10 +219,9 @@ async fn serve(args: &Args) -> Result<ExitCode, String> {
     }
     println!("harness serving on http://{address}");
     let _ = std::io::stdout().flush();
-    axum::serve(listener, server.router())
+    harness_server::serve(listener, server.router(), limits)
         .with_graceful_shutdown(shutdown())
-        .await
-        .map_err(|e| format!("the server failed: {e}"))?;
+        .await;
     Ok(ExitCode::SUCCESS)
 }
 
