@@ -306,10 +306,11 @@ impl Config {
     /// ```
     /// use std::time::Duration;
     /// let config = harness_server::config::Config::from_toml(
-    ///     "[connections]\nheader_timeout_secs = 2.5\nmax_per_peer = 8",
+    ///     "[connections]\nheader_timeout_secs = 2.5\nbody_timeout_secs = 5\nmax_per_peer = 8",
     /// ).unwrap();
     /// let limits = config.connection_limits().unwrap();
     /// assert_eq!(limits.header_timeout, Duration::from_millis(2500));
+    /// assert_eq!(limits.body_timeout, Duration::from_secs(5));
     /// assert_eq!(limits.max_connections_per_peer, 8);
     /// assert_eq!(limits.max_connections, 1024);
     /// let zero = harness_server::config::Config::from_toml("[connections]\nmax = 0").unwrap();

@@ -50,6 +50,20 @@
 //! | `GET /readyz` | `200` when every instance's adapter is healthy (its agent's command executable, its model endpoint answering), the store answers and every required check of [`ServerBuilder::health`] passes, else `503` with the sanitized reasons, each naming the instance; checks are cached briefly ([`health`]) |
 //! | `GET /metrics` | the Prometheus exposition, when the server was given one |
 //!
+//! # Connections
+//!
+//! [`serve`] (what `harness serve` runs) accepts the connections and bounds its clients
+//! within [`ConnectionLimits`] (the `[connections]` table of [`config`]): a request head
+//! must arrive within 10 s (from the accept, or from the first byte of the next request on a
+//! kept-alive connection), else the connection is closed; a body within 30 s of its head,
+//! else `408` and the connection is closed; a kept-alive connection idle for 60 s is closed;
+//! at most 1,024 connections are open, 128 of them from one IP address, and a connection
+//! past either cap gets `503` with `Retry-After: 1` and a `capacity` error naming the cap.
+//! None of these runs while a response is being written, so an SSE stream lasts as long as
+//! its execution. Refusals and timeouts are counted ([`socket::names`]). Serving
+//! [`router`](Server::router) any other way (`axum::serve`, a test's `oneshot`) has none of
+//! these bounds. See [`socket`] for the decisions behind them.
+//!
 //! Errors are `{"error": <public error>}` with the status of [`error::status_of`] and
 //! `Retry-After` for `throttled` and `capacity`; no diagnostic ever leaves. Another
 //! principal's execution is `404 EXECUTION_NOT_FOUND`, exactly as one that does not exist.

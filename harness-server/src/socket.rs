@@ -852,3 +852,37 @@ impl HttpBody for Tracked {
         self.inner.size_hint()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::names;
+    use metrics_util::debugging::DebuggingRecorder;
+
+    #[test]
+    fn describe_registers_every_metric_and_the_docs_list_each() {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        metrics::with_local_recorder(&recorder, || {
+            names::describe();
+            metrics::gauge!(names::CONNECTIONS_OPEN).increment(0.0);
+            metrics::counter!(names::CONNECTIONS_REFUSED).increment(0);
+            metrics::counter!(names::CONNECTION_TIMEOUTS).increment(0);
+        });
+        let seen = snapshotter.snapshot().into_vec();
+        assert_eq!(seen.len(), names::CATALOG.len());
+        let source = include_str!("socket.rs");
+        for (name, unit, _, help) in names::CATALOG {
+            let (_, seen_unit, seen_help, _) = seen
+                .iter()
+                .find(|(key, ..)| key.key().name() == *name)
+                .unwrap_or_else(|| panic!("{name} not recorded"));
+            assert_eq!(*seen_unit, Some(*unit), "{name}");
+            assert_eq!(seen_help.as_deref(), Some(*help), "{name}");
+            assert_eq!(name.ends_with("_total"), *name != names::CONNECTIONS_OPEN);
+            assert!(
+                source.contains(&format!("/// | `{name}` |")),
+                "no docs row for {name}"
+            );
+        }
+    }
+}

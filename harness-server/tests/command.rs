@@ -342,6 +342,17 @@ fn bad_arguments_and_configuration_are_refused_with_a_reason() {
         "{}",
         text(&out.stderr)
     );
+    std::fs::write(&path, "[connections]\nheader_timeout_secs = -1\n").unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--config", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("`connections.header_timeout_secs` is -1"),
+        "{}",
+        text(&out.stderr)
+    );
     let out = Command::new(BIN).args(["token", "carol"]).output().unwrap();
     let printed = text(&out.stdout);
     let token = printed

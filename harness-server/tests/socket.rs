@@ -515,3 +515,80 @@ async fn a_quiet_sse_stream_outlasts_every_timeout() {
     assert_eq!(text, "before between after");
     assert!(lasted > 4 * SECOND, "{lasted:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_shutdown_closes_idle_connections_and_lets_a_stream_end() {
+    let adapter = ScriptedAdapter::quickstart();
+    let stack = HarnessStack::defaults_for(&adapter).unwrap();
+    let server = Server::builder()
+        .instance(Instance::new(
+            &stack,
+            adapter,
+            Arc::new(MemoryStore::new()),
+            ReplicaId::new("r"),
+        ))
+        .authenticate(BearerTokens::new().with_token("alice", TOKEN).unwrap())
+        .build()
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(
+        harness_server::serve(listener, server.router(), ConnectionLimits::new())
+            .with_graceful_shutdown(async {
+                let _ = stopped.await;
+            })
+            .into_future(),
+    );
+    let url = format!("http://{address}");
+    let script = Script::builder()
+        .text("before ")
+        .delay(Duration::from_millis(1500))
+        .text("after")
+        .complete("ok")
+        .build();
+    let http = reqwest::Client::new();
+    let started: serde_json::Value = http
+        .post(format!("{url}/v1/executions"))
+        .bearer_auth(TOKEN)
+        .json(&json!({
+            "adapter": "scripted",
+            "message": "go",
+            "options": ScriptedOptions::with_script(script).to_value(),
+        }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = started["id"].as_str().unwrap();
+    let response = http
+        .get(format!("{url}/v1/executions/{id}/events"))
+        .bearer_auth(TOKEN)
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    // An idle kept-alive connection, besides.
+    let mut idle = TcpStream::connect(address).await.unwrap();
+    assert!(health(&mut idle).await.starts_with("HTTP/1.1 200 "));
+
+    stop.send(()).unwrap();
+    let (rest, _) = read_until_closed(&mut idle, 5 * SECOND).await;
+    assert!(rest.is_empty());
+    assert!(
+        TcpStream::connect(address).await.is_err(),
+        "the listener closed on the signal"
+    );
+    assert!(!serving.is_finished(), "a stream is still being written");
+    let body = tokio::time::timeout(10 * SECOND, response.text())
+        .await
+        .expect("the stream ends with its execution")
+        .unwrap();
+    assert!(body.contains("event: run.succeeded"), "{body}");
+    tokio::time::timeout(5 * SECOND, serving)
+        .await
+        .expect("serve ends once the stream has")
+        .unwrap();
+}
