@@ -20,11 +20,14 @@ use harness_core::time::Timestamp;
 use tokio::sync::{Mutex, watch};
 use tokio_postgres::{AsyncMessage, Client, GenericClient, NoTls, Row};
 
-use crate::common::{RECORD_COLUMNS, corrupt, from_millis, lock, parse_state, state_name};
+use crate::common::{
+    FirstCallers, RECORD_COLUMNS, corrupt, from_millis, lock, parse_state, state_name,
+};
 
 /// The schema version this code writes. 2: one `harness_event_batches` row per append.
 /// 3: thread state. 4: the index of ended executions. 5: the index of principals' executions.
-const SCHEMA_VERSION: i32 = 5;
+/// 6: bindings scoped by principal (no new table: existing bindings move).
+const SCHEMA_VERSION: i32 = 6;
 
 /// The channel of the store's notifications: `<execution>:<last seq>` after an append,
 /// `<execution>:` after an answer or a cancel request.
@@ -285,21 +288,19 @@ async fn migrate(client: &mut Client) -> Result<(), StoreError> {
             .await
             .map_err(|e| unavailable(&e))?;
         }
-        // Version 1 held one `harness_events` row per event: each becomes a batch of one.
-        Some(1) => {
-            tx.batch_execute(
-                "INSERT INTO harness_event_batches \
-                 SELECT execution, seq, seq, '[' || body || ']' FROM harness_events; \
-                 DROP TABLE harness_events;",
-            )
-            .await
-            .map_err(|e| unavailable(&e))?;
-            tx.execute("UPDATE harness_schema SET version = $1", &[&SCHEMA_VERSION])
+        Some(old @ 1..=5) => {
+            // Version 1 held one `harness_events` row per event: each becomes a batch of one.
+            if old == 1 {
+                tx.batch_execute(
+                    "INSERT INTO harness_event_batches \
+                     SELECT execution, seq, seq, '[' || body || ']' FROM harness_events; \
+                     DROP TABLE harness_events;",
+                )
                 .await
                 .map_err(|e| unavailable(&e))?;
-        }
-        // Versions 3 to 5 add tables and indexes only, created above.
-        Some(2..=4) => {
+            }
+            // Versions 3 to 5 add tables and indexes only, created above; 6 moves bindings.
+            scope_bindings(&tx).await.map_err(|e| unavailable(&e))?;
             tx.execute("UPDATE harness_schema SET version = $1", &[&SCHEMA_VERSION])
                 .await
                 .map_err(|e| unavailable(&e))?;
@@ -313,6 +314,49 @@ async fn migrate(client: &mut Client) -> Result<(), StoreError> {
         }
     }
     tx.commit().await.map_err(|e| unavailable(&e))
+}
+
+/// Schema 6: conversations are their principal's. A binding in the unscoped form
+/// (`adapter:conversation`) whose conversation a named principal started moves, with its
+/// state, to that principal's binding ([`FirstCallers::moved`]).
+async fn scope_bindings(tx: &tokio_postgres::Transaction<'_>) -> Result<(), tokio_postgres::Error> {
+    let mut first = FirstCallers::default();
+    let started = tx
+        .query(
+            "SELECT adapter, request::jsonb ->> 'conversationId', principal \
+             FROM harness_executions \
+             WHERE (request::jsonb ->> 'conversationId') IS NOT NULL ORDER BY created",
+            &[],
+        )
+        .await?;
+    for row in started {
+        first.note(row.get(0), row.get(1), row.get(2));
+    }
+    let bindings = tx
+        .query("SELECT binding, owner FROM harness_thread_bindings", &[])
+        .await?;
+    for row in bindings {
+        let (binding, owner): (String, String) = (row.get(0), row.get(1));
+        let Some(to) = first.moved(&binding, &owner) else {
+            continue;
+        };
+        // Written meanwhile by code that scopes already: that one is the principal's.
+        let moved = tx
+            .execute(
+                "UPDATE harness_thread_bindings SET binding = $2 WHERE binding = $1 \
+                 AND NOT EXISTS (SELECT 1 FROM harness_thread_bindings WHERE binding = $2)",
+                &[&binding, &to],
+            )
+            .await?;
+        if moved == 1 {
+            tx.execute(
+                "UPDATE harness_thread_state SET binding = $2 WHERE binding = $1",
+                &[&binding, &to],
+            )
+            .await?;
+        }
+    }
+    Ok(())
 }
 
 fn dispatch(tails: &Tails, payload: &str) {

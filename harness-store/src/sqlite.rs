@@ -18,12 +18,15 @@ use harness_core::store::{
 use harness_core::time::Timestamp;
 use rusqlite::{Connection, OptionalExtension, params};
 
-use crate::common::{RECORD_COLUMNS, corrupt, from_millis, lock, parse_state, state_name};
+use crate::common::{
+    FirstCallers, RECORD_COLUMNS, corrupt, from_millis, lock, parse_state, state_name,
+};
 use tokio::sync::{oneshot, watch};
 
 /// The schema version this code writes (`PRAGMA user_version`). 2: one `events` row per
 /// append (a batch), not per event. 3: thread state. 4: the index of principals' executions.
-const SCHEMA_VERSION: i64 = 4;
+/// 5: bindings scoped by principal (no new table: existing bindings move).
+const SCHEMA_VERSION: i64 = 5;
 
 /// The index that pages a principal's executions (schema 4).
 const BY_PRINCIPAL: &str =
@@ -208,47 +211,99 @@ fn cached_query_row<T, P: rusqlite::Params>(
 }
 
 fn migrate(conn: &Connection) -> Result<(), StoreError> {
-    let version: i64 = cached_query_row(conn, "PRAGMA user_version", [], |r| r.get(0))
+    // The version is read inside the write transaction: of two processes opening an old
+    // file at once, the second finds it migrated.
+    conn.execute_batch("BEGIN IMMEDIATE")
         .map_err(|e| unavailable(&e))?;
-    match version {
-        0 => conn
-            .execute_batch(&format!(
-                "BEGIN IMMEDIATE; {SCHEMA} {THREAD_STATE} {BY_PRINCIPAL} \
-                 PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
-            ))
-            .map_err(|e| unavailable(&e)),
+    let result = cached_query_row(conn, "PRAGMA user_version", [], |r| r.get::<_, i64>(0))
+        .map_err(|e| unavailable(&e))
+        .and_then(|version| migrate_from(conn, version));
+    let end = if result.is_ok() { "COMMIT" } else { "ROLLBACK" };
+    conn.execute_batch(end).map_err(|e| unavailable(&e))?;
+    result
+}
+
+/// Applies the schema to a database at `version`, inside the caller's transaction.
+fn migrate_from(conn: &Connection, version: i64) -> Result<(), StoreError> {
+    let ddl = match version {
+        0 => format!("{SCHEMA} {THREAD_STATE} {BY_PRINCIPAL}"),
         // Version 1 held one row per event: each becomes a batch of one.
-        1 => conn
-            .execute_batch(&format!(
-                "BEGIN IMMEDIATE;
-                 CREATE TABLE events_v2 (
-                     execution TEXT NOT NULL,
-                     first_seq INTEGER NOT NULL,
-                     last_seq INTEGER NOT NULL,
-                     body TEXT NOT NULL,
-                     PRIMARY KEY (execution, first_seq)
-                 ) WITHOUT ROWID;
-                 INSERT INTO events_v2 SELECT execution, seq, seq, '[' || body || ']' FROM events;
-                 DROP TABLE events;
-                 ALTER TABLE events_v2 RENAME TO events;
-                 {THREAD_STATE}
-                 {BY_PRINCIPAL}
-                 PRAGMA user_version = {SCHEMA_VERSION};
-                 COMMIT;"
-            ))
-            .map_err(|e| unavailable(&e)),
-        2 | 3 => conn
-            .execute_batch(&format!(
-                "BEGIN IMMEDIATE; {THREAD_STATE} {BY_PRINCIPAL} \
-                 PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
-            ))
-            .map_err(|e| unavailable(&e)),
-        SCHEMA_VERSION => Ok(()),
-        newer => Err(StoreError::Corrupt(format!(
-            "the database's schema version is {newer}, this code knows up to {SCHEMA_VERSION}: \
-             open it with a newer version"
-        ))),
+        1 => format!(
+            "CREATE TABLE events_v2 (
+                 execution TEXT NOT NULL,
+                 first_seq INTEGER NOT NULL,
+                 last_seq INTEGER NOT NULL,
+                 body TEXT NOT NULL,
+                 PRIMARY KEY (execution, first_seq)
+             ) WITHOUT ROWID;
+             INSERT INTO events_v2 SELECT execution, seq, seq, '[' || body || ']' FROM events;
+             DROP TABLE events;
+             ALTER TABLE events_v2 RENAME TO events;
+             {THREAD_STATE}
+             {BY_PRINCIPAL}"
+        ),
+        2 | 3 => format!("{THREAD_STATE} {BY_PRINCIPAL}"),
+        4 => String::new(),
+        SCHEMA_VERSION => return Ok(()),
+        newer => {
+            return Err(StoreError::Corrupt(format!(
+                "the database's schema version is {newer}, this code knows up to \
+                 {SCHEMA_VERSION}: open it with a newer version"
+            )));
+        }
+    };
+    conn.execute_batch(&ddl).map_err(|e| unavailable(&e))?;
+    if version > 0 {
+        scope_bindings(conn).map_err(|e| unavailable(&e))?;
     }
+    conn.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}"))
+        .map_err(|e| unavailable(&e))
+}
+
+/// Schema 5: conversations are their principal's. A binding in the unscoped form
+/// (`adapter:conversation`) whose conversation a named principal started moves, with its
+/// state, to that principal's binding ([`FirstCallers::moved`]).
+fn scope_bindings(conn: &Connection) -> rusqlite::Result<()> {
+    let mut first = FirstCallers::default();
+    {
+        let mut select = conn.prepare(
+            "SELECT adapter, conversation, principal FROM \
+             (SELECT rowid, adapter, principal, \
+                     json_extract(request, '$.conversationId') AS conversation \
+              FROM executions) \
+             WHERE conversation IS NOT NULL ORDER BY rowid",
+        )?;
+        let mut rows = select.query([])?;
+        while let Some(row) = rows.next()? {
+            first.note(row.get(0)?, row.get(1)?, row.get(2)?);
+        }
+    }
+    let bindings = conn
+        .prepare("SELECT binding, owner FROM thread_bindings")?
+        .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    for (binding, owner) in bindings {
+        let Some(to) = first.moved(&binding, &owner) else {
+            continue;
+        };
+        // Written meanwhile by code that scopes already: that one is the principal's.
+        let taken: bool = conn.query_row(
+            "SELECT EXISTS (SELECT 1 FROM thread_bindings WHERE binding = ?1)",
+            [&to],
+            |r| r.get(0),
+        )?;
+        if !taken {
+            conn.execute(
+                "UPDATE thread_bindings SET binding = ?2 WHERE binding = ?1",
+                [&binding, &to],
+            )?;
+            conn.execute(
+                "UPDATE thread_state SET binding = ?2 WHERE binding = ?1",
+                [&binding, &to],
+            )?;
+        }
+    }
+    Ok(())
 }
 
 impl SqliteStore {

@@ -217,6 +217,22 @@ async fn thread_state_follows_the_rules_in_memory_and_in_sqlite() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Schema 5 scopes conversations by principal: see [`common::seed_unscoped_conversations`].
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_4_database_gives_each_conversation_to_the_principal_who_started_it() {
+    let dir = scratch("v4");
+    let path = dir.join("harness.db");
+    common::seed_unscoped_conversations(&SqliteStore::open(&path).expect("open")).await;
+    rusqlite::Connection::open(&path)
+        .expect("the file")
+        .execute_batch("PRAGMA user_version = 4")
+        .expect("back to version 4");
+    common::check_scoped_conversations(&SqliteStore::open(&path).expect("migrated")).await;
+    // Opening again changes nothing.
+    common::check_scoped_conversations(&SqliteStore::open(&path).expect("reopen")).await;
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// The WAL is copied into the database by the checkpointer thread while the store runs (the
 /// writer no longer checkpoints inside its commits): without it, everything would stay in the
 /// WAL until the last connection closed and the database file would not grow.

@@ -171,7 +171,27 @@ async fn a_version_1_database_is_migrated_with_its_events() {
         .await
         .expect("the version")
         .get(0);
-    assert_eq!(version, 5);
+    assert_eq!(version, 6);
+}
+
+/// Schema 6 scopes conversations by principal: see [`common::seed_unscoped_conversations`].
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_5_database_gives_each_conversation_to_the_principal_who_started_it() {
+    let cluster = Cluster::start();
+    let store = connect(&cluster).await;
+    common::seed_unscoped_conversations(&store).await;
+    let (client, connection) = tokio_postgres::connect(&cluster.url, tokio_postgres::NoTls)
+        .await
+        .expect("a plain connection");
+    tokio::spawn(connection);
+    client
+        .batch_execute("UPDATE harness_schema SET version = 5")
+        .await
+        .expect("back to version 5");
+    drop(store);
+    common::check_scoped_conversations(&connect(&cluster).await).await;
+    // Connecting again changes nothing.
+    common::check_scoped_conversations(&connect(&cluster).await).await;
 }
 
 /// Replicas connect while another writes: a connect to a database whose schema is current

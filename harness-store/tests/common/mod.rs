@@ -115,6 +115,97 @@ pub async fn run_model<S: ExecutionStore>(store: &S, ops: &[Op]) -> Result<(), T
 
 /// `<temp>/harness-store-tests/<pid>-<name>`, fresh. The first call of a process removes the
 /// directories of test processes no longer running: what a run leaves lasts until the next.
+/// Writes, as code from before conversations were scoped by principal did, executions and
+/// thread state of three conversations of adapter `openai`, each binding in the unscoped
+/// form (`adapter:conversation`): `shared`, started by alice and then named by bob (so,
+/// then, alice's state), cleared once; `local`, started in-process and then named by carol;
+/// `orphan`, whose executions are gone.
+pub async fn seed_unscoped_conversations<S>(store: &S)
+where
+    S: ExecutionStore + harness_core::session::ThreadStateStore,
+{
+    use harness_core::id::ExecutionId;
+    use harness_core::store::ExecutionRecord;
+
+    for (principal, conversation) in [
+        ("alice", "shared"),
+        ("bob", "shared"),
+        ("", "local"),
+        ("carol", "local"),
+    ] {
+        let request = serde_json::json!({"message": "hi", "conversationId": conversation});
+        let record = ExecutionRecord::new(ExecutionId::generate(), "openai", "fp", request)
+            .with_principal(principal);
+        store.create(record).await.expect("create");
+    }
+    let key = history();
+    for (conversation, value) in [("shared", "alice's"), ("local", "local"), ("orphan", "?")] {
+        let binding = unscoped(conversation);
+        store
+            .put(&binding, &key, value.as_bytes().to_vec(), None)
+            .await
+            .expect("write");
+    }
+    let cleared = store.clear(&unscoped("shared")).await.expect("clear");
+    store
+        .put(&cleared, &key, b"alice's, cleared".to_vec(), None)
+        .await
+        .expect("write");
+}
+
+/// After the migration: `shared` is alice's (its state and epoch with it), bob's and the
+/// anonymous `shared` are fresh; `local` stays anonymous, carol's is fresh; `orphan` stays.
+pub async fn check_scoped_conversations<S>(store: &S)
+where
+    S: harness_core::session::ThreadStateStore,
+{
+    use harness_core::session::Conversation;
+
+    let of =
+        |caller: &str, id: &str| Conversation::new(caller.parse().unwrap(), id.parse().unwrap());
+    let anonymous = |id: &str| Conversation::anonymous(id.parse().unwrap());
+    for (conversation, expected) in [
+        (of("alice", "shared"), (1, Some("alice's, cleared"))),
+        (of("bob", "shared"), (0, None)),
+        (anonymous("shared"), (0, None)),
+        (anonymous("local"), (0, Some("local"))),
+        (of("carol", "local"), (0, None)),
+        (anonymous("orphan"), (0, Some("?"))),
+    ] {
+        let binding = harness_core::session::BindingId::for_conversation(
+            &"openai".parse().unwrap(),
+            &conversation,
+        );
+        let current = store
+            .current(&binding, conversation.id())
+            .await
+            .expect("current");
+        let value = store.get(&current, &history()).await.expect("read");
+        let value = value.map(|e| String::from_utf8(e.value).unwrap());
+        assert_eq!(
+            (current.epoch(), value.as_deref()),
+            expected,
+            "{:?}",
+            conversation
+        );
+    }
+}
+
+fn history() -> harness_core::session::StateKey {
+    "history".parse().expect("a key")
+}
+
+/// The binding of anonymous `conversation` of `openai`: every binding's form before scoping.
+fn unscoped(conversation: &str) -> harness_core::session::SessionBinding {
+    use harness_core::session::{BindingId, Conversation, SessionBinding};
+    let id: harness_core::id::ConversationId = conversation.parse().unwrap();
+    let binding = BindingId::for_conversation(
+        &"openai".parse().unwrap(),
+        &Conversation::anonymous(id.clone()),
+    );
+    SessionBinding::new(binding, id)
+}
+
 pub fn scratch(name: &str) -> PathBuf {
     static SWEPT: std::sync::Once = std::sync::Once::new();
     let root = std::env::temp_dir().join("harness-store-tests");
