@@ -171,6 +171,19 @@ pub struct AcpAgent {
     /// saying so otherwise). Header and variable values are never printed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mcp_servers: Vec<AcpMcpServer>,
+    /// The operator vouches that this agent asks for form input (ACP's form-mode
+    /// `elicitation/create`). ACP lets a client offer elicitation but gives an agent no way
+    /// to say it uses it, so without this `interrupt.form_input` is reported unsupported for
+    /// the agent, and a request requiring it is refused at preflight instead of waiting for
+    /// a form that never comes. Forms the agent sends are answered either way.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub elicitation: bool,
+    /// The operator vouches that this agent continues the W3C trace context the adapter sends
+    /// in `session/prompt`'s `_meta`. The context is sent either way; without this,
+    /// `observability.trace_propagation` is reported unsupported for the agent, since
+    /// nothing shows that the trace goes on inside it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub trace_context: bool,
 }
 
 /// An MCP server forwarded to an ACP agent, which starts or reaches it itself.
@@ -326,6 +339,8 @@ impl fmt::Debug for AcpAgent {
             .field("caller_config_options", &self.caller_config_options)
             .field("replay_quiet_ms", &self.replay_quiet_ms)
             .field("mcp_servers", &self.mcp_servers)
+            .field("elicitation", &self.elicitation)
+            .field("trace_context", &self.trace_context)
             .finish()
     }
 }
@@ -460,6 +475,8 @@ impl AcpAgent {
             caller_config_options: Vec::new(),
             replay_quiet_ms: DEFAULT_REPLAY_QUIET_MS,
             mcp_servers: Vec::new(),
+            elicitation: false,
+            trace_context: false,
         }
     }
 
@@ -590,6 +607,21 @@ impl AcpAgent {
     #[must_use]
     pub fn with_files(mut self, files: FileAccess) -> Self {
         self.files = files;
+        self
+    }
+
+    /// Vouches that the agent asks for form input: see [`elicitation`](Self::elicitation).
+    #[must_use]
+    pub const fn with_elicitation(mut self) -> Self {
+        self.elicitation = true;
+        self
+    }
+
+    /// Vouches that the agent continues the trace context: see
+    /// [`trace_context`](Self::trace_context).
+    #[must_use]
+    pub const fn with_trace_context(mut self) -> Self {
+        self.trace_context = true;
         self
     }
 

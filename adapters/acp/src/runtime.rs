@@ -305,8 +305,9 @@ fn session_for(
         "interrupt.form_input",
         native,
         explanation = "a form-mode elicitation/create becomes form input; the client advertises \
-            elicitation.form, and the agent decides whether to ask",
-        constraints(when = "the agent asks"),
+            elicitation.form, and the agent decides whether to ask; evaluate reports it \
+            unsupported unless the operator vouches that the agent asks (AcpAgent::elicitation)",
+        constraints(when = "the operator vouches that the agent asks"),
     ),
     capability(
         "interrupt.tool_approval",
@@ -346,7 +347,8 @@ fn session_for(
         native,
         explanation = "the turn's W3C trace context is sent in the `_meta` of session/prompt \
             (`traceparent`, `tracestate`), the root keys ACP reserves for it; the \
-            agent decides whether to continue the trace",
+            agent decides whether to continue the trace, and evaluate reports it \
+            unsupported unless the operator vouches that it does (AcpAgent::trace_context)",
         constraints(via = "session/prompt _meta"),
     ),
     capability(
@@ -654,6 +656,27 @@ impl HarnessAdapter for AcpAdapter {
                     CapabilityKey::ToolMcp,
                     Capability::unsupported(
                         "the operator forwards no MCP server to this agent (AcpAgent::mcp_servers)",
+                    ),
+                );
+            }
+            // What ACP gives an agent no way to declare is claimed only where the operator
+            // vouches for it: a report claims nothing the agent may never do.
+            if !profile.agent.elicitation {
+                report.declare(
+                    CapabilityKey::InterruptFormInput,
+                    Capability::unsupported(
+                        "the operator does not vouch that this agent asks for form input \
+                         (AcpAgent::elicitation): ACP gives an agent no way to declare it",
+                    ),
+                );
+            }
+            if !profile.agent.trace_context {
+                report.declare(
+                    CapabilityKey::ObservabilityTracePropagation,
+                    Capability::unsupported(
+                        "the trace context is sent in session/prompt's _meta, but the \
+                         operator does not vouch that this agent continues it \
+                         (AcpAgent::trace_context)",
                     ),
                 );
             }

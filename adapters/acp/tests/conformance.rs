@@ -48,9 +48,13 @@ impl AcpKnobs {
     }
 }
 
+/// The test agent asks for forms and echoes the trace context it is sent: the operator
+/// vouches for both.
 fn agent(mode: &str, workspace: &std::path::Path) -> AcpAgent {
     AcpAgent::new([env!("CARGO_BIN_EXE_acp-test-agent"), mode], workspace)
         .with_cancel_grace(Duration::from_millis(500))
+        .with_elicitation()
+        .with_trace_context()
 }
 
 fn request(agent: &str, message: &str) -> ExecutionRequest {

@@ -42,7 +42,7 @@ fn the_descriptor_builds_and_reports_only_what_is_implemented() {
     );
     assert_eq!(
         caps.get(CapabilityKey::InterruptFormInput).constraints()["when"],
-        json!("the agent asks")
+        json!("the operator vouches that the agent asks")
     );
     for key in [
         CapabilityKey::StreamUsage,

@@ -117,16 +117,36 @@ async fn evaluate_reports_what_the_agent_negotiated() {
         report.level(CapabilityKey::SessionMultiTurn),
         SupportLevel::Unsupported
     );
-    assert_eq!(
-        report.level(CapabilityKey::InterruptFormInput),
-        SupportLevel::Native
+    // What ACP gives an agent no way to declare is claimed only where the operator vouches.
+    for key in [
+        CapabilityKey::InterruptFormInput,
+        CapabilityKey::ObservabilityTracePropagation,
+    ] {
+        assert_eq!(report.level(key), SupportLevel::Unsupported, "{key:?}");
+    }
+    let vouched_mark = marker("evaluate-vouched");
+    let vouched = adapter_for(
+        test_agent("no-load", &vouched_mark)
+            .with_elicitation()
+            .with_trace_context(),
     );
+    let report = vouched
+        .evaluate(&config, &deployment)
+        .await
+        .expect("the probe answers");
+    for key in [
+        CapabilityKey::InterruptFormInput,
+        CapabilityKey::ObservabilityTracePropagation,
+    ] {
+        assert_eq!(report.level(key), SupportLevel::Native, "{key:?}");
+    }
     // Cached for the adapter: evaluating again starts no agent.
     echo.evaluate(&config, &deployment).await.expect("cached");
     assert_eq!(echo.stats().snapshot().probes, 1);
     assert_eq!(no_load.stats().snapshot().probes, 1);
     assert_no_process_left(&mark).await;
     assert_no_process_left(&no_load_mark).await;
+    assert_no_process_left(&vouched_mark).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
