@@ -514,20 +514,24 @@ pub(crate) struct AgentProcess {
     wire: Arc<Wire>,
     replay: Arc<Mutex<Replay>>,
     stderr: Arc<Mutex<VecDeque<u8>>>,
-    /// `Some` until the agent is reaped: while it is, its pid (the group id) cannot be reused.
-    child: tokio::sync::Mutex<Option<Child>>,
+    /// `Some` until [`stop`](Self::stop) hands it to the reaper: until the agent is reaped,
+    /// its pid (the group id) cannot be reused.
+    child: Mutex<Option<Child>>,
     pgid: Option<u32>,
+    stats: Arc<Stats>,
+    /// Set once the process group is reaped (or given up on), by the [`Reaper`].
+    reaped: Arc<watch::Sender<bool>>,
     stop: Mutex<Option<oneshot::Sender<()>>>,
     backlog: Arc<Backlog>,
     /// The tasks spawned for the agent (the connection first, then the stderr reader):
-    /// stopped by [`shutdown`](Self::shutdown) (and on drop) even if the agent left a process
-    /// outside its group holding its stdout or stderr open.
+    /// stopped by the [`Reaper`] (and on drop) even if the agent left a process outside its
+    /// group holding its stdout or stderr open.
     tasks: Mutex<Vec<JoinHandle<()>>>,
     /// Reports the agent's exit while its stdout is still held open (see [`watch_exit`]);
-    /// stopped first by [`shutdown`](Self::shutdown) (and on drop).
+    /// stopped first by [`stop`](Self::stop) (and on drop).
     exit_watch: Mutex<Option<JoinHandle<()>>>,
-    /// Where the connection reports its end: [`shutdown`](Self::shutdown) reports it when it
-    /// had to stop the connection.
+    /// Where the connection reports its end: the [`Reaper`] reports it when it had to stop
+    /// the connection.
     inbound: mpsc::UnboundedSender<Inbound>,
     /// Set once the agent's end was reported (whoever reported it): see
     /// [`gone`](Self::gone).
@@ -535,13 +539,11 @@ pub(crate) struct AgentProcess {
 }
 
 impl Drop for AgentProcess {
-    /// An agent dropped without [`shutdown`](Self::shutdown) (a dropped `initialize` or
-    /// probe, a timed-out `evaluate`) takes its whole process group with it, not only the
-    /// leader `kill_on_drop` would reach.
+    /// An agent dropped without [`stop`](Self::stop) (a dropped `initialize` or probe, a
+    /// timed-out `evaluate`) takes its whole process group with it, not only the leader
+    /// `kill_on_drop` would reach.
     fn drop(&mut self) {
-        if let Ok(mut child) = self.child.try_lock()
-            && let Some(child) = child.take()
-        {
+        if let Some(child) = lock(&self.child).take() {
             signal_group(self.pgid, Signal::KILL);
             reap_in_background(child);
         }
@@ -563,7 +565,7 @@ const EXIT_DRAIN: Duration = Duration::from_millis(500);
 /// Reports the agent's end as [`Inbound::Closed`] when it exited but its connection did not
 /// report the end within [`EXIT_DRAIN`]: a process the agent started holds its stdout open,
 /// so the stream never ends. The agent is not reaped here (it is watched through `/proc`):
-/// until [`AgentProcess::shutdown`] kills its group, its pid (the group id) stays reserved.
+/// until the [`Reaper`] is done with its group, its pid (the group id) stays reserved.
 async fn watch_exit(
     pid: u32,
     mut reported: watch::Receiver<bool>,
@@ -621,10 +623,109 @@ impl KillGroup {
 
 impl Drop for KillGroup {
     fn drop(&mut self) {
-        signal_group(self.pgid, Signal::KILL);
+        signal_group(self.pgid.take(), Signal::KILL);
         if let Some(child) = self.child.take() {
             reap_in_background(child);
         }
+    }
+}
+
+/// Ends an agent's process group on a task of its own, so that the run it served does not
+/// wait for it: `SIGTERM` to the group (if anything in it still lives), up to the grace for
+/// the group to exit, `SIGKILL` to what did not, then the agent (the group's leader) is
+/// reaped and the agent's tasks get [`TASK_DRAIN`] to finish. Bounded: the grace, 2 s for the
+/// reap, [`TASK_DRAIN`].
+///
+/// Dropped unfinished (its Tokio runtime shuts down, or there is none), it kills the group at
+/// once: no process outlives the reaper either way.
+struct Reaper {
+    /// The agent, until reaped: its group is killed if the reaper is dropped before.
+    group: KillGroup,
+    tasks: Vec<JoinHandle<()>>,
+    wire: Arc<Wire>,
+    inbound: mpsc::UnboundedSender<Inbound>,
+    gone: Arc<watch::Sender<bool>>,
+    stats: Arc<Stats>,
+    reaped: Arc<watch::Sender<bool>>,
+}
+
+impl Reaper {
+    async fn run(mut self, grace: Duration) {
+        if let Some(pgid) = self.group.pgid
+            // A group that already exited (its leader unreaped, so the id is still ours) is
+            // not signalled.
+            && group_lives(pgid)
+        {
+            self.stats.groups_terminated.fetch_add(1, Ordering::SeqCst);
+            signal_group(Some(pgid), Signal::TERM);
+            // The whole group, not only the agent: a harness's agent often exits on the
+            // signal before the model process it started has flushed its own state (Claude
+            // Code's session transcript, which the next turn's `session/load` reads).
+            let deadline = tokio::time::Instant::now() + grace;
+            while group_lives(pgid) && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            // What did not exit in the grace period is killed.
+            if group_lives(pgid) {
+                self.stats.groups_killed.fetch_add(1, Ordering::SeqCst);
+                signal_group(Some(pgid), Signal::KILL);
+            }
+        }
+        if let Some(child) = self.group.child.as_mut() {
+            // A leader that left its group is not reached by the group's signals.
+            if child.id().is_some_and(|pid| !exited_unreaped(pid)) {
+                let _ = child.start_kill();
+            }
+            let _ = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
+        }
+        // Reaped (or, past the bound, left to Tokio's orphan reaping, `kill_on_drop` having
+        // killed it): the group id may be reused from now on and is never signalled again.
+        self.group.pgid = None;
+        drop(self.group.child.take());
+        // The connection and the stderr reader end once every holder of the agent's stdout
+        // and stderr is gone; a process the agent moved out of its group may hold them open
+        // for ever. Let them finish what the group wrote (bounded), then stop them.
+        let deadline = tokio::time::Instant::now() + TASK_DRAIN;
+        for (i, mut task) in std::mem::take(&mut self.tasks).into_iter().enumerate() {
+            let finished = tokio::time::timeout_at(deadline, &mut task).await.is_ok();
+            task.abort();
+            if i == 0 && !finished {
+                // The connection could not report its end itself.
+                let end = self.wire.fault().unwrap_or_else(exited);
+                let _ = self.inbound.send(Inbound::Closed(end));
+                self.gone.send_replace(true);
+            }
+        }
+        self.stats.groups_reaped.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        // Unfinished: kill the group now (finished: nothing is left to kill).
+        signal_group(self.group.pgid.take(), Signal::KILL);
+        for task in self.tasks.drain(..) {
+            task.abort();
+        }
+        self.stats.reaping.fetch_sub(1, Ordering::SeqCst);
+        self.reaped.send_replace(true);
+    }
+}
+
+/// Completes once an agent's process group is reaped: see [`AgentProcess::stop`].
+#[derive(Debug, Clone)]
+pub(crate) struct Reaped(watch::Receiver<bool>);
+
+impl Reaped {
+    /// Whether the group is reaped already.
+    pub(crate) fn done(&self) -> bool {
+        *self.0.borrow()
+    }
+
+    /// Waits until the group is reaped.
+    pub(crate) async fn wait(mut self) {
+        // Every sender gone: the reaper is gone too.
+        let _ = self.0.wait_for(|reaped| *reaped).await;
     }
 }
 
@@ -684,7 +785,7 @@ impl AgentProcess {
 
         let wire = Arc::new(Wire::default());
         let replay = Arc::new(Mutex::new(Replay::default()));
-        let backlog = Arc::new(Backlog::new(stats));
+        let backlog = Arc::new(Backlog::new(Arc::clone(&stats)));
         let transport = acp::Lines::new(
             line_sink(stdin, Arc::clone(&wire)),
             line_stream(stdout, Arc::clone(&wire), Arc::clone(&backlog)),
@@ -744,8 +845,10 @@ impl AgentProcess {
             wire,
             replay,
             stderr: stderr_buf,
-            child: tokio::sync::Mutex::new(guard.disarm()),
+            child: Mutex::new(guard.disarm()),
             pgid,
+            stats: Arc::clone(&stats),
+            reaped: Arc::new(watch::Sender::new(false)),
             stop: Mutex::new(Some(stop_tx)),
             backlog,
             inbound: inbound_end,
@@ -966,15 +1069,18 @@ impl AgentProcess {
         let _ = self.cx.send_notification(notification);
     }
 
-    /// Ends the agent: stops the connection, terminates the process group, waits up to
-    /// `grace` for the agent to exit, then kills the process group and reaps the agent.
-    /// Idempotent.
+    /// Ends the agent without waiting for its process group: stops the connection and hands
+    /// the group to a [`Reaper`] task (`SIGTERM`, up to `grace`, `SIGKILL`, reap). The first
+    /// call decides; later ones (and [`shutdown`](Self::shutdown)) only return the same
+    /// [`Reaped`].
     ///
-    /// The agent is reaped only after the group was killed: until then its pid (the group
-    /// id) cannot be reused, so the signals never reach an unrelated process.
-    pub(crate) async fn shutdown(&self, grace: Duration) {
-        let Some(mut child) = self.child.lock().await.take() else {
-            return;
+    /// The agent is reaped only after its group was signalled for the last time: until then
+    /// its pid (the group id) cannot be reused, so the signals never reach an unrelated
+    /// process.
+    pub(crate) fn stop(&self, grace: Duration) -> Reaped {
+        let reaped = Reaped(self.reaped.subscribe());
+        let Some(child) = lock(&self.child).take() else {
+            return reaped;
         };
         // Before the agent is reaped (its exit is then no longer the run's end).
         if let Some(watch) = lock(&self.exit_watch).take() {
@@ -983,39 +1089,33 @@ impl AgentProcess {
         if let Some(stop) = lock(&self.stop).take() {
             let _ = stop.send(());
         }
-        signal_group(self.pgid, Signal::TERM);
-        if let Some(pgid) = self.pgid {
-            // The whole group, not only the agent: a harness's agent often exits on the
-            // signal before the model process it started has flushed its own state (Claude
-            // Code's session transcript, which the next turn's `session/load` reads).
-            let deadline = tokio::time::Instant::now() + grace;
-            while group_lives(pgid) && tokio::time::Instant::now() < deadline {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
+        self.stats.reaping.fetch_add(1, Ordering::SeqCst);
+        let reaper = Reaper {
+            group: KillGroup {
+                pgid: self.pgid,
+                child: Some(child),
+            },
+            tasks: lock(&self.tasks).drain(..).collect(),
+            wire: Arc::clone(&self.wire),
+            inbound: self.inbound.clone(),
+            gone: Arc::clone(&self.gone),
+            stats: Arc::clone(&self.stats),
+            reaped: Arc::clone(&self.reaped),
+        };
+        // Without a runtime the reaper is dropped here, which kills the group at once.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(reaper.run(grace).instrument(tracing::Span::current()));
         }
-        // What did not exit in the grace period is killed.
-        signal_group(self.pgid, Signal::KILL);
-        let _ = child.start_kill();
-        let _ = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
-        // The connection and the stderr reader end once every holder of the agent's stdout
-        // and stderr is gone; a process the agent moved out of its group may hold them open
-        // for ever. Let them finish what the group wrote (bounded), then stop them.
-        let tasks: Vec<_> = lock(&self.tasks).drain(..).collect();
-        let deadline = tokio::time::Instant::now() + TASK_DRAIN;
-        for (i, mut task) in tasks.into_iter().enumerate() {
-            let finished = tokio::time::timeout_at(deadline, &mut task).await.is_ok();
-            task.abort();
-            if i == 0 && !finished {
-                // The connection could not report its end itself.
-                let end = self.wire.fault().unwrap_or_else(exited);
-                let _ = self.inbound.send(Inbound::Closed(end));
-                self.gone.send_replace(true);
-            }
-        }
+        reaped
+    }
+
+    /// [`stop`](Self::stop), and waits until the process group is reaped. Idempotent.
+    pub(crate) async fn shutdown(&self, grace: Duration) {
+        self.stop(grace).wait().await;
     }
 
     /// Completes once the agent's end has been reported: it exited, or its connection ended
-    /// (on its own, or stopped by [`shutdown`](Self::shutdown)).
+    /// (on its own, or stopped by [`stop`](Self::stop)).
     pub(crate) fn gone(&self) -> impl Future<Output = ()> + Send + 'static {
         let mut gone = self.gone.subscribe();
         async move {
@@ -1024,8 +1124,8 @@ impl AgentProcess {
     }
 }
 
-/// How long [`AgentProcess::shutdown`] lets the agent's tasks finish on their own once the
-/// process group is gone.
+/// How long the [`Reaper`] lets the agent's tasks finish on their own once the process group
+/// is gone.
 const TASK_DRAIN: Duration = Duration::from_millis(200);
 
 /// Aborts a task when dropped, unless taken out with [`into_inner`](Self::into_inner).

@@ -38,7 +38,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 
-use crate::client::{AgentProcess, Inbound, protocol};
+use crate::client::{AgentProcess, Inbound, Reaped, protocol};
 use crate::elicitation::{self, Unsupported};
 use crate::options::{AcpAgent, AcpOptions, SessionSetup};
 use crate::setup;
@@ -62,6 +62,10 @@ pub struct Stats {
     pub(crate) inbound_peak: AtomicU64,
     pub(crate) inbound_stalls: AtomicU64,
     pub(crate) updates_dropped: AtomicU64,
+    pub(crate) reaping: AtomicU64,
+    pub(crate) groups_reaped: AtomicU64,
+    pub(crate) groups_terminated: AtomicU64,
+    pub(crate) groups_killed: AtomicU64,
 }
 
 /// A copy of the [`Stats`] counters.
@@ -85,6 +89,17 @@ pub struct StatsSnapshot {
     pub inbound_stalls: u64,
     /// Updates dropped because they arrived after a cancel while that many were waiting.
     pub updates_dropped: u64,
+    /// Agents' process groups being reaped now, after the run (or probe) they served ended:
+    /// a run's terminal event does not wait for its agent's group.
+    pub reaping: u64,
+    /// Agents' process groups reaped (each agent's, once).
+    pub groups_reaped: u64,
+    /// Process groups in which a process still ran when the agent was stopped, and was sent
+    /// `SIGTERM` (a group that had exited on its own is not signalled).
+    pub groups_terminated: u64,
+    /// Process groups in which a process outlived `SIGTERM` by the cancel grace and was
+    /// killed with `SIGKILL`.
+    pub groups_killed: u64,
 }
 
 impl Stats {
@@ -100,12 +115,42 @@ impl Stats {
             inbound_peak: get(&self.inbound_peak),
             inbound_stalls: get(&self.inbound_stalls),
             updates_dropped: get(&self.updates_dropped),
+            reaping: get(&self.reaping),
+            groups_reaped: get(&self.groups_reaped),
+            groups_terminated: get(&self.groups_terminated),
+            groups_killed: get(&self.groups_killed),
         }
     }
 }
 
 fn bump(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::SeqCst);
+}
+
+/// The process groups of ended runs still being reaped, by the ACP session they served: a
+/// later turn of that session waits for its group before starting its own agent, so that
+/// what the group's processes write on their way out (Claude Code's session transcript) is
+/// there for `session/load`. Holds only groups not yet reaped.
+#[derive(Debug, Default)]
+struct Reaping(Mutex<HashMap<SessionId, Reaped>>);
+
+impl Reaping {
+    fn insert(&self, session: SessionId, reaped: Reaped) {
+        let mut groups = lock(&self.0);
+        groups.retain(|_, group| !group.done());
+        if !reaped.done() {
+            groups.insert(session, reaped);
+        }
+    }
+
+    /// Waits until the group that last served `session` (if any is still being reaped) is
+    /// reaped: bounded, as the reaping is.
+    async fn settled(&self, session: &SessionId) {
+        let group = lock(&self.0).get(session).cloned();
+        if let Some(group) = group {
+            group.wait().await;
+        }
+    }
 }
 
 /// Redacts the agent's stderr before it enters a diagnostic.
@@ -376,6 +421,7 @@ pub struct AcpAdapter {
     /// The operator's agents by name, [`DEFAULT_AGENT`] among them.
     profiles: Arc<BTreeMap<String, Profile>>,
     stats: Arc<Stats>,
+    reaping: Arc<Reaping>,
     sessions: Arc<Mutex<HashMap<Conversation, Bound>>>,
 }
 
@@ -392,6 +438,7 @@ impl AcpAdapter {
         Ok(Self {
             profiles: Arc::new(profiles),
             stats: Arc::default(),
+            reaping: Arc::default(),
             sessions: Arc::default(),
         })
     }
@@ -730,6 +777,7 @@ impl HarnessAdapter for AcpAdapter {
                     thread_state: context.thread_state,
                     sessions: Arc::clone(&self.sessions),
                     stats: Arc::clone(&self.stats),
+                    reaping: Arc::clone(&self.reaping),
                     init: tokio::sync::Mutex::new(None),
                     inbound: tokio::sync::Mutex::new(None),
                     held: Mutex::default(),
@@ -825,6 +873,7 @@ struct AcpRuntime {
     thread_state: Option<ScopedThreadState>,
     sessions: Arc<Mutex<HashMap<Conversation, Bound>>>,
     stats: Arc<Stats>,
+    reaping: Arc<Reaping>,
     init: tokio::sync::Mutex<Option<Result<RuntimeInit, HarnessError>>>,
     inbound: tokio::sync::Mutex<Option<mpsc::UnboundedReceiver<Inbound>>>,
     /// What a cancel took out of `inbound` while answering queued requests (see
@@ -879,6 +928,16 @@ impl AcpRuntime {
             .agent
             .as_ref()
             .is_some_and(|agent| agent.refusing())
+    }
+
+    /// Ends `agent` without waiting for its process group (`SIGTERM`, `grace`, `SIGKILL` on a
+    /// task of its own): the run's terminal event does not wait for it, a later turn of the
+    /// session does (see [`Reaping`]).
+    fn release(&self, agent: &AgentProcess, grace: Duration) {
+        let reaped = agent.stop(grace);
+        if let Some(session) = lock(&self.state).session_id.clone() {
+            self.reaping.insert(session, reaped);
+        }
     }
 
     fn with_stderr(&self, err: HarnessError) -> HarnessError {
@@ -938,6 +997,9 @@ impl AcpRuntime {
     async fn start_agent(&self) -> Result<RuntimeInit, HarnessError> {
         // A conversation bound to another agent fails before an agent is started.
         let known = self.known_session().await?;
+        if let Some(session) = &known.0 {
+            self.reaping.settled(session).await;
+        }
         let (tx, rx) = mpsc::unbounded_channel();
         let agent = AgentProcess::spawn(&self.agent, tx.clone(), Arc::clone(&self.stats)).await?;
         bump(&self.stats.agents_started);
@@ -1774,8 +1836,9 @@ impl HarnessRuntime for AcpRuntime {
                 .await
                 .is_err()
             {
+                // The run ends now; the group is terminated, then killed, behind it.
                 bump(&self.stats.forced_cancels);
-                agent.shutdown(Duration::from_millis(500)).await;
+                self.release(&agent, Duration::from_millis(500));
             } else {
                 bump(&self.stats.graceful_cancels);
             }
@@ -1801,8 +1864,10 @@ impl HarnessRuntime for AcpRuntime {
                 }
                 state.agent.clone()
             };
+            // The agent answered (or the run ended): its group is reaped behind the terminal
+            // event, bounded by the grace.
             if let Some(agent) = agent {
-                agent.shutdown(self.agent.cancel_grace()).await;
+                self.release(&agent, self.agent.cancel_grace());
             }
         })
     }

@@ -299,3 +299,202 @@ async fn a_file_over_the_read_limit_is_not_served() {
         said.len()
     );
 }
+
+/// Whether process `pid` runs (exists and is not a zombie).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with(['Z', 'X']))
+    })
+}
+
+/// Waits (bounded) until the adapter has reaped every process group it stopped.
+async fn until_reaped(stats: &harness_acp::Stats) -> harness_acp::StatsSnapshot {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while stats.snapshot().reaping > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let snapshot = stats.snapshot();
+    assert_eq!(
+        snapshot.reaping, 0,
+        "groups still being reaped: {snapshot:?}"
+    );
+    snapshot
+}
+
+/// Defect (issue 34, with `claude-agent-acp` 0.101.0): the agent answered `session/cancel`
+/// within milliseconds, but the Claude Code process it started ignores `SIGTERM`, and
+/// `run.cancelled` waited for the whole process group: the full grace. The run ends as soon as
+/// the agent ended the turn `cancelled`; the group is reaped behind it (the child is killed
+/// only after the grace), and nothing is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_the_agent_answers_ends_the_run_before_its_group_is_reaped() {
+    let grace = Duration::from_secs(5);
+    let mark = marker("hang-child");
+    let adapter = adapter_for(test_agent("hang-child", &mark).with_cancel_grace(grace));
+    let stats = adapter.stats();
+    let execution = start(&adapter).await;
+    let events = read_until(&execution, Cursor::START, |e| {
+        e.kind() == EventKind::MessageDelta || e.kind().is_terminal()
+    })
+    .await;
+    let said = text(&events);
+    let child: u32 = said
+        .strip_prefix("child ")
+        .and_then(|pid| pid.parse().ok())
+        .unwrap_or_else(|| panic!("the agent names its child: {said:?}"));
+    assert!(alive(child), "the child runs");
+
+    let began = Instant::now();
+    let _request = execution.cancel(CancelReason::new("test"));
+    let outcome = outcome(&execution).await;
+    let ended = began.elapsed();
+    assert!(matches!(outcome, Outcome::Cancelled(_)), "{outcome:?}");
+    // Generous (the agent answers in milliseconds), and far below the grace.
+    assert!(
+        ended < Duration::from_secs(1),
+        "run.cancelled came {ended:?} after the cancel, with a grace of {grace:?}"
+    );
+    assert!(
+        alive(child),
+        "the child still runs: the terminal event did not wait for it"
+    );
+    let events = read_until(&execution, Cursor::START, |e| e.kind().is_terminal()).await;
+    assert_eq!(kinds(&events).last(), Some(&"run.cancelled"));
+
+    // Behind the terminal event: SIGTERM, which the child ignores, then SIGKILL after the grace.
+    let deadline = began + grace + Duration::from_secs(15);
+    while alive(child) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let killed = began.elapsed();
+    assert!(!alive(child), "the child outlived its group's reaping");
+    assert!(
+        killed >= grace,
+        "the child was killed {killed:?} after the cancel, before the grace ({grace:?})"
+    );
+    let stats = until_reaped(&stats).await;
+    assert_eq!(
+        (
+            stats.graceful_cancels,
+            stats.forced_cancels,
+            stats.groups_reaped,
+            stats.groups_terminated,
+            stats.groups_killed
+        ),
+        (1, 0, 1, 1, 1),
+        "{stats:?}"
+    );
+    drop(execution);
+    assert_no_process_left(&mark).await;
+}
+
+/// An agent that never answers the cancel (and ignores `SIGTERM`, as its child does) still
+/// ends `cancelled`, once the grace has passed, without waiting for its group, which is
+/// killed behind the terminal event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_the_agent_ignores_ends_the_run_once_the_grace_has_passed() {
+    let grace = Duration::from_secs(2);
+    let mark = marker("ignore-cancel");
+    let adapter = adapter_for(test_agent("ignore-cancel", &mark).with_cancel_grace(grace));
+    let stats = adapter.stats();
+    let execution = start(&adapter).await;
+    read_until(&execution, Cursor::START, |e| {
+        e.kind() == EventKind::MessageDelta || e.kind().is_terminal()
+    })
+    .await;
+    let began = Instant::now();
+    let _request = execution.cancel(CancelReason::new("test"));
+    let outcome = outcome(&execution).await;
+    let ended = began.elapsed();
+    assert!(matches!(outcome, Outcome::Cancelled(_)), "{outcome:?}");
+    assert!(
+        ended >= grace,
+        "ended {ended:?} after the cancel, within the grace"
+    );
+    assert!(
+        ended < grace + Duration::from_secs(3),
+        "ended {ended:?} after the cancel, with a grace of {grace:?}"
+    );
+    let events = read_until(&execution, Cursor::START, |e| e.kind().is_terminal()).await;
+    assert_eq!(kinds(&events).last(), Some(&"run.cancelled"));
+    let stats = until_reaped(&stats).await;
+    assert_eq!(
+        (
+            stats.graceful_cancels,
+            stats.forced_cancels,
+            stats.groups_reaped,
+            stats.groups_killed
+        ),
+        (0, 1, 1, 1),
+        "{stats:?}"
+    );
+    drop(execution);
+    assert_no_process_left(&mark).await;
+}
+
+/// A process group that exited on its own (the agent crashed) is reaped without a signal:
+/// its id is never signalled once nothing in it runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_that_exited_on_its_own_is_not_signalled() {
+    let mark = marker("crash");
+    let adapter = adapter_for(test_agent("crash", &mark));
+    let stats = adapter.stats();
+    let execution = start(&adapter).await;
+    assert!(matches!(outcome(&execution).await, Outcome::Failed(_)));
+    let stats = until_reaped(&stats).await;
+    assert_eq!(
+        (
+            stats.groups_reaped,
+            stats.groups_terminated,
+            stats.groups_killed
+        ),
+        (1, 0, 0),
+        "{stats:?}"
+    );
+    drop(execution);
+    assert_no_process_left(&mark).await;
+}
+
+/// The Tokio runtime shuts down while a cancelled run's process group is still being reaped
+/// (its child ignores `SIGTERM`, the grace is long): the reaper is dropped with the runtime
+/// and kills the group at once, no orphan waits for the grace.
+#[test]
+fn a_group_being_reaped_when_its_tokio_runtime_shuts_down_is_killed() {
+    let grace = Duration::from_secs(60);
+    let mark = marker("hang-child");
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (child, stats) = tokio.block_on(async {
+        let adapter = adapter_for(test_agent("hang-child", &mark).with_cancel_grace(grace));
+        let execution = start(&adapter).await;
+        let events = read_until(&execution, Cursor::START, |e| {
+            e.kind() == EventKind::MessageDelta || e.kind().is_terminal()
+        })
+        .await;
+        let child: u32 = text(&events)
+            .strip_prefix("child ")
+            .and_then(|pid| pid.parse().ok())
+            .expect("the agent names its child");
+        let _request = execution.cancel(CancelReason::new("test"));
+        assert!(matches!(outcome(&execution).await, Outcome::Cancelled(_)));
+        (child, adapter.stats())
+    });
+    assert!(alive(child), "the child runs through the grace");
+    assert_eq!(stats.snapshot().reaping, 1, "its group is being reaped");
+    let dropped = Instant::now();
+    drop(tokio);
+    while alive(child) && dropped.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!alive(child), "the child outlived its runtime");
+    assert_eq!(stats.snapshot().reaping, 0);
+    assert_eq!(
+        common::processes_with(&mark),
+        Vec::<u32>::new(),
+        "processes left behind"
+    );
+}

@@ -25,6 +25,7 @@
 //! | `elicit` | an `elicitation/create` request in form mode (required string `name`, optional integer `age`) if the client advertised `elicitation.form`, else message `elicitation unsupported`, `end_turn`; accept → message `hello <name>`, `end_turn`; decline → message `declined`, `end_turn`; cancel → `cancelled` |
 //! | `permission` | `tool_call` `call-1` (`write file`, kind `edit`, rawInput `{"path":"a.txt"}`), then `session/request_permission` with options `allow` (`allow_once`) and `reject` (`reject_once`); allow → `tool_call_update` completed, rawOutput `{"ok":true}`, message `done`, `end_turn`; reject → `tool_call_update` failed, message `rejected`, `end_turn`; cancelled outcome → `cancelled` |
 //! | `hang` | message chunk `thinking forever`, then never ends the turn until `session/cancel`, which it answers with `cancelled` |
+//! | `hang-child` | spawns a child (`acp-test-agent sleep TAG...`, same process group, ignoring `SIGTERM`, sleeping 300 s) as Claude Code's bridge does its model process; message chunk `child <pid>`, then as `hang` (answers `session/cancel` with `cancelled` at once); the agent itself exits on `SIGTERM` |
 //! | `ignore-cancel` | ignores `SIGTERM` from the start; spawns a child (`acp-test-agent sleep TAG...`, same process group, ignoring `SIGTERM`, sleeping 300 s) that outlives it; message chunk `spawned a child`; never ends the turn, ignores `session/cancel` |
 //! | `crash` | message chunk `about to crash`, then a secret-looking line on stderr (ending with `TAG... <prompt text>`), then exit status 3 mid-turn |
 //! | `malformed` | message chunk `about to babble`, then the line `this is not json` on stdout; never ends the turn |
@@ -111,6 +112,7 @@ enum Mode {
     Elicit,
     Permission,
     Hang,
+    HangChild,
     IgnoreCancel,
     Crash,
     Malformed,
@@ -163,6 +165,7 @@ impl Mode {
             "elicit" => Self::Elicit,
             "permission" => Self::Permission,
             "hang" => Self::Hang,
+            "hang-child" => Self::HangChild,
             "ignore-cancel" => Self::IgnoreCancel,
             "crash" => Self::Crash,
             "malformed" => Self::Malformed,
@@ -959,6 +962,13 @@ impl TestAgent {
         Ok(match self.mode {
             Mode::Elicit => self.elicit(turn).await?,
             Mode::Permission => permission(turn).await?,
+            Mode::HangChild => {
+                let child = self.spawn_child_pid()?;
+                catches_sigterm(child).await?;
+                turn.say(&format!("child {child}"))?;
+                cancel.notified().await;
+                StopReason::Cancelled
+            }
             Mode::Hang => {
                 turn.say("thinking forever")?;
                 cancel.notified().await;
@@ -1253,13 +1263,38 @@ impl TestAgent {
 
     /// Spawns `acp-test-agent sleep TAG...`: same process group (the default), no stdio.
     fn spawn_child(&self) -> Outcome {
+        self.spawn_child_pid().map(drop)
+    }
+
+    /// [`spawn_child`](Self::spawn_child), returning the child's pid.
+    fn spawn_child_pid(&self) -> Result<u32, Error> {
         self.sleeper()?
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .map(drop)
+            .map(|child| child.id())
             .map_err(Error::into_internal_error)
     }
+}
+
+/// Waits (up to 10 s) until process `pid` has its `SIGTERM` handler installed (`SigCgt` in
+/// `/proc/<pid>/status`), so that it is known to outlive a `SIGTERM` from then on.
+async fn catches_sigterm(pid: u32) -> Outcome {
+    const SIGTERM_BIT: u64 = 1 << (15 - 1);
+    for _ in 0..1000 {
+        let caught = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|status| {
+                let mask = status.lines().find_map(|l| l.strip_prefix("SigCgt:"))?;
+                u64::from_str_radix(mask.trim(), 16).ok()
+            })
+            .is_some_and(|mask| mask & SIGTERM_BIT != 0);
+        if caught {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Err(Error::internal_error().data(json!("the child did not install its SIGTERM handler")))
 }
 
 impl TestAgent {
