@@ -1832,15 +1832,25 @@ impl HarnessRuntime for AcpRuntime {
             // `cancelled` too, even while no segment polls the queue: the agent may wait for
             // every answer before it ends its turn.
             let queued = std::pin::pin!(self.answer_queued());
-            if tokio::time::timeout(grace, futures_util::future::select(ended, queued))
-                .await
-                .is_err()
-            {
-                // The run ends now; the group is terminated, then killed, behind it.
-                bump(&self.stats.forced_cancels);
-                self.release(&agent, Duration::from_millis(500));
-            } else {
-                bump(&self.stats.graceful_cancels);
+            // An agent whose connection ended (it exited, or a cleanup stopped it) will not
+            // end its turn: nothing is left to wait for.
+            let gone = std::pin::pin!(agent.gone());
+            let waited = tokio::time::timeout(
+                grace,
+                futures_util::future::select(futures_util::future::select(ended, gone), queued),
+            )
+            .await;
+            match waited {
+                Err(_) => {
+                    // The run ends now; the group is terminated, then killed, behind it.
+                    bump(&self.stats.forced_cancels);
+                    self.release(&agent, Duration::from_millis(500));
+                }
+                Ok(futures_util::future::Either::Left((
+                    futures_util::future::Either::Right(_),
+                    _,
+                ))) => {}
+                Ok(_) => bump(&self.stats.graceful_cancels),
             }
             CancelResult::Requested
         })

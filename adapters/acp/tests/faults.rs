@@ -498,3 +498,142 @@ fn a_group_being_reaped_when_its_tokio_runtime_shuts_down_is_killed() {
         "processes left behind"
     );
 }
+
+/// The agent of a cancelled turn has its process group reaped behind the terminal event: the
+/// conversation's next turn waits for that group before it starts its agent and loads the
+/// session, since what the group's processes write on their way out (Claude Code's session
+/// transcript) is what `session/load` reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_turn_of_a_session_waits_for_the_previous_agents_group() {
+    use harness_core::capability::CapabilityKey;
+    use harness_core::service::{AdapterService, ExecutionRequest};
+
+    let grace = Duration::from_secs(2);
+    let mark = marker("reaped-turn");
+    let adapter = adapter_for(test_agent("echo", &mark).with_cancel_grace(grace));
+    let service = AdapterService::new(adapter.clone());
+    let conversation: harness_core::id::ConversationId =
+        "conv_reaped".parse().expect("a valid conversation id");
+    let request = |message: &str| {
+        ExecutionRequest::new(message)
+            .with_conversation(conversation.clone())
+            .require(CapabilityKey::SessionMultiTurn)
+    };
+
+    let first = service.start(request("hang-child")).await.expect("starts");
+    let events = read_until(&first, Cursor::START, |e| {
+        e.kind() == EventKind::MessageDelta || e.kind().is_terminal()
+    })
+    .await;
+    let said = text(&events);
+    let child: u32 = said
+        .strip_prefix("child ")
+        .and_then(|pid| pid.parse().ok())
+        .unwrap_or_else(|| panic!("the agent names its child: {said:?}"));
+    let began = Instant::now();
+    let _request = first.cancel(CancelReason::new("test"));
+    assert!(matches!(outcome(&first).await, Outcome::Cancelled(_)));
+    assert!(alive(child), "the group is still being reaped");
+
+    let second = service.start(request("again")).await.expect("starts");
+    let events = read_until(&second, Cursor::START, |e| {
+        e.kind() == EventKind::MessageDelta || e.kind().is_terminal()
+    })
+    .await;
+    let started = began.elapsed();
+    assert!(
+        !alive(child),
+        "the next turn ran while the previous agent's group was alive"
+    );
+    assert!(
+        started >= grace,
+        "the next turn ran {started:?} after the cancel, within the grace ({grace:?})"
+    );
+    assert_eq!(
+        kinds(&events).last(),
+        Some(&"message.delta"),
+        "{:?}",
+        kinds(&events)
+    );
+    let (events, outcome) = common::finish(&second).await;
+    assert!(matches!(outcome, Outcome::Succeeded(_)), "{outcome:?}");
+    assert!(
+        events.iter().any(|e| matches!(
+            e.payload(),
+            EventPayload::Native(n) if n.name() == "session_loaded"
+        )),
+        "the session was loaded: {:?}",
+        kinds(&events)
+    );
+    drop((first, second));
+    assert_no_process_left(&mark).await;
+}
+
+/// Many concurrent cancels and cleanups of one running runtime: every call returns without
+/// waiting for the process group, and the group is stopped once: one reaper, one `SIGTERM`,
+/// one `SIGKILL` (its child ignores `SIGTERM`), nothing left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_cancels_and_cleanups_stop_the_group_once() {
+    use futures_util::StreamExt as _;
+    use harness_core::adapter::{AdapterEvent, CancelResult};
+
+    let grace = Duration::from_secs(1);
+    let mark = marker("hang-child");
+    let adapter = adapter_for(test_agent("hang-child", &mark).with_cancel_grace(grace));
+    let stats = adapter.stats();
+    let runtime = common::runtime(&adapter).await;
+    runtime.initialize().await.expect("initialized");
+    let mut stream = runtime.stream(common::turn(&*runtime));
+    // Until the agent has named its child (the turn then waits for the cancel).
+    let said = tokio::time::timeout(common::WAIT, async {
+        while let Some(item) = stream.next().await {
+            if let Ok(AdapterEvent::Content(content)) = item
+                && format!("{content:?}").contains("child ")
+            {
+                return;
+            }
+        }
+        panic!("the turn ended before the agent named its child");
+    });
+    said.await
+        .expect("the child is named within the bounded wait");
+    drop(stream);
+
+    let began = Instant::now();
+    let calls = (0..64).map(|i| {
+        let runtime = &runtime;
+        async move {
+            if i % 2 == 0 {
+                Some(runtime.cancel(CancelReason::new("test")).await)
+            } else {
+                runtime.cleanup().await;
+                None
+            }
+        }
+    });
+    let results = futures_util::future::join_all(calls).await;
+    let returned = began.elapsed();
+    assert!(
+        returned < grace,
+        "the calls took {returned:?}: they waited for the group"
+    );
+    assert!(
+        results
+            .iter()
+            .flatten()
+            .all(|r| matches!(r, CancelResult::Requested | CancelResult::NothingToCancel)),
+        "{results:?}"
+    );
+    let stats = until_reaped(&stats).await;
+    assert_eq!(
+        (
+            stats.groups_reaped,
+            stats.groups_terminated,
+            stats.groups_killed
+        ),
+        (1, 1, 1),
+        "{stats:?}"
+    );
+    drop(runtime);
+    assert_no_process_left(&mark).await;
+}

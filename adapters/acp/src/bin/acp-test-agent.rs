@@ -20,7 +20,7 @@
 //!
 //! | mode | a `session/prompt` turn |
 //! |---|---|
-//! | `echo` | thought chunk `thinking`; message chunks `turn <n>: ` and `<prompt text>` (`n` = 1-based turn of the session, counting turns of earlier processes), or, for a prompt starting with `recall`, `recall: <the session's earlier prompts, joined by "; ">`; `usage_update` (`used` = prompt characters of the session so far, `size` = 100000); the turn is appended to the history file; `end_turn`, or, for a prompt starting with `fail`, the error `-32603` (the turn stays in the history) |
+//! | `echo` | thought chunk `thinking`; message chunks `turn <n>: ` and `<prompt text>` (`n` = 1-based turn of the session, counting turns of earlier processes), or, for a prompt starting with `recall`, `recall: <the session's earlier prompts, joined by "; ">`, or, for a prompt starting with `hang-child`, only what mode `hang-child` does (nothing kept in the history); `usage_update` (`used` = prompt characters of the session so far, `size` = 100000); the turn is appended to the history file; `end_turn`, or, for a prompt starting with `fail`, the error `-32603` (the turn stays in the history) |
 //! | `no-load` | as `echo`, but `loadSession` is false and `session/load` is method not found |
 //! | `elicit` | an `elicitation/create` request in form mode (required string `name`, optional integer `age`) if the client advertised `elicitation.form`, else message `elicitation unsupported`, `end_turn`; accept → message `hello <name>`, `end_turn`; decline → message `declined`, `end_turn`; cancel → `cancelled` |
 //! | `permission` | `tool_call` `call-1` (`write file`, kind `edit`, rawInput `{"path":"a.txt"}`), then `session/request_permission` with options `allow` (`allow_once`) and `reject` (`reject_once`); allow → `tool_call_update` completed, rawOutput `{"ok":true}`, message `done`, `end_turn`; reject → `tool_call_update` failed, message `rejected`, `end_turn`; cancelled outcome → `cancelled` |
@@ -811,6 +811,13 @@ impl TestAgent {
             .join("\n");
         let turn = TurnCx { cx: &cx, id: &id };
         match self.mode {
+            Mode::Echo if text.starts_with("hang-child") => {
+                let child = self.spawn_child_pid()?;
+                catches_sigterm(child).await?;
+                turn.say(&format!("child {child}"))?;
+                cancel.notified().await;
+                responder.respond(PromptResponse::new(StopReason::Cancelled))
+            }
             Mode::Echo | Mode::NoLoad => self.echo(&turn, text, responder),
             Mode::IgnoreCancel => {
                 self.spawn_child()?;
