@@ -31,6 +31,12 @@
 //!
 //! The agent's exit also ends the run when a process it started still holds its stdout open
 //! (so the stream never ends): see [`watch_exit`].
+//!
+//! Ending an agent ([`AgentProcess::stop`]) does not wait for its process group: a [`Reaper`]
+//! task terminates, then kills, then reaps it, bounded. Decisions where the spec is silent:
+//! cleanup returns once the group is handed over (the run's terminal event follows the
+//! agent's answer to a cancel, not the death of a child that ignores `SIGTERM`); a group that
+//! already exited is not signalled; a reaper dropped with its runtime kills the group at once.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};

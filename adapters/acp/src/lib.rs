@@ -25,8 +25,10 @@
 //!
 //! At most [`INBOUND_LIMIT`] messages (and [`INBOUND_BYTES`] bytes) the agent sent wait for
 //! the run: beyond that, the adapter stops reading the agent's output (backpressure), so a
-//! flooding agent does not grow the adapter's memory. No task the adapter spawned for an
-//! agent outlives its cleanup.
+//! flooding agent does not grow the adapter's memory. A run's terminal event does not wait
+//! for its agent's process group: cleanup hands the group to a bounded reaper task
+//! (`SIGTERM`, the cancel grace, `SIGKILL`, reap), counted in [`Stats`]; no task the adapter
+//! spawned for an agent outlives that reaping, and no process outlives the reaper.
 //!
 //! [`AcpAdapter`]'s `evaluate` probes the agent (start, `initialize`, shut down; cached per
 //! agent) and reports what it negotiated. The mapping table, the capabilities and how
