@@ -13,6 +13,7 @@
 //! header_timeout_secs = 10     # to send a request head
 //! body_timeout_secs = 30       # to send a request body, after its head
 //! idle_timeout_secs = 60       # idle between requests on a kept-alive connection
+//! write_timeout_secs = 60      # a response's write making no progress (the client stopped reading)
 //! max = 1024                   # connections open at once
 //! max_per_peer = 128           # of them from one IP address
 //!
@@ -132,6 +133,9 @@ pub struct ConnectionsConfig {
     /// Seconds a kept-alive connection may stay idle.
     #[serde(default)]
     pub idle_timeout_secs: Option<f64>,
+    /// Seconds a response's write may make no progress (the client stopped reading).
+    #[serde(default)]
+    pub write_timeout_secs: Option<f64>,
     /// Connections open at once.
     #[serde(default)]
     pub max: Option<usize>,
@@ -306,11 +310,12 @@ impl Config {
     /// ```
     /// use std::time::Duration;
     /// let config = harness_server::config::Config::from_toml(
-    ///     "[connections]\nheader_timeout_secs = 2.5\nbody_timeout_secs = 5\nmax_per_peer = 8",
+    ///     "[connections]\nheader_timeout_secs = 2.5\nbody_timeout_secs = 5\nwrite_timeout_secs = 20\nmax_per_peer = 8",
     /// ).unwrap();
     /// let limits = config.connection_limits().unwrap();
     /// assert_eq!(limits.header_timeout, Duration::from_millis(2500));
     /// assert_eq!(limits.body_timeout, Duration::from_secs(5));
+    /// assert_eq!(limits.write_timeout, Duration::from_secs(20));
     /// assert_eq!(limits.max_connections_per_peer, 8);
     /// assert_eq!(limits.max_connections, 1024);
     /// let zero = harness_server::config::Config::from_toml("[connections]\nmax = 0").unwrap();
@@ -351,6 +356,11 @@ impl Config {
                 c.idle_timeout_secs,
                 "idle_timeout_secs",
                 d.idle_timeout,
+            )?)
+            .write_timeout(seconds(
+                c.write_timeout_secs,
+                "write_timeout_secs",
+                d.write_timeout,
             )?)
             .max_connections(count(c.max, "max", d.max_connections)?)
             .max_connections_per_peer(count(

@@ -59,8 +59,9 @@
 //! else `408` and the connection is closed; a kept-alive connection idle for 60 s is closed;
 //! at most 1,024 connections are open, 128 of them from one IP address, and a connection
 //! past either cap gets `503` with `Retry-After: 1` and a `capacity` error naming the cap.
-//! None of these runs while a response is being written, so an SSE stream lasts as long as
-//! its execution. Refusals and timeouts are counted ([`socket::names`]). Serving
+//! None of these runs while a response is being written, so an SSE stream that is read lasts
+//! as long as its execution; a client that stops reading (no write progress for 60 s) is
+//! reset, and resumes its SSE stream with `Last-Event-ID`. Refusals and timeouts are counted ([`socket::names`]). Serving
 //! [`router`](Server::router) any other way (`axum::serve`, a test's `oneshot`) has none of
 //! these bounds. See [`socket`] for the decisions behind them.
 //!

@@ -35,8 +35,18 @@
 //!   IP address. A connection past either cap is answered at once with
 //!   `503 Service Unavailable`, `Retry-After: 1`, `Connection: close` and a `capacity` error
 //!   naming the cap, then closed; an accepted connection that closes makes room at once.
-//! - **Answers being streamed are never cut**: while a response is being written (an SSE
-//!   stream however long, or a large page), none of the timeouts runs on its connection.
+//! - **Answers being streamed are never cut while they are read**: while a response is
+//!   being written (an SSE stream however long, or a large page), none of the timeouts above
+//!   runs on its connection.
+//! - **A client that stops reading is dropped**: when a write to the socket makes no
+//!   progress for [`write_timeout`](ConnectionLimits::write_timeout) (60 s by default: the
+//!   client's receive buffer and the kernel's send buffer are full), the connection is reset
+//!   (closed with `SO_LINGER` 0, so the kernel drops what it still held for it) and counted
+//!   (phase `write`). Meanwhile the server holds for it at most what hyper buffers for one
+//!   connection (some 400 KiB) and one SSE chunk (at most 512 events): an SSE stream pulls
+//!   its events from the execution's log only as the socket takes them, so neither the
+//!   execution nor any other reader waits for it. A dropped SSE client resumes with
+//!   `Last-Event-ID` from the last event it read.
 //! - **Shutdown is graceful**: on the signal the listener closes, idle connections close,
 //!   and the future ends when every response in progress has ended.
 //!
@@ -62,8 +72,14 @@
 //! - **A peer is an IP address** (an IPv4-mapped IPv6 address counts as its IPv4 one). Behind
 //!   a reverse proxy every client is the proxy's address: raise the per-peer cap to the
 //!   server cap there and let the proxy bound its clients.
-//! - **A response whose client stops reading is not timed out here**: it is held until the
-//!   client reads or goes (the caps bound how many such connections one address holds).
+//! - **The write timeout bounds a stall, not a rate**: any progress (a byte taken by the
+//!   socket) starts it again, so a client reading very slowly keeps its stream; the caps
+//!   bound how many such connections one address holds. A stall is judged by the socket,
+//!   not by the response: it covers every response, SSE or not.
+//! - **A stalled connection is reset, not closed gracefully**: a graceful close would leave
+//!   the unsent bytes in the kernel until the client read them or the kernel gave up. The
+//!   client sees a reset (`ECONNRESET`); events it had not read are sent again after its
+//!   `Last-Event-ID`.
 //! - A request whose head is partly read together with the end of the previous one
 //!   (pipelining) is under the idle timeout, not the head timeout, until more bytes come.
 
@@ -101,7 +117,7 @@ use crate::error::ApiError;
 /// |---|---|---|---|---|
 /// | `harness_server_connections_open` | gauge | count | none | connections accepted and not yet closed |
 /// | `harness_server_connections_refused_total` | counter | count | limit | connections refused past a cap (`server`, `peer`) |
-/// | `harness_server_connection_timeouts_total` | counter | count | phase | connections ended by a timeout (`header`, `body`, `idle`) |
+/// | `harness_server_connection_timeouts_total` | counter | count | phase | connections ended by a timeout (`header`, `body`, `idle`, `write`) |
 pub mod names {
     use metrics::Unit;
 
@@ -115,7 +131,7 @@ pub mod names {
     /// Label key: which cap refused a connection ([`LIMIT_SERVER`], [`LIMIT_PEER`]).
     pub const LABEL_LIMIT: &str = "limit";
     /// Label key: which timeout ended a connection ([`PHASE_HEADER`], [`PHASE_BODY`],
-    /// [`PHASE_IDLE`]).
+    /// [`PHASE_IDLE`], [`PHASE_WRITE`]).
     pub const LABEL_PHASE: &str = "phase";
     /// Limit label value: the server's cap on open connections.
     pub const LIMIT_SERVER: &str = "server";
@@ -127,6 +143,8 @@ pub mod names {
     pub const PHASE_BODY: &str = "body";
     /// Phase label value: a kept-alive connection stayed idle too long.
     pub const PHASE_IDLE: &str = "idle";
+    /// Phase label value: the client stopped reading a response (no write progress).
+    pub const PHASE_WRITE: &str = "write";
 
     /// Every metric: name, unit, label keys, help.
     pub const CATALOG: &[(&str, Unit, &[&str], &str)] = &[
@@ -146,7 +164,7 @@ pub mod names {
             CONNECTION_TIMEOUTS,
             Unit::Count,
             &[LABEL_PHASE],
-            "Connections ended by a timeout (header, body, idle).",
+            "Connections ended by a timeout (header, body, idle, write).",
         ),
     ];
 
@@ -181,6 +199,9 @@ pub struct ConnectionLimits {
     pub body_timeout: Duration,
     /// How long a kept-alive connection may stay idle ([`Self::DEFAULT_IDLE_TIMEOUT`]).
     pub idle_timeout: Duration,
+    /// How long a write to the socket may make no progress (the client stopped reading)
+    /// before the connection is reset ([`Self::DEFAULT_WRITE_TIMEOUT`]).
+    pub write_timeout: Duration,
     /// The most connections open at once ([`Self::DEFAULT_MAX_CONNECTIONS`]).
     pub max_connections: usize,
     /// The most connections open at once from one IP address
@@ -195,6 +216,8 @@ impl ConnectionLimits {
     pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
     /// 60 s idle between requests.
     pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+    /// 60 s without write progress.
+    pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(60);
     /// 1,024 connections (raise the process's open-file limit above it).
     pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
     /// 128 connections from one address.
@@ -207,6 +230,7 @@ impl ConnectionLimits {
             header_timeout: Self::DEFAULT_HEADER_TIMEOUT,
             body_timeout: Self::DEFAULT_BODY_TIMEOUT,
             idle_timeout: Self::DEFAULT_IDLE_TIMEOUT,
+            write_timeout: Self::DEFAULT_WRITE_TIMEOUT,
             max_connections: Self::DEFAULT_MAX_CONNECTIONS,
             max_connections_per_peer: Self::DEFAULT_MAX_CONNECTIONS_PER_PEER,
         }
@@ -230,6 +254,13 @@ impl ConnectionLimits {
     #[must_use]
     pub const fn idle_timeout(mut self, timeout: Duration) -> Self {
         self.idle_timeout = timeout;
+        self
+    }
+
+    /// Sets [`write_timeout`](Self::write_timeout).
+    #[must_use]
+    pub const fn write_timeout(mut self, timeout: Duration) -> Self {
+        self.write_timeout = timeout;
         self
     }
 
@@ -535,6 +566,10 @@ impl Connection {
         let io = TokioIo::new(Watched {
             inner: stream,
             phase: Arc::clone(&phase),
+            write_timeout: self.limits.write_timeout,
+            stall: None,
+            stalled: false,
+            expired: false,
         });
         let service = {
             let (router, phase) = (self.router.clone(), Arc::clone(&phase));
@@ -716,10 +751,65 @@ impl Drop for Busy {
     }
 }
 
-/// The socket, telling its [`Phase`] when bytes come in.
+/// The socket, telling its [`Phase`] when bytes come in, and failing a write that made no
+/// progress for the write timeout.
 struct Watched {
     inner: TcpStream,
     phase: Arc<Phase>,
+    write_timeout: Duration,
+    /// Armed while writes are pending; kept (reset) across stalls, boxed once.
+    stall: Option<Pin<Box<Sleep>>>,
+    /// Whether the last write was pending (the stall timer runs).
+    stalled: bool,
+    /// Whether the write timeout ran out: every write fails from then on.
+    expired: bool,
+}
+
+impl Watched {
+    /// Passes a write's result through, timing how long writes stay pending: past the write
+    /// timeout the write fails (`TimedOut`), and hyper ends the connection.
+    fn timed<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        polled: Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
+        if self.expired {
+            return Poll::Ready(Err(stalled()));
+        }
+        if polled.is_ready() {
+            self.stalled = false;
+            return polled;
+        }
+        let deadline = Instant::now() + self.write_timeout;
+        let stall = match &mut self.stall {
+            Some(stall) if self.stalled => stall,
+            Some(stall) => {
+                stall.as_mut().reset(deadline);
+                stall
+            }
+            None => self
+                .stall
+                .insert(Box::pin(tokio::time::sleep_until(deadline))),
+        };
+        self.stalled = true;
+        if stall.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        metrics::counter!(names::CONNECTION_TIMEOUTS, names::LABEL_PHASE => names::PHASE_WRITE)
+            .increment(1);
+        // A reset: the kernel drops what it still holds for this client at once.
+        let _ = self.inner.set_zero_linger();
+        self.expired = true;
+        self.stall = None;
+        Poll::Ready(Err(stalled()))
+    }
+}
+
+fn stalled() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::TimedOut,
+        "the client read nothing for the write timeout",
+    )
 }
 
 impl AsyncRead for Watched {
@@ -744,7 +834,9 @@ impl AsyncWrite for Watched {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.timed(cx, polled)
     }
 
     fn poll_write_vectored(
@@ -752,7 +844,9 @@ impl AsyncWrite for Watched {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.timed(cx, polled)
     }
 
     fn is_write_vectored(&self) -> bool {
