@@ -285,6 +285,9 @@ codes! {
     STATE_CODEC: Some(C::Persistence);
     /// The thread-state store could not save or load.
     STATE_UNAVAILABLE: Some(C::Persistence);
+    /// The execution store's disk is full (or its size limit reached): nothing was written;
+    /// retry once space is freed.
+    STORE_FULL: Some(C::Persistence);
     /// The server holds no execution of that id for the caller (another principal's
     /// executions are not found either).
     EXECUTION_NOT_FOUND: Some(C::Configuration);

@@ -138,6 +138,15 @@ impl std::fmt::Debug for PostgresStore {
 fn unavailable(e: &tokio_postgres::Error) -> StoreError {
     // The server's own words ("db error" alone says nothing to an operator).
     match e.as_db_error() {
+        // 53100: the server's disk is full.
+        Some(db) if *db.code() == tokio_postgres::error::SqlState::DISK_FULL => {
+            StoreError::Full(format!(
+                "{}: {} (SQLSTATE {}): the database server's disk is full; nothing was written, free space and retry",
+                db.severity(),
+                db.message(),
+                db.code().code()
+            ))
+        }
         Some(db) => StoreError::Unavailable(format!(
             "{}: {} (SQLSTATE {})",
             db.severity(),

@@ -156,6 +156,8 @@ type Job = Box<dyn FnOnce(Option<&Connection>) -> Done + Send>;
 
 struct Done {
     ok: bool,
+    /// Why the job failed, when it did.
+    failed: Option<StoreError>,
     /// Called once the transaction is committed (`Ok`) or failed.
     finish: Box<dyn FnOnce(Result<(), StoreError>) + Send>,
     wake: Option<Wake>,
@@ -176,7 +178,16 @@ impl std::fmt::Debug for SqliteStore {
     }
 }
 
+/// The store's error for a failure of SQLite's: [`StoreError::Full`] when the disk is full
+/// (`SQLITE_FULL`: the file could not grow, or reached [`SqliteStore::limit_size`]), else
+/// [`StoreError::Unavailable`].
 fn unavailable(e: &rusqlite::Error) -> StoreError {
+    if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull) {
+        return StoreError::Full(format!(
+            "SQLite could not write the database: no space left on its disk, or its size \
+             limit reached ({e}); nothing was written, free space and retry"
+        ));
+    }
     StoreError::Unavailable(e.to_string())
 }
 
@@ -346,6 +357,56 @@ impl SqliteStore {
         &self.shared.path
     }
 
+    /// Caps the database at about `bytes` (whole pages, never below its size now: `Some(0)`
+    /// stops it growing at all); `None` lifts the cap. A write that would grow the database
+    /// past it fails with [`StoreError::Full`], exactly as on a full disk (SQLite's own
+    /// `SQLITE_FULL`, through `PRAGMA max_page_count`): a quota on a shared disk, and the
+    /// fault the disk-full tests inject where they cannot make a small filesystem. The cap
+    /// holds while this store is open (it is not kept in the file). Resolves to the cap in
+    /// bytes.
+    ///
+    /// ```
+    /// use harness_core::store::{ExecutionRecord, ExecutionStore, StoreError};
+    /// use harness_core::id::ExecutionId;
+    /// use harness_store::SqliteStore;
+    ///
+    /// # tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap().block_on(async {
+    /// let dir = std::env::temp_dir().join(format!("harness-store-limit-{}", std::process::id()));
+    /// std::fs::create_dir_all(&dir).unwrap();
+    /// let store = SqliteStore::open(dir.join("harness.db"))?;
+    /// store.limit_size(Some(0)).await?;
+    /// let big = serde_json::json!({ "text": "x".repeat(1 << 20) });
+    /// let refused = store.create(ExecutionRecord::new(ExecutionId::generate(), "a", "fp", big.clone())).await;
+    /// assert!(matches!(refused, Err(StoreError::Full(_))), "{refused:?}");
+    /// store.limit_size(None).await?;
+    /// store.create(ExecutionRecord::new(ExecutionId::generate(), "a", "fp", big)).await?;
+    /// # drop(store);
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok::<(), StoreError>(())
+    /// # }).unwrap();
+    /// ```
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the writer has stopped.
+    pub fn limit_size(&self, bytes: Option<u64>) -> BoxFuture<'static, Result<u64, StoreError>> {
+        self.write(move |conn| {
+            let page: i64 = cached_query_row(conn, "PRAGMA page_size", [], |r| r.get(0))
+                .map_err(|e| unavailable(&e))?;
+            let page = u64::try_from(page).unwrap_or(4096).max(1);
+            // SQLite clamps the count: up to its largest, down to the pages in use (0 would
+            // only read it).
+            let pages = bytes.map_or(i64::MAX, |b| {
+                i64::try_from(b / page).unwrap_or(i64::MAX).max(1)
+            });
+            let set: i64 = conn
+                .query_row(&format!("PRAGMA max_page_count = {pages}"), [], |r| {
+                    r.get(0)
+                })
+                .map_err(|e| unavailable(&e))?;
+            Ok((u64::try_from(set).unwrap_or(0).saturating_mul(page), None))
+        })
+    }
+
     /// Queues a write; resolves once its transaction is committed.
     fn write<T: Send + 'static>(
         &self,
@@ -353,17 +414,20 @@ impl SqliteStore {
     ) -> BoxFuture<'static, Result<T, StoreError>> {
         let (reply, answer) = oneshot::channel();
         let job: Job = Box::new(move |conn| match conn.map(f) {
+            // Given the transaction's failure.
             None => Done {
                 ok: false,
-                finish: Box::new(move |_| {
-                    let _ = reply.send(Err(StoreError::Unavailable(
-                        "the store's transaction failed".into(),
-                    )));
+                failed: None,
+                finish: Box::new(move |failed| {
+                    let _ = reply.send(Err(failed.err().unwrap_or_else(|| {
+                        StoreError::Unavailable("the store's transaction failed".into())
+                    })));
                 }),
                 wake: None,
             },
             Some(Ok((value, wake))) => Done {
                 ok: true,
+                failed: None,
                 finish: Box::new(move |committed| {
                     let _ = reply.send(committed.map(|()| value));
                 }),
@@ -371,6 +435,7 @@ impl SqliteStore {
             },
             Some(Err(e)) => Done {
                 ok: false,
+                failed: Some(e.clone()),
                 finish: Box::new(move |_| {
                     let _ = reply.send(Err(e));
                 }),
@@ -588,10 +653,16 @@ fn write_loop(conn: &Connection, queue: &mpsc::Receiver<Job>, tails: &Tails) {
                 } else {
                     run("ROLLBACK TO job").and_then(|()| run("RELEASE job"))
                 };
+                // After `SQLITE_FULL` SQLite may roll the whole transaction back itself (the
+                // savepoint is then gone): the full disk is the transaction's failure.
+                let full = match &outcome.failed {
+                    Some(full @ StoreError::Full(_)) => Some(full.clone()),
+                    _ => None,
+                };
                 done.push(outcome);
                 if let Err(e) = end {
                     let _ = run("ROLLBACK");
-                    return Err(unavailable(&e));
+                    return Err(full.unwrap_or_else(|| unavailable(&e)));
                 }
             }
             run("COMMIT").map_err(|e| {
@@ -610,9 +681,7 @@ fn write_loop(conn: &Connection, queue: &mpsc::Receiver<Job>, tails: &Tails) {
             (outcome.finish)(committed.clone());
         }
         for job in jobs {
-            (job(None).finish)(Err(StoreError::Unavailable(
-                "the store's transaction failed".into(),
-            )));
+            (job(None).finish)(committed.clone());
         }
         let mut tails = lock(tails);
         for Wake { id, last } in wakes {

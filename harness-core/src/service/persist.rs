@@ -123,8 +123,8 @@ impl std::fmt::Debug for Durable {
 ///
 /// When the store fences this replica (another one took the execution over), the local run
 /// is cancelled and the gate lifted: local readers see the local end, the store keeps the
-/// new owner's. When the store is unavailable, the batch is retried with backoff; readers
-/// wait meanwhile (nothing unacknowledged is shown).
+/// new owner's. When the store is unavailable or full, the batch is retried with backoff;
+/// readers wait meanwhile (nothing unacknowledged is shown).
 ///
 /// The first `stored` events of the log are the store's already (an execution taken over).
 pub(crate) fn spawn(durable: Durable, mut lease: Lease, shared: &Arc<Shared>, stored: usize) {
@@ -187,7 +187,7 @@ pub(crate) fn spawn(durable: Durable, mut lease: Lease, shared: &Arc<Shared>, st
                         lost(&fenced, &reader, &cancel);
                         return;
                     }
-                    Err(StoreError::Unavailable(e)) => {
+                    Err(e @ (StoreError::Unavailable(_) | StoreError::Full(_))) => {
                         tracing::warn!(error = %e, "could not renew the execution's lease");
                     }
                     Err(e) => {
@@ -229,7 +229,8 @@ pub(crate) fn spawn(durable: Durable, mut lease: Lease, shared: &Arc<Shared>, st
                     }
                     reader.publish(Some(published));
                 }
-                Err(StoreError::Unavailable(e)) => {
+                // A full disk too: the execution pauses until space returns.
+                Err(e @ (StoreError::Unavailable(_) | StoreError::Full(_))) => {
                     retried = true;
                     tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "the store refused a batch of events; retrying");
                     tokio::time::sleep(backoff).await;

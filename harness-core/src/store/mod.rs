@@ -32,8 +32,16 @@
 //!   action at most once, whoever sends it, from wherever: a second answer fails with
 //!   [`StoreError::AlreadyResolved`]. [`request_cancel`](ExecutionStore::request_cancel)
 //!   records the first cancel request; the owner reads both (and is woken by `tail`).
-//! - **Failures** are [`StoreError::Unavailable`] (retryable) or [`StoreError::Corrupt`],
-//!   never a missing value.
+//! - **Failures** are [`StoreError::Unavailable`] (retryable), [`StoreError::Full`] (the
+//!   disk is full: retryable once space is freed) or [`StoreError::Corrupt`], never a
+//!   missing value. A failed write is not applied, wholly.
+//! - **A full disk pauses a durable execution**: its writer retries the batch (with backoff,
+//!   at most a second apart) while readers see nothing past the last stored event; once space
+//!   returns it goes on, with its own one terminal event, and so do new executions, without a
+//!   restart. The lease's renewals fail meanwhile: a disk full for longer than the lease term
+//!   ends the execution as any store outage that long does (this replica stops the run, and
+//!   recovery writes its one terminal event, `OWNER_LOST`, once the store takes writes).
+//!   The run's events wait in memory meanwhile, as for any store outage.
 
 mod memory;
 
@@ -280,6 +288,10 @@ pub enum StoreError {
     /// The backend could not be reached or failed; the operation may be retried.
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// The backend's disk is full (or its size limit reached): nothing was written; the
+    /// operation may be retried once space is freed.
+    #[error("store full: {0}")]
+    Full(String),
     /// What the backend holds cannot be read back.
     #[error("store corrupt: {0}")]
     Corrupt(String),
@@ -287,7 +299,7 @@ pub enum StoreError {
 
 impl StoreError {
     /// The error a client sees: category `persistence` (retryable when the backend was
-    /// unavailable), the store's words kept as the diagnostic; a reused idempotency key is
+    /// unavailable or full; a full one is `STORE_FULL`), the store's words kept as the diagnostic; a reused idempotency key is
     /// the caller's `IDEMPOTENCY_CONFLICT` (`configuration`).
     #[must_use]
     pub fn to_harness_error(&self) -> HarnessError {
@@ -301,6 +313,11 @@ impl StoreError {
         }
         let (code, message, retryable) = match self {
             Self::Unavailable(_) => (ErrorCode::PERSISTENCE, "the store is unavailable", true),
+            Self::Full(_) => (
+                ErrorCode::STORE_FULL,
+                "the store's disk is full: nothing was written; retry once space is freed",
+                true,
+            ),
             Self::Fenced { .. } => (
                 ErrorCode::PERSISTENCE,
                 "this replica no longer owns the execution",

@@ -59,7 +59,7 @@ fn a_batch_continues_the_log_and_reports_the_state_it_implies() {
 }
 
 #[test]
-fn store_errors_are_persistence_errors_and_only_unavailability_is_retryable() {
+fn store_errors_are_persistence_errors_and_only_unavailability_or_a_full_disk_is_retryable() {
     let id = ExecutionId::generate();
     let unavailable = StoreError::Unavailable("disk full".into()).to_harness_error();
     assert_eq!(unavailable.category(), ErrorCategory::Persistence);
@@ -67,6 +67,15 @@ fn store_errors_are_persistence_errors_and_only_unavailability_is_retryable() {
     assert_eq!(
         unavailable.diagnostic(),
         Some("store unavailable: disk full")
+    );
+    let full = StoreError::Full("no space left".into()).to_harness_error();
+    assert_eq!(full.category(), ErrorCategory::Persistence);
+    assert_eq!(full.code(), &crate::error::ErrorCode::STORE_FULL);
+    assert!(full.retryable());
+    assert!(
+        full.message().contains("disk is full"),
+        "{}",
+        full.message()
     );
     let fenced = StoreError::Fenced {
         execution: id,
