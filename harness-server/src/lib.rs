@@ -65,6 +65,13 @@
 //! [`router`](Server::router) any other way (`axum::serve`, a test's `oneshot`) has none of
 //! these bounds. See [`socket`] for the decisions behind them.
 //!
+//! When the store's disk fills up, a running execution pauses (its readers see nothing past
+//! the last stored event) and goes on once space returns, without a restart; a request that
+//! must write is answered `503` with a retryable `persistence` error, code `STORE_FULL`,
+//! saying the disk is full. Nothing a reader was shown is lost: only stored events are shown.
+//! A disk full for longer than the lease term ends a paused execution as any store outage
+//! that long does (see `harness_core::store`).
+//!
 //! Errors are `{"error": <public error>}` with the status of [`error::status_of`] and
 //! `Retry-After` for `throttled` and `capacity`; no diagnostic ever leaves. Another
 //! principal's execution is `404 EXECUTION_NOT_FOUND`, exactly as one that does not exist.

@@ -103,6 +103,11 @@ CREATE TABLE resolutions (
 /// WAL copied into the database) run on a thread of their own beside the writer, which only
 /// checkpoints itself when the WAL grows past 4,000 pages.
 ///
+/// **A full disk** (SQLite's `SQLITE_FULL`, or the cap of [`limit_size`](Self::limit_size))
+/// fails the write with [`StoreError::Full`], retryable: nothing of it was written (SQLite
+/// rolls the transaction back), what was acknowledged stays, and writes succeed again as
+/// soon as space returns, on the same open store. Reads go on meanwhile.
+///
 /// **Several processes** may open one file: each write transaction takes SQLite's write lock
 /// (`BEGIN IMMEDIATE`), so leases, fencing, idempotency and at-most-once answers hold across
 /// them. A [`Tail`] wakes on this process's writes; another process's appear on the next
