@@ -33,7 +33,6 @@
 use std::fmt;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
 use futures_core::Stream;
 use futures_util::StreamExt;
@@ -143,14 +142,7 @@ impl Default for DeploymentContext {
     }
 }
 
-/// Resource limits for one execution.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RunLimits {
-    /// Deadline for one turn.
-    pub turn_timeout: Option<Duration>,
-    /// Upper bound on tool calls in one execution.
-    pub max_tool_calls: Option<u32>,
-}
+pub use crate::limits::RunLimits;
 
 /// The immutable, narrowed values a runtime is built from. No credentials, no raw
 /// environment, no transport objects, no other adapter's state.
@@ -170,7 +162,10 @@ pub struct RuntimeContext {
     pub prompt: Option<String>,
     /// Portable tools, each behind a validating handle.
     pub tools: Vec<ToolHandle>,
-    /// Limits.
+    /// The run limits in force for this execution (the operator's, narrowed by the
+    /// caller's). The service's driver enforces them whatever the runtime does; a runtime
+    /// that runs its own loop may also stop before it passes one (see
+    /// [`limits`](crate::limits)).
     pub limits: RunLimits,
     /// Thread state scoped to this binding only.
     pub thread_state: Option<ScopedThreadState>,

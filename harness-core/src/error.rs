@@ -255,8 +255,28 @@ codes! {
     ADAPTER_PANICKED: Some(C::Internal);
     /// A layer of the runtime stack panicked.
     LAYER_PANICKED: Some(C::Internal);
-    /// The execution reached its limit of events (`ServiceConfig::max_events`).
+    /// The execution reached its limit of events (`ServiceConfig::max_events`, or
+    /// `RunLimits::max_events` when lower).
     EVENT_LIMIT_REACHED: Some(C::Capacity);
+    /// The execution passed its wall-time limit (`RunLimits::wall_time`), in any state.
+    LIMIT_WALL_TIME: Some(C::Timeout);
+    /// The execution would have started more tool calls than its limit
+    /// (`RunLimits::max_tool_calls`); the call past it was not started.
+    LIMIT_TOOL_CALLS: Some(C::Capacity);
+    /// The execution made as many model requests as its limit allows
+    /// (`RunLimits::max_model_turns`) and needed another.
+    LIMIT_MODEL_TURNS: Some(C::Capacity);
+    /// The execution's message and reasoning text passed its limit of bytes
+    /// (`RunLimits::max_output_bytes`); the text past it was not appended.
+    LIMIT_OUTPUT_BYTES: Some(C::Capacity);
+    /// The execution's reported input and output tokens passed its limit
+    /// (`RunLimits::max_tokens`).
+    LIMIT_TOKENS: Some(C::Capacity);
+    /// A run limit was set that the adapter cannot honour (tokens or model turns on an
+    /// adapter that does not report usage); nothing ran.
+    LIMIT_UNENFORCEABLE: Some(C::Configuration);
+    /// The adapter and the control plane share no contract version; nothing ran.
+    CONTRACT_VERSION_UNSUPPORTED: Some(C::Configuration);
     /// The idempotency store holds as many records as it may, none of them ended.
     IDEMPOTENCY_STORE_FULL: Some(C::Capacity);
     /// The execution's driver was lost (its Tokio runtime shut down) before its end.

@@ -750,6 +750,11 @@ pub struct Usage {
     /// Input tokens served from a cache.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cached_input_tokens: u64,
+    /// Model requests (turns) this increment covers, when the adapter counts them: an
+    /// adapter that calls a model reports 1 per request, so that the execution's total is
+    /// its number of model turns (what `RunLimits::max_model_turns` bounds).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub model_turns: u64,
 }
 
 #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
@@ -765,6 +770,7 @@ impl std::ops::AddAssign for Usage {
         self.cached_input_tokens = self
             .cached_input_tokens
             .saturating_add(o.cached_input_tokens);
+        self.model_turns = self.model_turns.saturating_add(o.model_turns);
     }
 }
 

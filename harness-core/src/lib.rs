@@ -10,6 +10,7 @@ pub mod extensions;
 pub mod id;
 mod json_schema;
 pub mod lifecycle;
+pub mod limits;
 pub mod log;
 pub mod manifest;
 pub mod registry;

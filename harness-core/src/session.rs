@@ -1,5 +1,14 @@
-//! Session state: the strategy an adapter declares, the binding view it receives, and the
-//! thread state store it keeps opaque native state in.
+//! Session state: the binding view an adapter receives, and the thread state store it keeps
+//! opaque native state in.
+//!
+//! How an adapter keeps a conversation is declared by its capabilities: `session.multi_turn`
+//! (later turns of a conversation see the earlier ones; without it the adapter is ephemeral,
+//! and the preflight layer of `harness-layers` refuses a request that continues a
+//! conversation, `CAPABILITY_UNSUPPORTED`), `session.clear`, `thread.durable_commit`,
+//! `thread.eviction_restore`, and `session.cross_replica_resume` (which
+//! [`AdapterService::recover`](crate::service::AdapterService::recover) reads). The contract's
+//! strategy names (`adapter_store`, `remote_managed`, ...) were once a type here that nothing
+//! declared or read: it was removed rather than kept as a promise without code behind it.
 //!
 //! An adapter never sees a store: it receives a [`ScopedThreadState`], bound to one
 //! [`SessionBinding`]. Every write is a compare-and-set on a [`Version`], so a stale writer
@@ -57,66 +66,6 @@ use serde::{Deserialize, Serialize};
 use crate::error::{ErrorCategory, ErrorCode, HarnessError};
 use crate::id::{CallerId, ConversationId, InvalidId};
 use crate::tool::BoxFuture;
-
-// ---------------------------------------------------------------------------------------------
-// Strategy
-// ---------------------------------------------------------------------------------------------
-
-/// How an adapter keeps conversation state between turns; each adapter declares one.
-///
-/// ```
-/// use harness_core::session::SessionStrategy;
-/// assert_eq!(serde_json::to_value(SessionStrategy::AdapterStore).unwrap(), "adapter_store");
-/// assert!(SessionStrategy::RemoteManaged.is_multi_turn());
-/// assert!(!SessionStrategy::Ephemeral.is_multi_turn());
-/// ```
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum SessionStrategy {
-    /// LangGraph checkpoints: the existing checkpoint collection and thread semantics.
-    Langgraph,
-    /// Opaque native state kept through the [`ThreadStateStore`].
-    AdapterStore,
-    /// State kept by the provider, plus a durable binding/reference on our side.
-    RemoteManaged,
-    /// Explicitly no multi-turn history.
-    Ephemeral,
-}
-
-impl SessionStrategy {
-    /// Every strategy, in contract order.
-    pub const ALL: [Self; 4] = [
-        Self::Langgraph,
-        Self::AdapterStore,
-        Self::RemoteManaged,
-        Self::Ephemeral,
-    ];
-
-    /// The wire name (`adapter_store`, ...).
-    #[must_use]
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Langgraph => "langgraph",
-            Self::AdapterStore => "adapter_store",
-            Self::RemoteManaged => "remote_managed",
-            Self::Ephemeral => "ephemeral",
-        }
-    }
-
-    /// Whether a later turn sees the history of earlier ones (every strategy but `ephemeral`).
-    #[must_use]
-    pub const fn is_multi_turn(self) -> bool {
-        !matches!(self, Self::Ephemeral)
-    }
-}
-
-impl fmt::Display for SessionStrategy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 // ---------------------------------------------------------------------------------------------
 // Identifiers
@@ -1060,24 +1009,6 @@ mod tests {
             .build()
             .unwrap()
             .block_on(f)
-    }
-
-    #[test]
-    fn strategies_have_contract_wire_names() {
-        let names: Vec<_> = SessionStrategy::ALL
-            .iter()
-            .map(|s| serde_json::to_value(s).unwrap())
-            .collect();
-        assert_eq!(
-            names,
-            ["langgraph", "adapter_store", "remote_managed", "ephemeral"]
-        );
-        for s in SessionStrategy::ALL {
-            assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
-            assert_eq!(s.is_multi_turn(), s != SessionStrategy::Ephemeral);
-        }
-        let err = serde_json::from_str::<SessionStrategy>("\"memory\"").unwrap_err();
-        assert!(err.to_string().contains("adapter_store"), "{err}");
     }
 
     #[test]

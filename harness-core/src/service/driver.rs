@@ -11,6 +11,7 @@ use futures_util::FutureExt;
 use tower::{Service, ServiceExt};
 
 use super::ServiceConfig;
+use super::budget::{Admit, Budget};
 use super::handle::{Command, Outcome, Shared, already_resolved, not_pending};
 use super::segment::{BoxSegmentStream, ExecutionRuntime, RuntimeStack, Segment};
 use crate::action::{
@@ -41,6 +42,15 @@ enum Stop {
     Cancelled,
     /// The request's deadline passed.
     Deadline,
+    /// The execution's wall-time limit passed.
+    WallTime,
+}
+
+/// When the execution must stop: the request's deadline and the wall-time limit.
+#[derive(Clone, Copy)]
+struct Clock {
+    deadline: Option<tokio::time::Instant>,
+    wall_by: Option<tokio::time::Instant>,
 }
 
 /// One item of a segment as the driver polls it: `None` when the stream ended, `Err` for a
@@ -60,6 +70,8 @@ pub(super) struct Driver {
     pub(super) deadline: Option<tokio::time::Instant>,
     /// Content received in the current batch, appended together.
     pub(super) content: Vec<Content>,
+    /// The run limits in force and what was counted against them.
+    pub(super) budget: Budget,
     /// The service's store, when it is durable.
     pub(super) durable: Option<super::persist::Durable>,
 }
@@ -122,6 +134,9 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
     }
 }
 
+/// How far ahead a deadline too far away for the clock is put: about 30 years, no deadline.
+pub(super) const FAR: Duration = Duration::from_secs(86_400 * 365 * 30);
+
 /// Converts a wall-clock deadline to the runtime's clock, relative to now.
 pub(super) fn instant_of(deadline: Timestamp) -> tokio::time::Instant {
     let left = deadline
@@ -129,9 +144,7 @@ pub(super) fn instant_of(deadline: Timestamp) -> tokio::time::Instant {
         .saturating_sub(Timestamp::now().as_millis());
     let left = Duration::from_millis(u64::try_from(left).unwrap_or(0));
     let now = tokio::time::Instant::now();
-    // A deadline too far away for the clock is no deadline at all: about 30 years ahead.
-    now.checked_add(left)
-        .unwrap_or_else(|| now + Duration::from_secs(86_400 * 365 * 30))
+    now.checked_add(left).unwrap_or_else(|| now + FAR)
 }
 
 fn timeout_error(what: &str) -> HarnessError {
@@ -156,11 +169,12 @@ fn provider_lost() -> HarnessError {
 enum Unanswered {
     /// A stop (cancellation, the deadline) or nobody left to answer: cancellation.
     Cancel(Execution<state::Cancelling>),
-    /// The provider is gone ([`HarnessRuntime::lost`]): the action is withdrawn, and the
-    /// run fails (the lifecycle has no edge from awaiting to failed, but one to running).
+    /// The provider is gone ([`HarnessRuntime::lost`]), or the wall-time limit passed: the
+    /// action is withdrawn, and the run fails with this error (the lifecycle has no edge
+    /// from awaiting to failed, but one to running).
     ///
     /// [`HarnessRuntime::lost`]: crate::adapter::HarnessRuntime::lost
-    Lost(Execution<state::Running>),
+    Withdrawn(Execution<state::Running>, HarnessError),
 }
 
 fn protocol(message: &str, diagnostic: String) -> HarnessError {
@@ -180,8 +194,8 @@ fn layer_panicked(what: &str) -> HarnessError {
 }
 
 /// Resolves when the execution must stop waiting: cancelled (directly, or through a token a
-/// layer linked), or past `deadline`.
-async fn stop(shared: &Shared, deadline: Option<tokio::time::Instant>) -> Stop {
+/// layer linked), past its deadline, or past its wall time.
+async fn stop(shared: &Shared, clock: Clock) -> Stop {
     tokio::select! {
         biased;
         () = shared.cancel.cancelled() => Stop::Cancelled,
@@ -189,7 +203,8 @@ async fn stop(shared: &Shared, deadline: Option<tokio::time::Instant>) -> Stop {
             shared.request_cancel(CancelReason::from_source(source));
             Stop::Cancelled
         }
-        () = sleep_until(deadline) => Stop::Deadline,
+        () = sleep_until(clock.deadline) => Stop::Deadline,
+        () = sleep_until(clock.wall_by) => Stop::WallTime,
     }
 }
 
@@ -203,6 +218,29 @@ fn poll_stream(stream: &mut BoxSegmentStream, cx: &mut Context<'_>) -> Poll<Poll
 }
 
 impl Driver {
+    fn clock(&self) -> Clock {
+        Clock {
+            deadline: self.deadline,
+            wall_by: self.budget.wall_by,
+        }
+    }
+
+    /// The error a stop past a deadline ends the run with (after tripping the execution's
+    /// token, as for the request's deadline); `None` for a cancellation.
+    fn expired(&self, stop: Stop, what: &str) -> Option<HarnessError> {
+        match stop {
+            Stop::Cancelled => None,
+            Stop::Deadline => {
+                self.deadline_passed();
+                Some(timeout_error(what))
+            }
+            Stop::WallTime => {
+                self.deadline_passed();
+                Some(self.budget.wall_time_error())
+            }
+        }
+    }
+
     fn cancel_reason(&self) -> CancelReason {
         self.shared
             .snapshot()
@@ -266,7 +304,7 @@ impl Driver {
     async fn call(&mut self, segment: Segment) -> Result<BoxSegmentStream, SegmentEnd> {
         let mut stack = self.stack.clone();
         let shared = Arc::clone(&self.shared);
-        let deadline = self.deadline;
+        let clock = self.clock();
         let calling = async move {
             let stack = stack.ready().await?;
             stack.call(segment).await
@@ -275,7 +313,7 @@ impl Driver {
         let called = loop {
             tokio::select! {
                 biased;
-                stop = stop(&shared, deadline) => return Err(SegmentEnd::Stopped(stop)),
+                stop = stop(&shared, clock) => return Err(SegmentEnd::Stopped(stop)),
                 command = next_command(&shared, self.listening) => self.on_command(command),
                 called = &mut calling => break called,
             }
@@ -329,7 +367,7 @@ impl Driver {
                 self.drive(running, end).await;
             }
             Err(Unanswered::Cancel(cancelling)) => self.confirm_cancel(cancelling).await,
-            Err(Unanswered::Lost(running)) => self.fail(running, provider_lost()).await,
+            Err(Unanswered::Withdrawn(running, err)) => self.fail(running, err).await,
         }
     }
 
@@ -344,10 +382,11 @@ impl Driver {
                     return;
                 }
                 SegmentEnd::Failed(err) => return self.fail(running, err).await,
-                SegmentEnd::Stopped(Stop::Cancelled) => return self.finish_cancel(running).await,
-                SegmentEnd::Stopped(Stop::Deadline) => {
-                    self.deadline_passed();
-                    return self.fail(running, timeout_error("deadline")).await;
+                SegmentEnd::Stopped(stop) => {
+                    return match self.expired(stop, "deadline") {
+                        Some(err) => self.fail(running, err).await,
+                        None => self.finish_cancel(running).await,
+                    };
                 }
                 SegmentEnd::Action(request) => {
                     let resumed = match request.kind {
@@ -372,8 +411,8 @@ impl Driver {
                         Err(Unanswered::Cancel(cancelling)) => {
                             return self.confirm_cancel(cancelling).await;
                         }
-                        Err(Unanswered::Lost(running)) => {
-                            return self.fail(running, provider_lost()).await;
+                        Err(Unanswered::Withdrawn(running, err)) => {
+                            return self.fail(running, err).await;
                         }
                     }
                 }
@@ -384,12 +423,10 @@ impl Driver {
     /// Ends an execution whose first call of the stack did not return a stream.
     async fn end_starting(&mut self, starting: Execution<state::Starting>, end: SegmentEnd) {
         match end {
-            SegmentEnd::Stopped(Stop::Cancelled) => self.finish_cancel(starting).await,
-            SegmentEnd::Stopped(Stop::Deadline) => {
-                self.deadline_passed();
-                let err = timeout_error("deadline while starting");
-                self.fail(starting.run(), err).await;
-            }
+            SegmentEnd::Stopped(stop) => match self.expired(stop, "deadline while starting") {
+                Some(err) => self.fail(starting.run(), err).await,
+                None => self.finish_cancel(starting).await,
+            },
             SegmentEnd::Failed(err) => self.fail(starting.run(), err).await,
             SegmentEnd::Completed(_) | SegmentEnd::Action(_) => {
                 unreachable!("a call of the stack yields no segment end")
@@ -423,7 +460,7 @@ impl Driver {
             AdapterEvent::Content(_) => unreachable!("handled above"),
             AdapterEvent::Artifact(artifact) => {
                 if self.over_limit(1) {
-                    return Some(SegmentEnd::Failed(self.limit_reached()));
+                    return Some(SegmentEnd::Failed(self.budget.events_error()));
                 }
                 if let Err(e) = running.create_artifact(artifact) {
                     return Some(SegmentEnd::Failed(protocol(
@@ -439,17 +476,39 @@ impl Driver {
         None
     }
 
-    /// Appends the content buffered in this batch.
+    /// Appends the content buffered in this batch, as far as the run limits allow: content
+    /// past a limit is not appended, and the limit's failure ends the segment after the
+    /// content before it.
     fn flush_content(&mut self, running: &mut Execution<state::Running>) -> Option<SegmentEnd> {
         if self.content.is_empty() {
             return None;
         }
+        let mut breach = None;
+        for (i, content) in self.content.iter().enumerate() {
+            match self.budget.admit(content) {
+                Admit::Yes => continue,
+                Admit::Last(err) => {
+                    breach = Some((i + 1, err));
+                }
+                Admit::No(err) => {
+                    breach = Some((i, err));
+                }
+            }
+            break;
+        }
+        let breach = breach.map(|(keep, err)| {
+            self.content.truncate(keep);
+            SegmentEnd::Failed(err)
+        });
         if self.over_limit(self.content.len()) {
             self.content.clear();
-            return Some(SegmentEnd::Failed(self.limit_reached()));
+            return Some(SegmentEnd::Failed(self.budget.events_error()));
+        }
+        if self.content.is_empty() {
+            return breach;
         }
         match running.emit_all(self.content.drain(..)) {
-            Ok(_) => None,
+            Ok(_) => breach,
             Err(e) => Some(SegmentEnd::Failed(protocol(
                 "the adapter produced an invalid event",
                 e.to_string(),
@@ -459,20 +518,7 @@ impl Driver {
 
     /// Whether appending `more` events would pass the execution's event limit.
     fn over_limit(&self, more: usize) -> bool {
-        self.shared.reader.len().saturating_add(more) > self.config.max_events
-    }
-
-    fn limit_reached(&self) -> HarnessError {
-        HarnessError::new(
-            ErrorCategory::Capacity,
-            format!(
-                "the execution reached its limit of {} events; raise `ServiceConfig::max_events` \
-                 or give the adapter less to do per execution",
-                self.config.max_events
-            ),
-        )
-        .with_code(ErrorCode::EVENT_LIMIT_REACHED)
-        .with_retryable(false)
+        self.shared.reader.len().saturating_add(more) > self.budget.max_events()
     }
 
     /// Handles one item of a segment (`None`: the stream ended); `Some` ends the segment.
@@ -541,7 +587,7 @@ impl Driver {
         mut stream: BoxSegmentStream,
     ) -> SegmentEnd {
         let shared = Arc::clone(&self.shared);
-        let deadline = self.deadline;
+        let clock = self.clock();
         let grace = self.config.cancel_grace;
         // The terminal item seen, waiting for the end of the stream; bounded by the grace
         // period, so an adapter that keeps its stream open cannot hold the execution.
@@ -563,7 +609,7 @@ impl Driver {
                         format!("stream still open {grace:?} after Completed/Action"),
                     ));
                 }
-                stop = stop(&shared, deadline) => {
+                stop = stop(&shared, clock) => {
                     let end = if ending.is_none() {
                         self.drain(running, &mut stream, &mut ending)
                     } else {
@@ -629,7 +675,7 @@ impl Driver {
     {
         let pending_id = awaiting.pending_request().id.clone();
         let shared = Arc::clone(&self.shared);
-        let deadline = self.deadline;
+        let clock = self.clock();
         if !self.listening {
             // Every handle was dropped before the run paused: nobody can answer.
             return Err(Unanswered::Cancel(self.abandon(awaiting)));
@@ -646,13 +692,23 @@ impl Driver {
         loop {
             let command = tokio::select! {
                 biased;
-                stop = stop(&shared, deadline) => {
-                    if matches!(stop, Stop::Deadline) {
-                        self.deadline_passed();
+                stop = stop(&shared, clock) => {
+                    match stop {
+                        // Past the wall time the run fails with its own code: the action
+                        // is withdrawn first, as for a lost provider.
+                        Stop::WallTime => {
+                            let err = self.expired(stop, "wall time");
+                            let err = err.unwrap_or_else(|| self.budget.wall_time_error());
+                            return Err(Unanswered::Withdrawn(awaiting.withdraw(), err));
+                        }
+                        Stop::Deadline => self.deadline_passed(),
+                        Stop::Cancelled => {}
                     }
                     return Err(Unanswered::Cancel(awaiting.begin_cancel(self.cancel_reason())));
                 }
-                () = &mut lost => return Err(Unanswered::Lost(awaiting.withdraw())),
+                () = &mut lost => {
+                    return Err(Unanswered::Withdrawn(awaiting.withdraw(), provider_lost()));
+                }
                 command = next_command(&shared, self.listening) => command,
             };
             let Some(Command::Respond(respond)) = command else {

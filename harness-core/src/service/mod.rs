@@ -104,6 +104,7 @@
 
 pub mod segment;
 
+mod budget;
 mod driver;
 mod handle;
 mod persist;
@@ -201,6 +202,11 @@ pub struct ExecutionRequest {
     /// [`ToolSet`](crate::tool::ToolSet).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tools: Option<Vec<crate::tool::ToolId>>,
+    /// The caller's run limits for this execution: they narrow the operator's
+    /// ([`AdapterServiceBuilder::limits`]), never widen them (each limit in force is the
+    /// smaller of the two). See [`RunLimits`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<RunLimits>,
     /// Caller data for the application's own layers (never on the wire; not part of the
     /// request's identity). No layer of this project puts a policy here: a layer that
     /// rebuilds the request cannot switch anything off.
@@ -279,6 +285,13 @@ impl ExecutionRequest {
         self
     }
 
+    /// Narrows the service's run limits for this execution (see [`limits`](Self::limits)).
+    #[must_use]
+    pub fn with_limits(mut self, limits: RunLimits) -> Self {
+        self.limits = Some(limits);
+        self
+    }
+
     /// Selects the service's tools the execution gets (see [`tools`](Self::tools)).
     #[must_use]
     pub fn with_tools(mut self, tools: impl IntoIterator<Item = crate::tool::ToolId>) -> Self {
@@ -324,6 +337,11 @@ struct ServiceInner<A> {
     adapter: Arc<A>,
     config: ServiceConfig,
     deployment: DeploymentContext,
+    /// The highest contract version both the adapter and the control plane speak; `None`
+    /// when they share none (every execution is refused).
+    contract_version: Option<ContractVersion>,
+    /// The operator's run limits.
+    limits: RunLimits,
     stack: RuntimeStack,
     durable: Option<Durable>,
     thread_state: Arc<dyn ThreadStateStore>,
@@ -388,6 +406,7 @@ pub struct AdapterServiceBuilder<A, L> {
     durable: Option<Durable>,
     thread_state: Option<Arc<dyn ThreadStateStore>>,
     tools: Option<Arc<crate::tool::ToolSet>>,
+    limits: RunLimits,
 }
 
 impl<A: HarnessAdapter, L> fmt::Debug for AdapterServiceBuilder<A, L> {
@@ -409,7 +428,43 @@ impl<A: HarnessAdapter, L> AdapterServiceBuilder<A, L> {
             durable: self.durable,
             thread_state: self.thread_state,
             tools: self.tools,
+            limits: self.limits,
         }
+    }
+
+    /// The operator's run limits, for every execution of the service (none by default). A
+    /// request's own [`limits`](ExecutionRequest::limits) narrow them, never widen them; the
+    /// driver ends a run that passes one with one `run.failed` naming it (see
+    /// [`RunLimits`] and the [service docs](self)). Limits on tokens or model turns need an
+    /// adapter that reports usage (`stream.usage` usable in its descriptor): on any other,
+    /// every execution is refused with `LIMIT_UNENFORCEABLE`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use harness_core::limits::RunLimits;
+    /// # use harness_core::service::AdapterService;
+    /// # use harness_core::adapter::{BoxStream, EventResult, RunContext, Simple, SimpleAdapter};
+    /// # use harness_core::manifest::{ContractVersion, ExecutionMode, HarnessDescriptor};
+    /// # struct Nop(HarnessDescriptor);
+    /// # impl harness_core::manifest::Describe for Nop {
+    /// #     fn descriptor(&self) -> &HarnessDescriptor { &self.0 }
+    /// # }
+    /// # impl SimpleAdapter for Nop {
+    /// #     fn stream(&self, _: RunContext) -> BoxStream<'static, EventResult> { Box::pin(futures_util::stream::empty()) }
+    /// # }
+    /// # let adapter = Simple::new(Nop(HarnessDescriptor::builder("nop".parse().unwrap(), "0.1.0")
+    /// #     .contract_version(ContractVersion::V1).execution_mode(ExecutionMode::in_process()).build().unwrap()));
+    /// let limits = RunLimits::none()
+    ///     .with_wall_time(Duration::from_secs(300))?
+    ///     .with_max_tool_calls(20)?
+    ///     .with_max_output_bytes(1 << 20)?;
+    /// let service = AdapterService::builder(adapter).limits(limits).build();
+    /// assert_eq!(service.limits().max_tool_calls(), Some(20));
+    /// # Ok::<(), harness_core::error::HarnessError>(())
+    /// ```
+    pub fn limits(mut self, limits: RunLimits) -> Self {
+        self.limits = limits;
+        self
     }
 
     /// Offers `tools` to the service's executions: each gets them (or those its request
@@ -602,11 +657,17 @@ impl<A: HarnessAdapter, L> AdapterServiceBuilder<A, L> {
             .layers
             .service(RuntimeService::new(Arc::clone(&adapter)))
             .map_response(|stream| Box::pin(stream) as BoxSegmentStream);
+        let deployment = DeploymentContext::default();
+        let contract_version = adapter
+            .descriptor()
+            .highest_common_version(&deployment.contract_versions);
         AdapterService {
             inner: Arc::new(ServiceInner {
                 adapter,
                 config: self.config,
-                deployment: DeploymentContext::default(),
+                deployment,
+                contract_version,
+                limits: self.limits,
                 stack: RuntimeStack::new(stack),
                 durable: self.durable,
                 thread_state: self
@@ -640,6 +701,7 @@ impl<A: HarnessAdapter> AdapterService<A> {
             durable: None,
             thread_state: None,
             tools: None,
+            limits: RunLimits::none(),
         }
     }
 
@@ -653,6 +715,21 @@ impl<A: HarnessAdapter> AdapterService<A> {
     #[must_use]
     pub fn config(&self) -> &ServiceConfig {
         &self.inner.config
+    }
+
+    /// The operator's run limits ([`AdapterServiceBuilder::limits`]).
+    #[must_use]
+    pub fn limits(&self) -> &RunLimits {
+        &self.inner.limits
+    }
+
+    /// The contract version negotiated with the adapter: the highest one both the adapter's
+    /// descriptor and the control plane speak (what each runtime receives in
+    /// [`RuntimeContext::contract_version`]); `None` when they share none, and then every
+    /// execution is refused with `CONTRACT_VERSION_UNSUPPORTED`.
+    #[must_use]
+    pub fn contract_version(&self) -> Option<ContractVersion> {
+        self.inner.contract_version
     }
     /// Starts one execution: checks required capabilities, first against the adapter's
     /// descriptor (the most it can do), then, if those hold, against what `evaluate` reports
@@ -681,6 +758,8 @@ impl<A: HarnessAdapter> AdapterService<A> {
             .with_diagnostic("build the runtime with `enable_time()` (or `enable_all()`)"));
         }
         let inner = &self.inner;
+        self.negotiated()?;
+        self.limits_of(&request)?;
         // The conversation is the caller's: the same id under another caller is another one.
         let conversation = request.conversation();
         let config = AgentConfig {
@@ -788,6 +867,67 @@ fn turn_of(id: ExecutionId, request: &ExecutionRequest) -> TurnInput {
 }
 
 impl<A: HarnessAdapter> AdapterService<A> {
+    /// The negotiated contract version, or the refusal when the adapter and the control
+    /// plane share none.
+    fn negotiated(&self) -> Result<ContractVersion, HarnessError> {
+        self.inner.contract_version.ok_or_else(|| {
+            let descriptor = self.inner.adapter.descriptor();
+            let list = |versions: &[ContractVersion]| {
+                versions
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            HarnessError::new(
+                ErrorCategory::Configuration,
+                format!(
+                    "adapter `{}` speaks contract versions [{}] but this control plane speaks \
+                     [{}]: no common version, so it runs nothing; build the adapter against a \
+                     contract version the control plane speaks",
+                    descriptor.id(),
+                    list(descriptor.contract_versions()),
+                    list(&self.inner.deployment.contract_versions),
+                ),
+            )
+            .with_code(ErrorCode::CONTRACT_VERSION_UNSUPPORTED)
+        })
+    }
+
+    /// The run limits in force for `request`: the operator's narrowed by the caller's;
+    /// refused when one needs usage reports the adapter does not make.
+    fn limits_of(&self, request: &ExecutionRequest) -> Result<RunLimits, HarnessError> {
+        let limits = match &request.limits {
+            Some(caller) => self.inner.limits.narrowed_by(caller),
+            None => self.inner.limits,
+        };
+        let needing = limits.needing_usage();
+        let descriptor = self.inner.adapter.descriptor();
+        if !needing.is_empty()
+            && !descriptor
+                .capabilities()
+                .level(crate::capability::CapabilityKey::StreamUsage)
+                .is_usable()
+        {
+            return Err(HarnessError::new(
+                ErrorCategory::Configuration,
+                format!(
+                    "run limits {} count what `usage` events report, but adapter `{}` does not \
+                     report usage (`stream.usage`): leave them out, or bound the execution with \
+                     `wallTimeMs`, `maxToolCalls` or `maxOutputBytes`",
+                    needing
+                        .iter()
+                        .map(|n| format!("`{n}`"))
+                        .collect::<Vec<_>>()
+                        .join(" and "),
+                    descriptor.id(),
+                ),
+            )
+            .with_code(ErrorCode::LIMIT_UNENFORCEABLE));
+        }
+        Ok(limits)
+    }
+
     /// Refuses a request that selects tools the service does not offer, or any tool for an
     /// adapter that does not run portable tools.
     fn check_tools(&self, request: &ExecutionRequest) -> Result<(), HarnessError> {
@@ -831,15 +971,17 @@ impl<A: HarnessAdapter> AdapterService<A> {
         restored: Option<Restored>,
     ) -> Driver {
         let inner = &self.inner;
+        // Checked when the execution was accepted; a restored one was accepted before.
+        let limits = self.limits_of(&request).unwrap_or(inner.limits);
         let context = RuntimeContext {
-            contract_version: ContractVersion::V1,
+            contract_version: inner.contract_version.unwrap_or(ContractVersion::V1),
             adapter: shared.adapter.clone(),
             execution_id: shared.id.clone(),
             config,
             binding,
             prompt: None,
             tools: Vec::new(),
-            limits: RunLimits::default(),
+            limits,
             thread_state,
             cancellation: shared.cancel.child_token(),
         };
@@ -854,7 +996,15 @@ impl<A: HarnessAdapter> AdapterService<A> {
             execution = execution.with_tools(Arc::clone(tools), request.tools);
         }
         let emitted = restored.is_some();
+        // The wall time runs from the execution's acceptance: its first stored event for one
+        // taken over.
+        let accepted = restored
+            .as_ref()
+            .and_then(|r| r.log.first())
+            .map_or_else(Timestamp::now, |first| first.time());
+        let mut budget = budget::Budget::new(limits, inner.config.max_events, accepted);
         if let Some(restored) = restored {
+            budget.replay(&restored.log);
             execution = execution.with_restored(restored);
         }
         Driver {
@@ -867,6 +1017,7 @@ impl<A: HarnessAdapter> AdapterService<A> {
             emitted,
             deadline: request.deadline.map(instant_of),
             content: Vec::new(),
+            budget,
             durable: inner.durable.clone(),
         }
     }
