@@ -217,7 +217,7 @@ impl Stats {
     capability(
         "stream.usage",
         native,
-        explanation = "`usage` steps report token usage increments",
+        explanation = "`usage` steps report token usage increments and model turns",
     ),
     capability(
         "session.multi_turn",

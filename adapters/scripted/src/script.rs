@@ -79,6 +79,10 @@ pub enum Step {
         /// Input tokens served from a cache.
         #[serde(default, skip_serializing_if = "is_zero")]
         cached_input_tokens: u64,
+        /// Model requests (turns) this increment covers, as a model-calling adapter reports
+        /// them.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        model_turns: u64,
     },
     /// A tool call that runs without approval: `tool.call.started`, then
     /// `tool.call.completed` with `output` (success) or `failure` (a bounded failure message).
@@ -519,11 +523,13 @@ fn compile(step: &Step) -> Result<Op, String> {
             output_tokens,
             reasoning_tokens,
             cached_input_tokens,
+            model_turns,
         } => Op::Usage(Usage {
             input_tokens: *input_tokens,
             output_tokens: *output_tokens,
             reasoning_tokens: *reasoning_tokens,
             cached_input_tokens: *cached_input_tokens,
+            model_turns: *model_turns,
         }),
         Step::ToolCall {
             call_id,
@@ -1109,6 +1115,19 @@ impl ScriptBuilder {
             output_tokens,
             reasoning_tokens: 0,
             cached_input_tokens: 0,
+            model_turns: 0,
+        })
+    }
+
+    /// Adds a `usage` increment for one model request (turn) of `input_tokens` and
+    /// `output_tokens`.
+    pub fn model_turn(self, input_tokens: u64, output_tokens: u64) -> Self {
+        self.step(Step::Usage {
+            input_tokens,
+            output_tokens,
+            reasoning_tokens: 0,
+            cached_input_tokens: 0,
+            model_turns: 1,
         })
     }
 
