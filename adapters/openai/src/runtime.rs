@@ -13,13 +13,14 @@ use futures_util::{Stream, StreamExt};
 use harness_core::action::{ActionRequest, ApprovalRequest};
 use harness_core::adapter::{
     AdapterEvent, AgentConfig, BoxFuture, BoxStream, CancelResult, DeploymentContext, EventResult,
-    HarnessAdapter, HarnessRuntime, ResumeDecision, RuntimeContext, RuntimeIdentity, RuntimeInit,
-    TurnInput,
+    HarnessAdapter, HarnessRuntime, ResumeDecision, RunLimits, RuntimeContext, RuntimeIdentity,
+    RuntimeInit, TurnInput,
 };
 use harness_core::capability::CapabilityReport;
 use harness_core::error::{ErrorCategory, ErrorCode, HarnessError};
 use harness_core::event::{
     CancelReason, Content, RunSucceeded, TextDelta, ToolCall, ToolCallCompleted, ToolCallOutcome,
+    Usage,
 };
 use harness_core::id::{AdapterId, ExecutionId, ToolCallId};
 use harness_core::manifest::{Adapter as _, HarnessDescriptor};
@@ -105,7 +106,8 @@ const AHEAD: usize = 64;
         "stream.usage",
         native,
         explanation = "each round's usage (stream_options.include_usage, response.completed) \
-            becomes one usage event",
+            becomes one usage event, which also counts the round's model request (modelTurns: \
+            1; a round whose server reports no usage has a usage event of its own for it)",
     ),
     capability(
         "session.multi_turn",
@@ -370,6 +372,7 @@ impl HarnessAdapter for OpenAiAdapter {
                     tools: context.tools,
                     names,
                     thread_state: context.thread_state,
+                    limits: context.limits,
                     cancellation: context.cancellation.child_token(),
                     turn: tokio::sync::Mutex::new(Turn::default()),
                     pending: Mutex::new(None),
@@ -440,6 +443,8 @@ struct Turn {
     /// The version of the history read when the turn started (`None`: none was stored).
     history_version: Option<Version>,
     rounds: u32,
+    /// Tool calls started in this execution (`tool.call.started` events).
+    tool_calls: u32,
     trace: Option<TraceContext>,
     awaiting: Option<Awaiting>,
 }
@@ -458,6 +463,10 @@ struct OpenAiRuntime {
     tools: Vec<ToolHandle>,
     names: ProviderToolNames,
     thread_state: Option<ScopedThreadState>,
+    /// The execution's run limits: the loop stops before a model request or a tool call
+    /// past them (the service's driver would end the run there too, but only after the
+    /// request was made or the call started).
+    limits: RunLimits,
     cancellation: CancellationToken,
     turn: tokio::sync::Mutex<Turn>,
     pending: Mutex<Option<ActionRequest>>,
@@ -582,6 +591,19 @@ impl OpenAiRuntime {
                 )
                 .with_code(ErrorCode::TOOL_ROUNDS_EXHAUSTED));
             }
+            if let Some(max) = self.limits.max_model_turns()
+                && state.rounds >= max
+            {
+                return Err(HarnessError::new(
+                    ErrorCategory::Capacity,
+                    format!(
+                        "the execution made {max} model requests, its limit (`maxModelTurns`), \
+                         and the model was still calling tools"
+                    ),
+                )
+                .with_code(ErrorCode::LIMIT_MODEL_TURNS)
+                .with_retryable(false));
+            }
             state.rounds += 1;
             let (text, calls) = self
                 .round(emit, &state.transcript, state.trace.as_ref())
@@ -594,7 +616,7 @@ impl OpenAiRuntime {
                 self.commit(state).await?;
                 return Ok(AdapterEvent::Completed(RunSucceeded::default()));
             }
-            let planned = self.plan(emit, calls).await;
+            let planned = self.plan(emit, calls, &mut state.tool_calls).await?;
             let mut results: Vec<Option<String>> = vec![None; planned.len()];
             let mut running = FuturesUnordered::new();
             let mut approvals = Vec::new();
@@ -657,10 +679,31 @@ impl OpenAiRuntime {
         }
     }
 
-    /// Announces each call (`tool.call.started`) and decides what becomes of it.
-    async fn plan(&self, emit: &Emit, calls: Vec<Call>) -> Vec<Planned> {
+    /// Announces each call (`tool.call.started`) and decides what becomes of it; fails
+    /// before announcing a call past the execution's `maxToolCalls` (none of this round's
+    /// calls has run yet).
+    async fn plan(
+        &self,
+        emit: &Emit,
+        calls: Vec<Call>,
+        started: &mut u32,
+    ) -> Result<Vec<Planned>, HarnessError> {
         let mut planned = Vec::with_capacity(calls.len());
         for call in calls {
+            if let Some(max) = self.limits.max_tool_calls()
+                && *started >= max
+            {
+                return Err(HarnessError::new(
+                    ErrorCategory::Capacity,
+                    format!(
+                        "the execution reached its limit of {max} tool calls (`maxToolCalls`); \
+                         the call past it was not started"
+                    ),
+                )
+                .with_code(ErrorCode::LIMIT_TOOL_CALLS)
+                .with_retryable(false));
+            }
+            *started += 1;
             let call_id = ToolCallId::generate();
             let handle = self
                 .names
@@ -695,7 +738,7 @@ impl OpenAiRuntime {
                 plan,
             });
         }
-        planned
+        Ok(planned)
     }
 
     /// One model round: the request, then the stream, read to its end.
@@ -777,6 +820,9 @@ impl OpenAiRuntime {
         let mut round = Round::new(endpoint.api);
         let mut events = Vec::new();
         let mut pieces = Vec::new();
+        // The round's first usage event also counts the model request (`modelTurns`); a
+        // round whose server reports no usage counts it in one of its own, at its end.
+        let mut turn_counted = false;
         while !round.is_done() {
             let chunk = self.bounded(quiet, bytes.next()).await?;
             // The events decoded before a decoding error are applied first: what the model
@@ -792,7 +838,10 @@ impl OpenAiRuntime {
                     emit.content(match piece {
                         Piece::Text(text) => Content::MessageDelta(TextDelta::new(text)),
                         Piece::Reasoning(text) => Content::ReasoningDelta(TextDelta::new(text)),
-                        Piece::Usage(usage) => Content::Usage(usage),
+                        Piece::Usage(usage) => Content::Usage(Usage {
+                            model_turns: u64::from(!std::mem::replace(&mut turn_counted, true)),
+                            ..usage
+                        }),
                     })
                     .await;
                 }
@@ -805,6 +854,13 @@ impl OpenAiRuntime {
         // A chat stream that said why it finished but closed before `[DONE]` is complete.
         if !round.is_done() && round.finish.is_none() {
             return Err(cut_short());
+        }
+        if !turn_counted {
+            emit.content(Content::Usage(Usage {
+                model_turns: 1,
+                ..Usage::default()
+            }))
+            .await;
         }
         round.into_parts()
     }

@@ -499,6 +499,7 @@ fn chat_usage(usage: &Value) -> Usage {
         output_tokens: count(usage, &["completion_tokens"]),
         reasoning_tokens: count(usage, &["completion_tokens_details", "reasoning_tokens"]),
         cached_input_tokens: count(usage, &["prompt_tokens_details", "cached_tokens"]),
+        model_turns: 0,
     }
 }
 
@@ -508,6 +509,7 @@ fn responses_usage(usage: &Value) -> Usage {
         output_tokens: count(usage, &["output_tokens"]),
         reasoning_tokens: count(usage, &["output_tokens_details", "reasoning_tokens"]),
         cached_input_tokens: count(usage, &["input_tokens_details", "cached_tokens"]),
+        model_turns: 0,
     }
 }
 
@@ -567,7 +569,8 @@ mod tests {
                     input_tokens: 7,
                     output_tokens: 5,
                     reasoning_tokens: 2,
-                    cached_input_tokens: 0
+                    cached_input_tokens: 0,
+                    model_turns: 0
                 }),
             ]
         );
@@ -637,7 +640,8 @@ mod tests {
                     input_tokens: 11,
                     output_tokens: 5,
                     reasoning_tokens: 0,
-                    cached_input_tokens: 3
+                    cached_input_tokens: 3,
+                    model_turns: 0
                 }),
             ]
         );

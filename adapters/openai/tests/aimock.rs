@@ -12,6 +12,7 @@ use common::{Mock, kinds, payloads, pending, reasoning, squeezed, text};
 use harness_core::error::ErrorCategory;
 use harness_core::event::{CancelReason, CancelSource, EventPayload, ToolCallOutcome};
 use harness_core::id::ConversationId;
+use harness_core::limits::RunLimits;
 use harness_core::service::{AdapterService, ExecutionRequest, Outcome};
 use harness_core::tool::{FnTool, ToolPolicy, ToolSet};
 use harness_openai::{Api, Endpoint, OpenAiAdapter, OpenAiOptions};
@@ -507,6 +508,86 @@ async fn a_model_that_keeps_calling_tools_is_stopped_at_its_round_limit() {
     assert_eq!(completed, 3, "{log:?}");
     assert!(e.message.contains('3'), "{}", e.message);
     assert_eq!(calls.load(Ordering::SeqCst), 3);
+}
+
+/// The model requests (`modelTurns`) the execution's `usage` events report.
+fn turns(log: &[EventPayload]) -> u64 {
+    log.iter()
+        .map(|p| match p {
+            EventPayload::Usage(u) => u.model_turns,
+            _ => 0,
+        })
+        .sum()
+}
+
+fn one_failure(log: &[EventPayload]) {
+    let terminal: Vec<_> = log.iter().filter(|p| p.is_terminal()).collect();
+    assert_eq!(terminal.len(), 1, "{log:?}");
+    assert!(matches!(log.last(), Some(EventPayload::RunFailed(_))), "{log:?}");
+}
+
+/// A model that keeps calling tools is stopped at the execution's `maxModelTurns` before it
+/// makes one more request (the operator's limit; a caller asking for more still gets it),
+/// and every request it made is counted in `usage`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_turn_limit_stops_the_loop_before_its_next_request() {
+    let mock = Mock::start(&json!([
+        {"match": {"userMessage": "loop"}, "response": {"toolCalls": [{"name": name("weather.now"), "arguments": {"city": "Rome"}}]}},
+    ]));
+    let limits = RunLimits::none().with_max_model_turns(2).unwrap();
+    for api in APIS {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let endpoint = Endpoint::new(mock.base(), "gpt-4.1")
+            .with_api(api)
+            .with_max_tool_rounds(10);
+        let service = AdapterService::builder(OpenAiAdapter::new(endpoint).unwrap())
+            .tools(tools(&calls))
+            .limits(limits)
+            .build();
+        let before = mock.journal().await.len();
+        let wider = RunLimits::none().with_max_model_turns(10).unwrap();
+        let execution = service
+            .start(ExecutionRequest::new("loop forever").with_limits(wider))
+            .await
+            .unwrap();
+        let e = failure(execution.outcome().await);
+        let log = payloads(&execution).await;
+        assert_eq!(e.code.as_str(), "LIMIT_MODEL_TURNS", "{api:?} {log:?}");
+        one_failure(&log);
+        assert_eq!(mock.journal().await.len() - before, 2, "{api:?}: model requests");
+        assert_eq!(turns(&log), 2, "{api:?} {log:?}");
+        assert_eq!(calls.load(Ordering::SeqCst), 2, "{api:?}");
+    }
+}
+
+/// The loop does not start a tool call past `maxToolCalls`: the model asked for a third,
+/// which was neither announced nor run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_call_limit_stops_the_loop_before_the_call_past_it() {
+    let mock = Mock::start(&json!([
+        {"match": {"userMessage": "loop"}, "response": {"toolCalls": [{"name": name("weather.now"), "arguments": {"city": "Rome"}}]}},
+    ]));
+    for api in APIS {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let execution = service(&mock, api, tools(&calls))
+            .start(
+                ExecutionRequest::new("loop forever")
+                    .with_limits(RunLimits::none().with_max_tool_calls(2).unwrap()),
+            )
+            .await
+            .unwrap();
+        let e = failure(execution.outcome().await);
+        let log = payloads(&execution).await;
+        assert_eq!(e.code.as_str(), "LIMIT_TOOL_CALLS", "{api:?} {log:?}");
+        one_failure(&log);
+        let started = log
+            .iter()
+            .filter(|p| matches!(p, EventPayload::ToolCallStarted(_)))
+            .count();
+        assert_eq!((started, calls.load(Ordering::SeqCst)), (2, 2), "{api:?}");
+        // Three model requests, each counted.
+        assert_eq!(turns(&log), 3, "{api:?} {log:?}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
