@@ -59,8 +59,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{ErrorCategory, HarnessError};
 
-/// The budget of one execution; see the [module docs](self). Every limit is optional (none
-/// by default) and at least 1 when set.
+/// The budget of one execution: each limit optional (none by default) and at least 1 when
+/// set. The operator's limits apply to every execution; a request's narrow them, never
+/// widen them. See the module docs of `harness_core::limits`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, try_from = "Wire")]
 pub struct RunLimits {
@@ -343,12 +344,18 @@ mod tests {
             "maxTokens",
         ] {
             let err = serde_json::from_value::<RunLimits>(json!({ field: 0 })).unwrap_err();
-            assert!(err.to_string().contains(&format!("`{field}` is 0")), "{err}");
+            assert!(
+                err.to_string().contains(&format!("`{field}` is 0")),
+                "{err}"
+            );
             let ok: RunLimits = serde_json::from_value(json!({ field: 3 })).unwrap();
             assert_eq!(serde_json::to_value(ok).unwrap(), json!({ field: 3 }));
         }
         let err = serde_json::from_value::<RunLimits>(json!({"maxTurns": 3})).unwrap_err();
-        assert!(err.to_string().contains("unknown field `maxTurns`"), "{err}");
+        assert!(
+            err.to_string().contains("unknown field `maxTurns`"),
+            "{err}"
+        );
         assert!(RunLimits::none().with_max_tool_calls(0).is_err());
         assert!(
             RunLimits::none()

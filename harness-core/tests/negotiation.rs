@@ -97,7 +97,11 @@ async fn token_and_turn_limits_are_refused_on_an_adapter_that_reports_no_usage()
     let caller = AdapterService::new(adapter);
     for (service, request, streams) in [
         (&operator, ExecutionRequest::new("go"), &operator_streams),
-        (&caller, ExecutionRequest::new("go").with_limits(turns), &caller_streams),
+        (
+            &caller,
+            ExecutionRequest::new("go").with_limits(turns),
+            &caller_streams,
+        ),
     ] {
         let err = service.start(request).await.unwrap_err();
         assert_eq!(err.code(), &ErrorCode::LIMIT_UNENFORCEABLE);

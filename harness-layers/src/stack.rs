@@ -125,6 +125,7 @@ pub struct HarnessStack {
     runtime: RuntimeLayers,
     config: ServiceConfig,
     tools: Option<harness_core::tool::ToolSet>,
+    limits: harness_core::limits::RunLimits,
 }
 
 macro_rules! setters {
@@ -252,8 +253,15 @@ impl HarnessStack {
         self
     }
 
-    /// The adapter service's builder with this stack's configuration, runtime layers and
-    /// tools.
+    /// Sets the operator's run limits of the services this stack builds (see
+    /// [`AdapterServiceBuilder::limits`](harness_core::service::AdapterServiceBuilder::limits)).
+    pub fn limits(mut self, limits: harness_core::limits::RunLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// The adapter service's builder with this stack's configuration, runtime layers,
+    /// tools and run limits.
     fn builder<A: HarnessAdapter>(
         &self,
         adapter: A,
@@ -263,6 +271,7 @@ impl HarnessStack {
     > {
         let builder = AdapterService::builder(adapter)
             .config(self.config)
+            .limits(self.limits)
             .layer(self.runtime.clone());
         match &self.tools {
             Some(tools) => builder.tools(tools.clone()),

@@ -32,6 +32,17 @@
 //! [scripted]
 //! script = "scripts/demo.json"
 //!
+//! # Each adapter's table may bound its executions (`RunLimits`, none by default); a
+//! # request's `limits` narrow these, never widen them. Tokens and model turns need an
+//! # adapter that reports usage (scripted, openai; not acp).
+//! [scripted.limits]
+//! wallTimeMs = 600000          # from acceptance to the end, awaiting an answer included
+//! maxEvents = 100000
+//! maxToolCalls = 50
+//! maxModelTurns = 20
+//! maxOutputBytes = 1048576     # message and reasoning text
+//! maxTokens = 200000           # input + output, as usage reports them
+//!
 //! # ACP agents: each table is an `AcpAgent` (command, cwd, env, files, approval, ...).
 //! # Callers pick one with the option {"agent": "<name>"}; `default` serves the others.
 //! [acp.agents.default]
@@ -64,7 +75,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use harness_acp::{AcpAdapter, AcpAgent};
+use harness_core::adapter::HarnessAdapter;
 use harness_core::error::{ErrorCategory, HarnessError};
+use harness_core::limits::RunLimits;
 use harness_core::store::{MemoryStore, ReplicaId};
 use harness_core::tool::ToolSet;
 use harness_layers::stack::HarnessStack;
@@ -193,6 +206,9 @@ pub struct ScriptedConfig {
     /// The script every execution runs (the bundled quickstart script if left out).
     #[serde(default)]
     pub script: Option<PathBuf>,
+    /// The operator's run limits for this instance's executions.
+    #[serde(default)]
+    pub limits: Option<RunLimits>,
 }
 
 /// `[acp]`.
@@ -202,6 +218,9 @@ pub struct ScriptedConfig {
 pub struct AcpConfig {
     /// The agents by name.
     pub agents: BTreeMap<String, toml::Value>,
+    /// The operator's run limits for this instance's executions.
+    #[serde(default)]
+    pub limits: Option<RunLimits>,
 }
 
 /// `[openai]`.
@@ -211,6 +230,9 @@ pub struct AcpConfig {
 pub struct OpenAiConfig {
     /// The model endpoints by name.
     pub endpoints: BTreeMap<String, toml::Value>,
+    /// The operator's run limits for this instance's executions.
+    #[serde(default)]
+    pub limits: Option<RunLimits>,
 }
 
 /// `[mcp]`.
@@ -248,6 +270,32 @@ fn json_of(value: &toml::Value, what: &str) -> Result<serde_json::Value, Harness
 
 fn invalid(message: String) -> HarnessError {
     HarnessError::new(ErrorCategory::Configuration, message)
+}
+
+/// The operator's run limits of `table` for `adapter`, refused when one counts usage that
+/// the adapter does not report (every execution would be refused).
+fn limits_for<A: HarnessAdapter>(
+    adapter: &A,
+    limits: Option<&RunLimits>,
+    table: &str,
+) -> Result<RunLimits, HarnessError> {
+    let limits = limits.copied().unwrap_or_default();
+    let needing = limits.needing_usage();
+    let usage = adapter
+        .descriptor()
+        .capabilities()
+        .level(harness_core::capability::CapabilityKey::StreamUsage)
+        .is_usable();
+    if !needing.is_empty() && !usage {
+        return Err(invalid(format!(
+            "`[{table}.limits]` sets {}, which count what `usage` events report, but adapter \
+             `{}` does not report usage: leave {} out",
+            needing.join(" and "),
+            adapter.descriptor().id(),
+            if needing.len() == 1 { "it" } else { "them" },
+        )));
+    }
+    Ok(limits)
 }
 
 impl Config {
@@ -462,7 +510,8 @@ impl Config {
                 None => Script::quickstart(),
             };
             let adapter = ScriptedAdapter::new(script);
-            let stack = HarnessStack::defaults_for(&adapter)?;
+            let limits = limits_for(&adapter, scripted.limits.as_ref(), "scripted")?;
+            let stack = HarnessStack::defaults_for(&adapter)?.limits(limits);
             instances.push(Instance::new(
                 &stack,
                 adapter,
@@ -525,7 +574,10 @@ impl Instance {
                 .provider(McpProvider::new(server)?)
                 .map_err(|e| invalid(format!("{what}: {e}")))?;
         }
-        let stack = HarnessStack::defaults_for(&adapter)?.tools(tools);
+        let limits = limits_for(&adapter, openai.limits.as_ref(), "openai")?;
+        let stack = HarnessStack::defaults_for(&adapter)?
+            .tools(tools)
+            .limits(limits);
         Ok(Self::new(
             &stack,
             adapter,
@@ -555,7 +607,8 @@ impl Instance {
                 adapter = adapter.with_agent(name.clone(), agent(name, value)?)?;
             }
         }
-        let stack = HarnessStack::defaults_for(&adapter)?;
+        let limits = limits_for(&adapter, acp.limits.as_ref(), "acp")?;
+        let stack = HarnessStack::defaults_for(&adapter)?.limits(limits);
         Ok(Self::new(
             &stack,
             adapter,
@@ -612,5 +665,33 @@ mod tests {
         ))
         .unwrap();
         config.server(BearerTokens::new()).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn run_limits_are_read_per_instance_and_checked() {
+        let memory = "[store]\nkind = \"memory\"\n";
+        let config = Config::from_toml(&format!(
+            "{memory}[scripted.limits]\nmaxToolCalls = 5\nwallTimeMs = 60000\nmaxTokens = 900\n"
+        ))
+        .unwrap();
+        let limits = config.scripted.as_ref().unwrap().limits.unwrap();
+        assert_eq!(limits.max_tool_calls(), Some(5));
+        assert_eq!(limits.max_tokens(), Some(900));
+        config.server(BearerTokens::new()).await.unwrap();
+        // Zero, or a key that is no limit, is refused when the file is read, naming it.
+        let err = Config::from_toml("[scripted.limits]\nmaxModelTurns = 0\n").unwrap_err();
+        assert!(err.to_string().contains("`maxModelTurns` is 0"), "{err}");
+        let err = Config::from_toml("[scripted.limits]\nmaxCostUsd = 1\n").unwrap_err();
+        assert!(err.to_string().contains("maxCostUsd"), "{err}");
+        // Tokens on an adapter that reports no usage would refuse every execution: the
+        // server does not start.
+        let message = refused(&format!(
+            "{memory}[acp.agents.default]\ncommand = [\"true\"]\ncwd = \"/tmp\"\n[acp.limits]\nmaxTokens = 10\nmaxToolCalls = 3\n"
+        ))
+        .await;
+        assert!(
+            message.contains("[acp.limits]") && message.contains("maxTokens"),
+            "{message}"
+        );
     }
 }

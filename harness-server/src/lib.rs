@@ -81,6 +81,12 @@
 //! conflicts ([`Conversation`](harness_core::session::Conversation)); an idempotency key
 //! (and AG-UI's `runId`) is looked up within its principal's executions.
 //!
+//! Run limits: each adapter's table in `harness.toml` may set the operator's
+//! [`RunLimits`](harness_core::limits::RunLimits) (`[openai.limits]`, ...); a request's
+//! `limits` narrow them, never widen them, and a run past one ends with one `run.failed`
+//! carrying the limit's code. Limits on tokens or model turns for an adapter that reports no
+//! usage (ACP) stop the server from starting, naming them.
+//!
 //! # Decisions
 //!
 //! - **Every execution is durable**: an [`Instance`] keeps its executions in a store

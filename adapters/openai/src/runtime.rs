@@ -63,7 +63,11 @@ const AHEAD: usize = 64;
 /// wait for one `tool_approval` action covering them all, approve / reject / edit per call,
 /// the edits checked against the tool's schema again), each ends with its
 /// `tool.call.completed`, the results go back to the model, and the next round starts. A
-/// round without tool calls ends the run. At most [`Endpoint::max_tool_rounds`] rounds.
+/// round without tool calls ends the run. At most [`Endpoint::max_tool_rounds`] rounds, and
+/// within the execution's run limits: each round's `usage` counts its model request
+/// (`modelTurns`), and the loop makes no request past `maxModelTurns`
+/// (`LIMIT_MODEL_TURNS`) and announces no tool call past `maxToolCalls`
+/// (`LIMIT_TOOL_CALLS`), before the service's driver would have to stop it.
 ///
 /// A conversation's history (its user messages, the model's replies and calls, the tool
 /// results) is kept in the conversation's thread state under [`HISTORY_KEY`], written once

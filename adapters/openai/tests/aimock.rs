@@ -523,7 +523,10 @@ fn turns(log: &[EventPayload]) -> u64 {
 fn one_failure(log: &[EventPayload]) {
     let terminal: Vec<_> = log.iter().filter(|p| p.is_terminal()).collect();
     assert_eq!(terminal.len(), 1, "{log:?}");
-    assert!(matches!(log.last(), Some(EventPayload::RunFailed(_))), "{log:?}");
+    assert!(
+        matches!(log.last(), Some(EventPayload::RunFailed(_))),
+        "{log:?}"
+    );
 }
 
 /// A model that keeps calling tools is stopped at the execution's `maxModelTurns` before it
@@ -554,7 +557,11 @@ async fn a_model_turn_limit_stops_the_loop_before_its_next_request() {
         let log = payloads(&execution).await;
         assert_eq!(e.code.as_str(), "LIMIT_MODEL_TURNS", "{api:?} {log:?}");
         one_failure(&log);
-        assert_eq!(mock.journal().await.len() - before, 2, "{api:?}: model requests");
+        assert_eq!(
+            mock.journal().await.len() - before,
+            2,
+            "{api:?}: model requests"
+        );
         assert_eq!(turns(&log), 2, "{api:?} {log:?}");
         assert_eq!(calls.load(Ordering::SeqCst), 2, "{api:?}");
     }

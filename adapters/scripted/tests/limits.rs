@@ -21,7 +21,10 @@ fn service(limits: RunLimits) -> AdapterService<ScriptedAdapter> {
         .build()
 }
 
-async fn run(service: &AdapterService<ScriptedAdapter>, request: ExecutionRequest) -> ExecutionHandle {
+async fn run(
+    service: &AdapterService<ScriptedAdapter>,
+    request: ExecutionRequest,
+) -> ExecutionHandle {
     let handle = service.start(request).await.unwrap();
     let _ = handle.outcome().await;
     handle
@@ -85,7 +88,9 @@ fn text(chunks: u32) -> Script {
 
 fn turns(n: usize, input: u64, output: u64) -> Script {
     (0..n)
-        .fold(Script::builder(), |b, _| b.model_turn(input, output).text("ok"))
+        .fold(Script::builder(), |b, _| {
+            b.model_turn(input, output).text("ok")
+        })
         .complete("done")
         .build()
 }
@@ -217,7 +222,10 @@ async fn a_limit_not_reached_changes_nothing(
     };
     let free = run(&service(RunLimits::none()), request(&script)).await;
     let bounded = run(&service(limits.unwrap()), request(&script)).await;
-    assert!(matches!(bounded.outcome().await, Outcome::Succeeded(_)), "{name}");
+    assert!(
+        matches!(bounded.outcome().await, Outcome::Succeeded(_)),
+        "{name}"
+    );
     assert_eq!(kinds(&bounded), kinds(&free), "{name}");
     assert_eq!(message_bytes(&bounded), message_bytes(&free), "{name}");
 }
@@ -237,8 +245,8 @@ async fn a_caller_narrows_the_operators_limits_and_cannot_widen_them() {
     assert_eq!(failure(&handle).await.code(), &ErrorCode::LIMIT_TOOL_CALLS);
     assert_eq!(count(&handle, "tool.call.started"), 3);
     // A caller asking for less gets less.
-    let narrower = request(&tool_calls(10))
-        .with_limits(RunLimits::none().with_max_tool_calls(2).unwrap());
+    let narrower =
+        request(&tool_calls(10)).with_limits(RunLimits::none().with_max_tool_calls(2).unwrap());
     let handle = run(&service, narrower).await;
     assert_eq!(failure(&handle).await.code(), &ErrorCode::LIMIT_TOOL_CALLS);
     assert_eq!(count(&handle, "tool.call.started"), 2);
@@ -251,7 +259,10 @@ async fn a_caller_narrows_the_operators_limits_and_cannot_widen_them() {
         request(&text(50)).with_limits(RunLimits::none().with_max_output_bytes(20).unwrap()),
     )
     .await;
-    assert_eq!(failure(&handle).await.code(), &ErrorCode::LIMIT_OUTPUT_BYTES);
+    assert_eq!(
+        failure(&handle).await.code(),
+        &ErrorCode::LIMIT_OUTPUT_BYTES
+    );
     assert_eq!(message_bytes(&handle), 20);
     // A zero limit on the wire is refused when the request is read, naming the field.
     let err = serde_json::from_value::<ExecutionRequest>(json!({

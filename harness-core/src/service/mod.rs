@@ -27,9 +27,43 @@
 //!   it), a panic in a layer of the runtime stack one with code `LAYER_PANICKED`; the process
 //!   never crashes;
 //! - **events out of order end the run with `protocol`**: an item after the terminal one, a
-//!   segment that ends without a terminal item, a duplicate or foreign artifact.
+//!   segment that ends without a terminal item, a duplicate or foreign artifact;
+//! - **run limits hold** ([`RunLimits`]: the operator's, [`AdapterServiceBuilder::limits`],
+//!   narrowed by the request's [`ExecutionRequest::limits`], never widened): every item
+//!   passes the driver, which counts events, `tool.call.started`, message and reasoning
+//!   bytes, and the tokens and model turns `usage` events report, and bounds the wall time
+//!   from acceptance in every state. Past a limit the run ends with one `run.failed`
+//!   carrying the limit's own code (`LIMIT_WALL_TIME`, `EVENT_LIMIT_REACHED`,
+//!   `LIMIT_TOOL_CALLS`, `LIMIT_MODEL_TURNS`, `LIMIT_OUTPUT_BYTES`, `LIMIT_TOKENS`; not
+//!   retryable), after cleanup (and, past the wall time, the cancel hook first, as for the
+//!   deadline). The runtime gets the limits in force in [`RuntimeContext::limits`];
+//! - **the contract version is negotiated**: the service picks the highest version both the
+//!   adapter's descriptor and the control plane speak ([`AdapterService::contract_version`],
+//!   what each runtime receives); with none in common every execution is refused with
+//!   `CONTRACT_VERSION_UNSUPPORTED` before anything runs.
 //!
 //! Decisions where the spec is silent:
+//! - Run limits are counted where they can be known for every adapter: a text delta that
+//!   would pass `maxOutputBytes` and a `tool.call.started` past `maxToolCalls` are not
+//!   appended (the log holds at most the limit); a `usage` event that takes tokens or
+//!   turns past their limit is appended (it reports what was already spent) and the run
+//!   fails right after it. A run whose adapter runs ahead of the driver (its own loop) may
+//!   have started the work the refused event announces: an adapter that runs its own loop
+//!   reads [`RuntimeContext::limits`] to stop before (the model-loop adapter does).
+//! - Model turns are what `usage` events report in `modelTurns` (1 per model request): the
+//!   portable stream has no other turn marker, and a usage report is where a provider's
+//!   request count is known. Limits on tokens or model turns on an adapter whose
+//!   descriptor does not declare `stream.usage` usable are refused at start
+//!   (`LIMIT_UNENFORCEABLE`): a limit nothing can count is not accepted.
+//! - No cost limit: no provider of this project reports a cost (the OpenAI-compatible APIs
+//!   report tokens), so a token limit is the budget to use.
+//! - Wall time runs out while awaiting an answer too: the action is withdrawn
+//!   (`run.running`) and the run fails `LIMIT_WALL_TIME` (unlike the request's deadline,
+//!   which cancels: a limit the operator set is a failure of the run, with its code).
+//! - A restored execution (taken over by another replica) keeps its budget: the counts are
+//!   replayed from its stored log and the wall time runs from its first stored event.
+//! - The per-turn deadline is not a run limit: it is the `harness-layers` timeout layer's
+//!   (`TURN_TIMEOUT`).
 //! - If every handle of an execution is dropped while it awaits an action, nobody can answer
 //!   it any more: the driver cancels it (source `abandoned`), which runs cleanup.
 //! - An adapter error after output was emitted is marked "side effects may have occurred",
