@@ -26,7 +26,7 @@ use harness_core::error::{ErrorCategory, HarnessError};
 use harness_core::event::{
     CancelReason, Content, RunSucceeded, TextDelta, ToolCall, ToolCallCompleted, ToolCallOutcome,
 };
-use harness_core::id::{ActionId, ConversationId};
+use harness_core::id::{ActionId, CallerId, ConversationId};
 use harness_core::manifest::{ContractVersion, Describe, ExecutionMode, HarnessDescriptor};
 use harness_core::service::ExecutionRequest;
 use serde_json::{Value, json};
@@ -79,6 +79,9 @@ enum Fault {
     /// `session.multi_turn` declared native; what a turn keeps is kept for every
     /// conversation (one history for the whole adapter).
     SharesHistory,
+    /// `session.multi_turn` declared native; what a turn keeps is keyed by the conversation's
+    /// bare id, so another caller naming the same id continues it.
+    KeysByBareId,
     /// Asked for an approval, works until cancelled and never asks.
     NeverAsks,
     /// `evaluate` reports `skills` native for a configuration that continues a conversation
@@ -111,8 +114,9 @@ fn release() {
     changed.notify_all();
 }
 
-/// What a [`Broken`] adapter remembers, by conversation, across its executions.
-type Memory = Arc<Mutex<HashMap<Option<ConversationId>, Vec<String>>>>;
+/// What a [`Broken`] adapter remembers, by conversation (in its caller's scope; the caller
+/// left out by [`Fault::KeysByBareId`]), across its executions.
+type Memory = Arc<Mutex<HashMap<Option<(Option<CallerId>, ConversationId)>, Vec<String>>>>;
 
 /// The trace context a [`Fault::StaleTraceContext`] runtime sends its provider.
 const STALE: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
@@ -256,6 +260,19 @@ fn done() -> EventResult {
 }
 
 impl BrokenRuntime {
+    /// Where this execution's conversation keeps what it remembers.
+    fn memory_key(&self) -> Option<(Option<CallerId>, ConversationId)> {
+        let conversation = self.context.config.conversation.as_ref()?;
+        match self.fault {
+            Fault::SharesHistory => None,
+            Fault::KeysByBareId => Some((None, conversation.id().clone())),
+            _ => Some((
+                Some(conversation.caller().clone()),
+                conversation.id().clone(),
+            )),
+        }
+    }
+
     fn finish(&self, mut items: Vec<EventResult>) -> BoxStream<'_, EventResult> {
         match self.fault {
             Fault::TwoTerminals => items.push(done()),
@@ -328,10 +345,7 @@ impl HarnessRuntime for BrokenRuntime {
     fn stream(&self, turn: TurnInput) -> BoxStream<'_, EventResult> {
         let message = turn.message.as_str();
         if let Some(marker) = message.strip_prefix("remember:") {
-            let key = match self.fault {
-                Fault::SharesHistory => None,
-                _ => turn.conversation_id.clone(),
-            };
+            let key = self.memory_key();
             if self.fault != Fault::Forgets {
                 let mut memory = self.memory.lock().unwrap_or_else(PoisonError::into_inner);
                 memory.entry(key).or_default().push(marker.to_owned());
@@ -339,10 +353,7 @@ impl HarnessRuntime for BrokenRuntime {
             return self.finish(vec![text("kept"), done()]);
         }
         if message == "recall" {
-            let key = match self.fault {
-                Fault::SharesHistory => None,
-                _ => turn.conversation_id.clone(),
-            };
+            let key = self.memory_key();
             let kept = self
                 .memory
                 .lock()
@@ -696,7 +707,19 @@ async fn a_conversation_that_forgets_is_caught() {
         "session.multi_turn",
         "conversation forgotten: the later turn of the first conversation did not stream the \
          marker its earlier turn kept (a later turn of a conversation sees what an earlier turn \
-         kept; another conversation does not)",
+         kept; another conversation does not, nor does the same conversation id under another \
+         caller)",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_keyed_by_its_bare_id_is_caught() {
+    fails(
+        Fault::KeysByBareId,
+        "session.multi_turn",
+        "conversation leaked across callers: another caller naming the first conversation's id \
+         saw the marker its owner kept, at event",
     )
     .await;
 }
