@@ -12,7 +12,20 @@
 //!
 //! Events are stored once and shared (`Arc<Event>`), so readers never copy payloads and the
 //! writer never waits for a reader: a slow reader only falls behind, it neither blocks the
-//! writer nor loses an event. Code that must act *as* events are appended, or at the end of
+//! writer nor loses an event.
+//!
+//! What stays in memory:
+//! - a log without a store (in-process use) holds every event until it is dropped (the
+//!   service's `max_events` bounds it);
+//! - the log of a durable execution (the service backs it by its store) holds the last
+//!   memory window of stored events (whole chunks of 1,024 are dropped once the store has
+//!   them), plus at most a window the store has not acknowledged yet: the service's driver
+//!   waits for the store before it takes more from the adapter (backpressure), so a stream
+//!   faster than its store never piles up. A reader behind the window reads pages from
+//!   the store;
+//! - once a durable execution's end is stored, its log keeps only its last chunk (at most
+//!   1,024 events: the terminal event, the state, pending action and artifact list derived
+//!   from them), however long the execution was and however long its handle is held. Code that must act *as* events are appended, or at the end of
 //! an execution, without a task of its own registers an observer
 //! ([`LogReader::observe`], [`LogReader::on_terminal`]): the writer calls it right after each
 //! append and drops it after the terminal event. Which lifecycle transitions are legal is not the log's business:
@@ -225,6 +238,14 @@ impl State {
     /// Whether readers see the terminal event.
     fn visible_end(&self) -> bool {
         self.terminal && self.visible() == self.events.len()
+    }
+
+    /// Whether a store-backed log holds its window of events the store has not
+    /// acknowledged yet.
+    fn backlogged(&self) -> bool {
+        self.backing
+            .as_ref()
+            .is_some_and(|b| self.events.len() - self.visible() >= b.window)
     }
 
     fn derive(&mut self, event: &Arc<Event>) {
@@ -622,9 +643,15 @@ impl LogReader {
                 (Some(before), Some(count)) => Some(before.max(count)),
                 _ => None,
             };
-            // What the store holds need not stay in memory past the window.
+            // What the store holds need not stay in memory past the window; once the end
+            // is stored nothing more is appended, and only the last chunk stays (`last`,
+            // the outcome).
             if let (Some(published), Some(backing)) = (state.published, &state.backing) {
-                let upto = published.saturating_sub(backing.window);
+                let upto = if state.visible_end() {
+                    published
+                } else {
+                    published.saturating_sub(backing.window)
+                };
                 state.events.trim(upto);
             }
             std::mem::take(&mut state.waiters)
@@ -638,6 +665,30 @@ impl LogReader {
     /// the first event held.
     pub(crate) fn back(&self, source: PageSource, window: usize) {
         self.shared.lock().backing = Some(Backing { source, window });
+    }
+
+    /// How many appended events readers do not see yet: those a gated log's store has not
+    /// acknowledged (0 for a log that is not gated).
+    #[must_use]
+    pub fn backlog(&self) -> usize {
+        let state = self.shared.lock();
+        state.events.len() - state.visible()
+    }
+
+    /// Resolves once a log backed by a store ([`back`](Self::back)) has fewer than its
+    /// window of events waiting for the store (at once for any other log): the writer of a
+    /// durable execution awaits it before taking more from the adapter, so a stream faster
+    /// than its store waits for it instead of piling events up in memory.
+    pub(crate) fn room(&self) -> Room {
+        Room {
+            shared: Arc::clone(&self.shared),
+            waiter: self.shared.waiter_id(),
+        }
+    }
+
+    /// Whether the writer should wait for [`room`](Self::room).
+    pub(crate) fn backlogged(&self) -> bool {
+        self.shared.lock().backlogged()
     }
 
     /// The sequence number of the first event this log holds in memory (1 unless it is
@@ -944,6 +995,32 @@ impl fmt::Debug for TerminalEvent {
         f.debug_struct("TerminalEvent")
             .field("execution_id", &self.shared.execution_id)
             .finish()
+    }
+}
+
+/// The future of [`LogReader::room`].
+pub(crate) struct Room {
+    shared: Arc<Shared>,
+    waiter: u64,
+}
+
+impl Future for Room {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut state = self.shared.lock();
+        if !state.backlogged() {
+            return Poll::Ready(());
+        }
+        // Woken by every publish (and append).
+        Shared::park(&mut state, self.waiter, cx.waker());
+        Poll::Pending
+    }
+}
+
+impl Drop for Room {
+    fn drop(&mut self) {
+        self.shared.unpark(self.waiter);
     }
 }
 

@@ -601,6 +601,9 @@ impl Driver {
                         .unwrap_or(now + Duration::from_secs(3600)),
                 );
             }
+            // Backpressure: a durable log holding a window of events its store has not taken
+            // yet is not fed more until it has (stops and commands still count meanwhile).
+            let backlogged = shared.reader.backlogged();
             let first = tokio::select! {
                 biased;
                 () = sleep_until(end_by), if end_by.is_some() => {
@@ -624,7 +627,8 @@ impl Driver {
                     self.on_command(command);
                     continue;
                 }
-                item = std::future::poll_fn(|cx| poll_stream(&mut stream, cx)) => item,
+                () = shared.reader.room(), if backlogged => continue,
+                item = std::future::poll_fn(|cx| poll_stream(&mut stream, cx)), if !backlogged => item,
             };
             // Take what is already ready without another `select!`: the cancel and command
             // futures cost more than appending an event.

@@ -84,6 +84,12 @@
 //!   ([`HarnessRuntime::lost`](crate::adapter::HarnessRuntime::lost): the agent process
 //!   exited), nothing could continue from an answer: the action is withdrawn (`run.running`)
 //!   and the execution fails `unavailable`, `PROVIDER_LOST`, retryable, after cleanup.
+//! - A durable execution whose adapter streams faster than the store writes waits for the
+//!   store (the driver stops polling the adapter while a memory window of events is not yet
+//!   acknowledged) rather than buffering without bound: the store's pace is the execution's.
+//!   A store that is down holds the execution until it returns; a cancel or an answer is
+//!   still taken meanwhile. Memory per execution: see
+//!   [`AdapterServiceBuilder::memory_window`].
 //!
 //! # The runtime stack
 //!
@@ -343,8 +349,10 @@ pub struct ServiceConfig {
     pub cleanup_deadline: Duration,
     /// The most events one execution's log may hold before its terminal event: an adapter
     /// that yields more fails the run with `EVENT_LIMIT_REACHED` (the terminal event is
-    /// appended beyond it). Each event is held in memory for the life of the execution (about
-    /// 110 bytes, plus its text), so this bounds an execution's memory.
+    /// appended beyond it). Without a store each event is held in memory for the life of the
+    /// execution (about 110 bytes, plus its text), so this bounds an execution's memory; a
+    /// durable service holds at most two memory windows of each live execution
+    /// ([`AdapterServiceBuilder::memory_window`]).
     pub max_events: usize,
 }
 
@@ -383,8 +391,9 @@ struct ServiceInner<A> {
 }
 
 /// The default [`AdapterServiceBuilder::memory_window`] of a durable service: the stored
-/// events each execution's log keeps in memory (some 6 MB of short deltas), and the most
-/// one append to the store carries.
+/// events each execution's log keeps in memory (some 6 MB of short deltas), the most one
+/// append to the store carries, and the most that wait for the store before the execution
+/// waits for it.
 pub const DEFAULT_MEMORY_WINDOW: usize = 32_768;
 
 /// The default lease term of a durable service ([`AdapterServiceBuilder::store`]): a replica
@@ -590,6 +599,14 @@ impl<A: HarnessAdapter, L> AdapterServiceBuilder<A, L> {
     /// shows only what is held; `events(..)` streams show everything. The window also caps
     /// an append to the store (at most 32,768 events): a smaller window trades streaming
     /// throughput (one store sync per append) for memory.
+    ///
+    /// It also bounds what waits for the store: when a window of events is not yet
+    /// acknowledged, the execution takes nothing more from its adapter until the store has
+    /// caught up (a cancel or an answer is still handled meanwhile), so an adapter faster
+    /// than the store slows to the store's pace instead of filling memory. A live execution
+    /// holds at most about two windows of events (stored, and waiting for the store; some
+    /// 12 MB of short deltas at the default); once its end is stored, only its last chunk
+    /// of at most 1,024 events.
     pub fn memory_window(mut self, events: usize) -> Self {
         if let Some(durable) = &mut self.durable {
             durable.window = events.max(1024);

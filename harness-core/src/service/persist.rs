@@ -127,6 +127,10 @@ impl std::fmt::Debug for Durable {
 /// readers wait meanwhile (nothing unacknowledged is shown).
 ///
 /// The first `stored` events of the log are the store's already (an execution taken over).
+///
+/// The channel from the log to this task is unbounded, but what it holds is the log's
+/// unacknowledged events, which the driver bounds: it stops taking from the adapter while a
+/// window of them waits ([`LogReader::backlogged`]).
 pub(crate) fn spawn(durable: Durable, mut lease: Lease, shared: &Arc<Shared>, stored: usize) {
     let reader = shared.reader.clone();
     let cancel = shared.cancel.clone();
