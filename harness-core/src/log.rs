@@ -12,7 +12,11 @@
 //!
 //! Events are stored once and shared (`Arc<Event>`), so readers never copy payloads and the
 //! writer never waits for a reader: a slow reader only falls behind, it neither blocks the
-//! writer nor loses an event.
+//! writer nor loses an event. Code that must act *as* events are appended, or at the end of
+//! an execution, without a task of its own registers an observer
+//! ([`LogReader::observe`], [`LogReader::on_terminal`]): the writer calls it right after each
+//! append and drops it after the terminal event. Which lifecycle transitions are legal is not the log's business:
+//! the typestate [`lifecycle`](crate::lifecycle) makes illegal ones unrepresentable.
 //!
 //! What stays in memory:
 //! - a log without a store (in-process use) holds every event until it is dropped (the
@@ -24,12 +28,9 @@
 //!   faster than its store never piles up. A reader behind the window reads pages from
 //!   the store;
 //! - once a durable execution's end is stored, its log keeps only its last chunk (at most
-//!   1,024 events: the terminal event, the state, pending action and artifact list derived
-//!   from them), however long the execution was and however long its handle is held. Code that must act *as* events are appended, or at the end of
-//! an execution, without a task of its own registers an observer
-//! ([`LogReader::observe`], [`LogReader::on_terminal`]): the writer calls it right after each
-//! append and drops it after the terminal event. Which lifecycle transitions are legal is not the log's business:
-//! the typestate [`lifecycle`](crate::lifecycle) makes illegal ones unrepresentable.
+//!   1,024 events: the terminal event among them; the state, pending action and artifact
+//!   list are derived as they are appended), however long the execution was and however
+//!   long its handle is held.
 //!
 //! ```
 //! use futures_util::StreamExt;
