@@ -153,6 +153,7 @@
 //! suite version and every fixture's outcome, with an evidence id derived from its content.
 //! What a passing fixture records names nothing that changes from run to run (execution,
 //! action or provider session ids, markers), so the same outcomes give the same evidence id.
+#![warn(missing_docs)]
 
 use std::fmt;
 use std::time::Duration;

@@ -18,6 +18,7 @@
 //!   Configured on the service itself
 //!   ([`AdapterService::builder`](harness_core::service::AdapterService::builder)), none of
 //!   them travels in the request: rebuilding a request drops nothing.
+#![warn(missing_docs)]
 
 use harness_core::error::HarnessError;
 use harness_core::service::{ExecutionHandle, ExecutionRequest};

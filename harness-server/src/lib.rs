@@ -108,6 +108,7 @@
 //!   after the cursor: the event at the cursor is not sent again.
 //! - `Last-Event-ID` wins over `?after=`: a browser's `EventSource` reconnects with the
 //!   header and its original URL.
+#![warn(missing_docs)]
 
 #![forbid(unsafe_code)]
 

@@ -5,6 +5,7 @@
 //! [`MemoryStore`](harness_core::store::MemoryStore) included.
 //!
 //! The contract is [`ExecutionStore`](harness_core::store::ExecutionStore), in harness-core.
+#![warn(missing_docs)]
 
 mod common;
 #[cfg(feature = "postgres")]

@@ -37,6 +37,7 @@
 //! What is not implemented is reported as unsupported, never emulated: portable token usage
 //! (ACP v1 reports context-window occupancy, emitted as the native `acp.usage_update`),
 //! URL-mode elicitation (declined), terminals (always declined), restart.
+#![warn(missing_docs)]
 
 mod client;
 mod elicitation;

@@ -1,5 +1,6 @@
 //! An adapter written by a crate that depends on the facade `harness` alone: the derives
 //! need no `crate = "..."` attribute (they find the facade in this crate's `Cargo.toml`).
+#![warn(missing_docs)]
 
 use harness::adapter::{
     AdapterEvent, BoxStream, EventResult, HarnessAdapter, RunContext, SimpleAdapter,
