@@ -125,6 +125,7 @@ pub mod openapi;
 mod routes;
 pub mod socket;
 mod view;
+pub mod visible;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
