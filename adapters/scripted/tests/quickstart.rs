@@ -68,7 +68,9 @@ async fn approved_quickstart_runs_end_to_end() {
     };
     assert_eq!(
         done.summary.as_deref(),
-        Some("Wrote a summary of your notes to notes/summary.md.")
+        Some(
+            "Drafted a summary of your notes for notes/summary.md; the write_file call's outcome says whether it was written."
+        )
     );
     assert_eq!(kinds(&execution), KINDS);
 
