@@ -1,67 +1,14 @@
 //! `harness.toml`: what the operator configures for `harness serve`.
 //!
+//! `harness init` writes this sample ([`SAMPLE`]), which `harness serve` accepts as written:
+//!
 //! ```toml
-//! # Where to listen: loopback unless the operator says otherwise.
-//! listen = "127.0.0.1:8700"
-//! # This replica's name in the store (several replicas over one PostgreSQL: one name each).
-//! replica = "harness-1"
-//! # The largest request body, in bytes.
-//! body_limit = 1048576
-//!
-//! # How the socket layer bounds its clients (`ConnectionLimits`; these are the defaults).
-//! [connections]
-//! header_timeout_secs = 10     # to send a request head
-//! body_timeout_secs = 30       # to send a request body, after its head
-//! idle_timeout_secs = 60       # idle between requests on a kept-alive connection
-//! write_timeout_secs = 60      # a response's write making no progress (the client stopped reading)
-//! max = 1024                   # connections open at once
-//! max_per_peer = 128           # of them from one IP address
-//!
-//! [store]
-//! kind = "sqlite"          # "sqlite" (the default), "postgres" or "memory"
-//! path = "harness.db"      # sqlite: the database file
-//! # url = "postgres://harness@127.0.0.1/harness"   # postgres
-//!
-//! # Who may call: a principal per token, each token kept as its SHA-256 digest
-//! # (`harness token` prints a new token and its digest).
-//! [[tokens]]
-//! principal = "alice"
-//! sha256 = "<64 hex digits>"
-//!
-//! # The embedded scripted adapter, with the operator's script (the bundled one if left out).
-//! [scripted]
-//! script = "scripts/demo.json"
-//!
-//! # Each adapter's table may bound its executions (`RunLimits`, none by default); a
-//! # request's `limits` narrow these, never widen them. Tokens and model turns need an
-//! # adapter that reports usage (scripted, openai; not acp).
-//! [scripted.limits]
-//! wallTimeMs = 600000          # from acceptance to the end, awaiting an answer included
-//! maxEvents = 100000
-//! maxToolCalls = 50
-//! maxModelTurns = 20
-//! maxOutputBytes = 1048576     # message and reasoning text
-//! maxTokens = 200000           # input + output, as usage reports them
-//!
-//! # ACP agents: each table is an `AcpAgent` (command, cwd, env, files, approval, ...).
-//! # Callers pick one with the option {"agent": "<name>"}; `default` serves the others.
-//! [acp.agents.default]
-//! command = ["gemini", "--experimental-acp"]
-//! cwd = "/srv/workspace"
-//! env = ["PATH", "HOME"]
-//!
-//! # Model endpoints for the model loop (adapter `openai`): each table is an `Endpoint`
-//! # (baseUrl, api, model, models callers may pick, apiKey or apiKeyEnv, instructions, ...).
-//! # Callers pick one with the option {"endpoint": "<name>"}; `default` serves the others.
-//! [openai.endpoints.default]
-//! baseUrl = "http://127.0.0.1:11434/v1"
-//! model = "llama3.1"
-//!
-//! # MCP servers whose tools the model loop's executions get: each is an `McpServer`.
-//! [[mcp.servers]]
-//! name = "everything"
-//! transport = { stdio = { command = ["node", "/srv/mcp/everything/dist/index.js", "stdio"], env = ["PATH"] } }
+#![doc = include_str!("sample.toml")]
 //! ```
+//!
+//! `harness serve` reads the file `--config` names, else `./harness.toml` when there is
+//! one, else the file `$HARNESS_CONFIG` names, else none (the defaults), and says which.
+//!
 //!
 //! Unknown keys are refused, naming the key. A relative path is resolved against the
 //! configuration file's directory. Without a `[scripted]`, `[acp]` or `[openai]` table the
@@ -94,6 +41,17 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:8700";
 
 /// The database file of the embedded store by default (in the working directory).
 pub const DEFAULT_DATABASE: &str = "harness.db";
+
+/// The sample configuration `harness init` writes: every table, commented.
+///
+/// ```
+/// let config = harness_server::config::Config::from_toml(harness_server::config::SAMPLE).unwrap();
+/// assert!(config.scripted.is_some());
+/// ```
+pub const SAMPLE: &str = include_str!("sample.toml");
+
+/// The file the development token is kept in, in the [data directory](Config::data_dir).
+pub const TOKEN_FILE: &str = "harness.token";
 
 /// The configuration file's contents; see the [module docs](self).
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -130,6 +88,9 @@ pub struct Config {
     /// MCP servers for the model loop's executions.
     #[serde(default)]
     pub mcp: Option<McpConfig>,
+    /// The directory of the file read, against which relative paths were resolved.
+    #[serde(skip)]
+    base: Option<PathBuf>,
 }
 
 /// `[connections]`: each left out keeps its [`ConnectionLimits`] default.
@@ -263,6 +224,118 @@ fn default_of<'a>(
     }
 }
 
+/// Where `program` would be started from, as `execvp` looks it up: itself when it names a
+/// directory (relative to `cwd`), else the first executable file of that name in `path`.
+fn find_program(program: &str, cwd: &Path, path: &std::ffi::OsStr) -> Result<PathBuf, String> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let executable = |candidate: &Path| -> std::io::Result<()> {
+        let meta = std::fs::metadata(candidate)?;
+        if meta.is_file() && meta.permissions().mode() & 0o111 != 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::from_raw_os_error(13))
+        }
+    };
+    if program.contains('/') {
+        let candidate = cwd.join(program);
+        return executable(&candidate)
+            .map(|()| candidate.clone())
+            .map_err(|e| format!("program `{program}` ({}): {e}", candidate.display()));
+    }
+    let dirs: Vec<PathBuf> = std::env::split_paths(path).collect();
+    let mut last = std::io::Error::from_raw_os_error(2);
+    for dir in &dirs {
+        let candidate = dir.join(program);
+        match executable(&candidate) {
+            Ok(()) => return Ok(candidate),
+            // A file that is there but cannot be run says more than "not found".
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => last = e,
+            Err(_) => {}
+        }
+    }
+    let searched = std::env::join_paths(&dirs)
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    Err(format!(
+        "program `{program}` was not found on the PATH searched ({}): {last}",
+        if searched.is_empty() {
+            "empty"
+        } else {
+            &searched
+        }
+    ))
+}
+
+/// Reads the development token kept in `dir` (see [`TOKEN_FILE`]), making one (mode 0600)
+/// when there is none or `rotate` asks for a new one. Returns the token and its file.
+///
+/// # Errors
+/// When the file cannot be read or written, holds no token, or can be read by others.
+pub fn development_token(dir: &Path, rotate: bool) -> Result<(String, PathBuf), HarnessError> {
+    use std::io::Write as _;
+    use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+    // `harness.token`, not `./harness.token`, for the working directory.
+    let file = if dir == Path::new(".") {
+        PathBuf::from(TOKEN_FILE)
+    } else {
+        dir.join(TOKEN_FILE)
+    };
+    if !rotate {
+        match std::fs::metadata(&file) {
+            Ok(meta) => {
+                let mode = meta.permissions().mode() & 0o777;
+                if mode & 0o077 != 0 {
+                    return Err(invalid(format!(
+                        "{} can be read by others (mode {mode:o}): `chmod 600` it, or make a new \
+                         token with `harness token --rotate`",
+                        file.display()
+                    )));
+                }
+                // A token is 64 hex digits; read no more than a page of whatever is there.
+                let text = std::fs::read(&file)
+                    .map_err(|e| invalid(format!("cannot read {}: {e}", file.display())))?;
+                let token = String::from_utf8_lossy(&text[..text.len().min(4096)])
+                    .trim()
+                    .to_owned();
+                if token.len() < 16 || token.chars().any(|c| !c.is_ascii_graphic()) {
+                    return Err(invalid(format!(
+                        "{} holds no token (16 to 4096 printable ASCII characters): make a new \
+                         one with `harness token --rotate`",
+                        file.display()
+                    )));
+                }
+                return Ok((token, file));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(invalid(format!("cannot read {}: {e}", file.display()))),
+        }
+    }
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| invalid(format!("no randomness for a token: {e}")))?;
+    let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    std::fs::create_dir_all(dir)
+        .map_err(|e| invalid(format!("cannot create {}: {e}", dir.display())))?;
+    // Written beside it and renamed over it: a reader never sees half a token.
+    let partial = file.with_file_name(format!("{TOKEN_FILE}.{}", std::process::id()));
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&partial)
+        .and_then(|mut f| {
+            f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+            f.write_all(format!("{token}\n").as_bytes())?;
+            f.sync_all()
+        })
+        .and_then(|()| std::fs::rename(&partial, &file));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&partial);
+        return Err(invalid(format!("cannot write {}: {e}", file.display())));
+    }
+    Ok((token, file))
+}
+
 /// A TOML table as JSON, for a type's own (checked) deserialization.
 fn json_of(value: &toml::Value, what: &str) -> Result<serde_json::Value, HarnessError> {
     serde_json::to_value(value).map_err(|e| invalid(format!("{what}: {e}")))
@@ -311,6 +384,7 @@ impl Config {
             .map_err(|e| invalid(format!("{}: {}", path.display(), e.public().message)))?;
         let base = path.parent().unwrap_or_else(|| Path::new("."));
         config.resolve(base);
+        config.base = Some(base.to_path_buf());
         Ok(config)
     }
 
@@ -341,6 +415,69 @@ impl Config {
         if let Some(script) = self.scripted.as_mut().and_then(|s| s.script.as_mut()) {
             absolute(script);
         }
+    }
+
+    /// Where `harness serve` keeps its files other than the configuration: the SQLite
+    /// database's directory; with another store, the configuration file's directory, else
+    /// the working directory.
+    #[must_use]
+    pub fn data_dir(&self) -> PathBuf {
+        let database = match self.store.kind {
+            StoreKind::Sqlite => Some(
+                self.store
+                    .path
+                    .clone()
+                    .unwrap_or_else(|| PathBuf::from(DEFAULT_DATABASE)),
+            ),
+            StoreKind::Postgres | StoreKind::Memory => None,
+        };
+        match database.as_deref().and_then(Path::parent) {
+            Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
+            _ => self.base.clone().unwrap_or_else(|| PathBuf::from(".")),
+        }
+    }
+
+    /// Checks that every ACP agent's program can be started: found (on the `PATH` it would
+    /// be looked up on when it names no directory) and executable, in an existing working
+    /// directory. The error names the program, the directories searched and the OS error.
+    ///
+    /// ```
+    /// let config = harness_server::config::Config::from_toml(
+    ///     "[acp.agents.default]\ncommand = [\"no-such-agent-program\"]\ncwd = \"/\"\n",
+    /// ).unwrap();
+    /// let err = config.check_programs().unwrap_err().to_string();
+    /// assert!(err.contains("`no-such-agent-program`") && err.contains("PATH"), "{err}");
+    /// ```
+    ///
+    /// # Errors
+    /// The first agent whose program cannot be started, or an agent table that is invalid.
+    pub fn check_programs(&self) -> Result<(), HarnessError> {
+        let Some(acp) = &self.acp else {
+            return Ok(());
+        };
+        for (name, value) in &acp.agents {
+            let what = format!("acp agent `{name}`");
+            let agent = AcpAgent::from_value(&json_of(value, &what)?)
+                .map_err(|e| invalid(format!("{what}: {}", e.public().message)))?;
+            let Some(program) = agent.command.first() else {
+                continue;
+            };
+            if let Err(e) = std::fs::read_dir(&agent.cwd) {
+                return Err(invalid(format!(
+                    "{what} cannot be started: its cwd {} cannot be used: {e}",
+                    agent.cwd.display()
+                )));
+            }
+            let path = agent
+                .set_env
+                .get("PATH")
+                .map(std::ffi::OsString::from)
+                .or_else(|| std::env::var_os("PATH"))
+                .unwrap_or_default();
+            find_program(program, &agent.cwd, &path)
+                .map_err(|e| invalid(format!("{what} cannot be started: {e}")))?;
+        }
+        Ok(())
     }
 
     /// The address to listen on.
