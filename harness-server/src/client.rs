@@ -171,6 +171,24 @@ impl Client {
         self.send(call).await.map(drop)
     }
 
+    /// Answers the action `action` with `body`, exactly the JSON the HTTP API takes (an
+    /// `ActionResponse`: `{"type": "tool_approval", "revision": 1, "answer": {...}}`).
+    ///
+    /// # Errors
+    /// What the server answers (`ACTION_ALREADY_RESOLVED`, ...), or a transport failure.
+    pub async fn answer_json(
+        &self,
+        id: &str,
+        action: &str,
+        body: &Value,
+    ) -> Result<(), ClientError> {
+        let call = self
+            .http
+            .post(self.url(&format!("/v1/executions/{id}/actions/{action}")))
+            .json(body);
+        self.send(call).await.map(drop)
+    }
+
     /// Requests cancellation; returns what the request did.
     ///
     /// # Errors

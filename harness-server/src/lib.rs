@@ -87,6 +87,36 @@
 //! carrying the limit's code. Limits on tokens or model turns for an adapter that reports no
 //! usage (ACP) stop the server from starting, naming them.
 //!
+//! # The `harness` command
+//!
+//! `harness serve` serves this API, and the other verbs are its client ([`client`]):
+//! `harness --help` and `harness <verb> --help` print every verb's usage, flags, defaults
+//! and an example. Exit codes: 0 done; 1 the execution failed or was cancelled, or the
+//! server refused or could not be reached; 2 usage or configuration.
+//!
+//! - `serve` reads `--config`'s file, else `./harness.toml`, else the file `$HARNESS_CONFIG`
+//!   names, else none, and prints which. It refuses to start (exit 2) when an ACP agent's
+//!   program cannot be found, naming it, the `PATH` searched and the OS error.
+//! - Without `[[tokens]]`, the development token (principal `dev`) is kept in
+//!   `harness.token` beside the database (mode 0600, refused when others can read it),
+//!   reused across restarts and its file printed; `harness token --rotate` makes a new one.
+//! - `harness run` asks at every approval (`y`, `n [reason]`, `e` then a JSON line, `d`); an
+//!   answer the server refuses (`422`: an edit its schema refuses) is shown and asked again;
+//!   Ctrl-C cancels the execution at any point. Tool names, arguments and messages are shown
+//!   through [`visible::escape`]: bidirectional controls, zero-width and other invisible
+//!   characters appear as `[\u{202e}]`, and the prompt says so.
+//! - `harness answer ID json BODY` takes the body of `POST /v1/executions/{id}/actions/{actionId}`
+//!   as it is (an [`ActionResponse`](harness_core::action::ActionResponse)); the short forms
+//!   `approve`, `reject --reason`, `edit --args JSON`, `form NAME=VALUE ...` and `dismiss`
+//!   build it from the pending action (`--action` names one when several are pending).
+//!
+//! `harness init` writes this sample ([`config::SAMPLE`]), which `harness serve` accepts as
+//! written:
+//!
+//! ```toml
+#![doc = include_str!("sample.toml")]
+//! ```
+//!
 //! # Decisions
 //!
 //! - **Every execution is durable**: an [`Instance`] keeps its executions in a store
@@ -109,7 +139,6 @@
 //! - `Last-Event-ID` wins over `?after=`: a browser's `EventSource` reconnects with the
 //!   header and its original URL.
 #![warn(missing_docs)]
-
 #![forbid(unsafe_code)]
 
 pub mod agui;

@@ -178,7 +178,7 @@ fn run_streams_the_text_and_asks_on_stdin_then_the_other_verbs_see_the_execution
         "{stderr}"
     );
     assert!(
-        stderr.contains("approve? [y]es / [n]o / [e]dit / [d]ismiss"),
+        stderr.contains("approve? [y]es / [n]o [reason] / [e]dit / [d]ismiss"),
         "{stderr}"
     );
     assert!(stderr.contains("succeeded: done"), "{stderr}");
@@ -322,13 +322,13 @@ fn bad_arguments_and_configuration_are_refused_with_a_reason() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(
-        text(&out.stderr).contains("run needs an adapter and a message"),
+        text(&out.stderr).contains("<MESSAGE>"),
         "{}",
         text(&out.stderr)
     );
     let out = Command::new(BIN).args(["frobnicate"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("unknown command `frobnicate`"));
+    assert!(text(&out.stderr).contains("unrecognized subcommand 'frobnicate'"));
     let dir = scratch("badconfig");
     let path = dir.join("harness.toml");
     std::fs::write(&path, "lisen = \"127.0.0.1:1\"\n").unwrap();
@@ -425,18 +425,288 @@ fn run_edits_the_arguments_and_answer_approves_from_another_terminal() {
         .unwrap()
         .to_owned();
     let mut answer = client(&serving, TOKEN);
-    answer.args(["answer", &id, &action, "approve"]);
+    answer.args(["answer", &id, "approve"]);
     let out = wait(answer.spawn().unwrap(), Duration::from_secs(30));
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout).trim(), format!("answered {action}"));
     // Answered once: a second answer is refused with the server's code.
     let mut again = client(&serving, TOKEN);
-    again.args(["answer", &id, &action, "approve"]);
+    again.args(["answer", &id, "--action", &action, "approve"]);
     let out = wait(again.spawn().unwrap(), Duration::from_secs(30));
     assert!(!out.status.success());
     let resolved = resolution(&serving, &id);
     assert_eq!(
         resolved["data"]["outcome"]["calls"][0]["decision"], "approve",
         "{resolved}"
+    );
+}
+
+#[test]
+fn every_verb_prints_its_help_and_a_near_miss_is_named() {
+    for verb in [
+        None,
+        Some("serve"),
+        Some("init"),
+        Some("token"),
+        Some("run"),
+        Some("events"),
+        Some("list"),
+        Some("show"),
+        Some("answer"),
+        Some("cancel"),
+    ] {
+        let out = Command::new(BIN).args(verb).arg("--help").output().unwrap();
+        let help = text(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{verb:?}: {}",
+            text(&out.stderr)
+        );
+        assert!(help.contains("Usage: harness"), "{verb:?}: {help}");
+        assert!(help.contains("Example"), "{verb:?}: {help}");
+        if verb.is_none() {
+            assert!(help.contains("Exit codes:"), "{help}");
+        }
+    }
+    let out = Command::new(BIN).args(["serv"]).output().unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("unrecognized subcommand 'serv'") && stderr.contains("'serve'"),
+        "{stderr}"
+    );
+    let out = Command::new(BIN)
+        .args(["run", "scripted", "hi", "--yess"])
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("'--yes'"), "{stderr}");
+}
+
+/// A script whose one approval checks edited arguments against a schema.
+const SCHEMA_EDIT: &str = r#"{"script": {"steps": [
+    {"type": "approval", "calls": [{"callId": "call_1", "tool": "write_file",
+      "arguments": {"path": "a.txt"}, "allowed": ["approve", "reject", "edit"],
+      "inputSchema": {"type": "object", "properties": {"path": {"type": "string"}},
+        "required": ["path"], "additionalProperties": false}}]},
+    {"type": "complete", "summary": "done"}
+]}}"#;
+
+#[test]
+fn a_refused_edit_is_shown_and_asked_again() {
+    let dir = scratch("refused-edit");
+    let serving = serve(&dir, &["--config", config(&dir).to_str().unwrap()]);
+    let mut run = client(&serving, TOKEN);
+    run.args(["run", "scripted", "edit it", "--options", SCHEMA_EDIT]);
+    let out = run_with_stdin(run, "e\n{\"nope\": 1}\ne\n{\"path\": \"b.txt\"}\n");
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("answer refused") && stderr.contains("try again"),
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("approve? [y]es").count(),
+        2,
+        "asked twice: {stderr}"
+    );
+    let resolved = resolution(&serving, &execution_id(&stderr));
+    assert_eq!(
+        resolved["data"]["outcome"]["calls"][0]["decision"], "edit",
+        "{resolved}"
+    );
+}
+
+#[test]
+fn a_rejection_shows_as_rejected_with_its_reason() {
+    let dir = scratch("reject");
+    let serving = serve(&dir, &["--config", config(&dir).to_str().unwrap()]);
+    let mut run = client(&serving, TOKEN);
+    run.args(["run", "scripted", "write it"]);
+    let out = run_with_stdin(run, "n not that file\n");
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("<- tool call_1: rejected: not that file"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("call_1: succeeded"), "{stderr}");
+    // Approved, the same call says so.
+    let mut run = client(&serving, TOKEN);
+    run.args(["run", "scripted", "write it"]);
+    let out = run_with_stdin(run, "y\n");
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("<- tool call_1: succeeded"), "{stderr}");
+}
+
+#[test]
+fn an_approval_shows_invisible_characters_marked() {
+    let dir = scratch("bidi");
+    let serving = serve(&dir, &["--config", config(&dir).to_str().unwrap()]);
+    let options = r#"{"script": {"steps": [
+        {"type": "approval", "calls": [{"callId": "call_1", "tool": "write\u200bfile",
+          "arguments": {"path": "reports/\u202efdp.exe"}}]},
+        {"type": "complete", "summary": "done"}
+    ]}}"#;
+    let mut run = client(&serving, TOKEN);
+    run.args(["run", "scripted", "write it", "--options", options]);
+    let out = run_with_stdin(run, "n\n");
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(r#"? approve write[\u{200b}]file {"path":"reports/[\u{202e}]fdp.exe"}"#),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains('\u{202e}') && !stderr.contains('\u{200b}'),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("invisible and direction-changing characters are shown as [\\u{...}]"),
+        "{stderr}"
+    );
+}
+
+/// The development token `serve` printed.
+fn dev_token(serving: &Serving) -> String {
+    serving
+        .banner
+        .iter()
+        .find_map(|l| l.strip_prefix("development token (principal `dev`): "))
+        .expect("a development token")
+        .to_owned()
+}
+
+#[test]
+fn the_development_token_survives_restarts_until_rotated() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = scratch("token");
+    let first = dev_token(&serve(&dir, &[]));
+    let serving = serve(&dir, &[]);
+    assert_eq!(dev_token(&serving), first);
+    let file = dir.join("harness.token");
+    assert!(
+        serving
+            .banner
+            .iter()
+            .any(|l| l.contains("kept in harness.token")),
+        "{:?}",
+        serving.banner
+    );
+    drop(serving);
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    assert_eq!(std::fs::read_to_string(&file).unwrap().trim(), first);
+
+    let out = Command::new(BIN)
+        .args(["token", "--rotate"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let rotated = text(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("development token (principal `dev`): "))
+        .unwrap()
+        .to_owned();
+    assert_ne!(rotated, first);
+    assert_eq!(dev_token(&serve(&dir, &[])), rotated);
+
+    // Readable by others: refused, saying how to fix it.
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("chmod 600"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn init_writes_a_sample_that_serve_finds_and_accepts() {
+    let dir = scratch("init");
+    let out = Command::new(BIN)
+        .arg("init")
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        std::fs::read_to_string(dir.join("harness.toml")).unwrap(),
+        harness_server::config::SAMPLE
+    );
+    // Not over an existing file unless asked.
+    let out = Command::new(BIN)
+        .arg("init")
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("--force"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // No --config: ./harness.toml is read, and named.
+    let serving = serve(&dir, &[]);
+    assert!(
+        serving.banner.iter().any(|l| l == "config: harness.toml"),
+        "{:?}",
+        serving.banner
+    );
+    assert!(
+        serving.banner.iter().any(|l| l == "adapters: scripted"),
+        "{:?}",
+        serving.banner
+    );
+    let mut run = client(&serving, &dev_token(&serving));
+    run.args(["run", "scripted", "Summarize my notes", "--yes"]);
+    let out = wait(run.spawn().unwrap(), Duration::from_secs(60));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    // The README shows the sample as it is.
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .unwrap();
+    assert!(
+        readme.contains(harness_server::config::SAMPLE),
+        "the README's harness.toml sample differs from config::SAMPLE"
+    );
+}
+
+#[test]
+fn an_acp_agent_that_cannot_start_is_named_and_serve_exits_2() {
+    let dir = scratch("acp-missing");
+    let path = dir.join("harness.toml");
+    std::fs::write(
+        &path,
+        "[store]\nkind = \"memory\"\n[acp.agents.default]\ncommand = [\"no-such-acp-agent\"]\ncwd = \"/tmp\"\n",
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--config",
+            path.to_str().unwrap(),
+        ])
+        .env("PATH", "/nonexistent-a:/nonexistent-b")
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("acp agent `default` cannot be started")
+            && stderr.contains("program `no-such-acp-agent`")
+            && stderr.contains("/nonexistent-a:/nonexistent-b")
+            && stderr.contains("os error 2"),
+        "{stderr}"
     );
 }

@@ -1,161 +1,417 @@
-//! The `harness` command: serves the Runtime API, and is its client.
+//! The `harness` command: serves the Runtime API, and is its client. `harness --help` and
+//! `harness <verb> --help` describe every verb, flag and default.
 //!
-//! ```text
-//! harness serve [--config harness.toml] [--listen 127.0.0.1:8700]
-//! harness token [principal]
-//! harness run <adapter> "<message>" [--options JSON] [--idempotency-key KEY] [--yes]
-//! harness events <id> [--follow] [--after N]
-//! harness list [--limit N]
-//! harness show <id>
-//! harness answer <id> <action-id> approve|reject|dismiss|<answer JSON>
-//! harness cancel <id> [--reason TEXT]
-//! ```
-//!
-//! Client verbs reach the server at `--server` (else `HARNESS_URL`, else
-//! `http://127.0.0.1:8700`) with the token `--token` (else `HARNESS_TOKEN`).
+//! Exit codes: 0 done; 1 the execution failed or was cancelled, or the server refused or
+//! could not be reached; 2 usage or configuration.
 
-use std::io::Write;
+use std::io::{Read as _, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use clap::{Args, Parser, Subcommand};
 use futures_util::StreamExt;
 use harness_core::action::{ActionKind, ActionRequest, ActionResponse, FormValues};
-use harness_core::event::{Event, EventPayload};
-use harness_server::client::Client;
-use harness_server::config::Config;
+use harness_core::event::{Event, EventPayload, ToolCallOutcome};
+use harness_server::client::{Client, ClientError};
+use harness_server::config::{self, Config};
+use harness_server::visible::{NOTE, escape};
 use serde_json::{Value, json};
 use tokio::io::AsyncBufReadExt;
 
-const USAGE: &str = "\
-usage:
-  harness serve [--config harness.toml] [--listen ADDR]
-  harness token [PRINCIPAL]
-  harness run ADAPTER MESSAGE [--options JSON] [--idempotency-key KEY] [--yes]
-  harness events ID [--follow] [--after N]
-  harness list [--limit N]
-  harness show ID
-  harness answer ID ACTION_ID approve|reject|dismiss|ANSWER_JSON
-  harness cancel ID [--reason TEXT]
-client options: --server URL (HARNESS_URL), --token TOKEN (HARNESS_TOKEN)";
-
-/// The arguments after the verb: positionals and `--flag [value]` pairs.
-struct Args {
-    positional: Vec<String>,
-    flags: Vec<(String, Option<String>)>,
+/// Serves the harness Runtime API, and is its client.
+#[derive(Debug, Parser)]
+#[command(
+    name = "harness",
+    version,
+    after_help = ROOT_HELP,
+    arg_required_else_help = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    verb: Verb,
 }
 
-/// Flags that take no value.
-const SWITCHES: &[&str] = &["--follow", "--yes"];
+const ROOT_HELP: &str = "\
+Examples:
+  harness init                                   # writes a commented ./harness.toml
+  harness serve                                  # reads ./harness.toml if there is one
+  harness run scripted \"Summarize my notes\"      # streams it, asks before tool calls
 
-impl Args {
-    fn parse(args: impl Iterator<Item = String>) -> Result<Self, String> {
-        let mut positional = Vec::new();
-        let mut flags = Vec::new();
-        let mut args = args.peekable();
-        while let Some(arg) = args.next() {
-            if let Some(flag) = arg.strip_prefix("--") {
-                if let Some((name, value)) = flag.split_once('=') {
-                    flags.push((format!("--{name}"), Some(value.to_owned())));
-                } else if SWITCHES.contains(&arg.as_str()) {
-                    flags.push((arg, None));
-                } else {
-                    let value = args
-                        .next()
-                        .ok_or_else(|| format!("`{arg}` needs a value"))?;
-                    flags.push((arg, Some(value)));
-                }
-            } else {
-                positional.push(arg);
-            }
-        }
-        Ok(Self { positional, flags })
-    }
+Client verbs reach the server at --server (else $HARNESS_URL, else http://127.0.0.1:8700)
+with the token --token (else $HARNESS_TOKEN; `harness serve` prints a development token).
 
-    fn value(&self, name: &str) -> Option<&str> {
-        self.flags
-            .iter()
-            .rev()
-            .find(|(n, _)| n == name)
-            .and_then(|(_, v)| v.as_deref())
-    }
+Exit codes:
+  0  done
+  1  the execution failed or was cancelled, or the server refused or could not be reached
+  2  usage or configuration";
 
-    fn switch(&self, name: &str) -> bool {
-        self.flags.iter().any(|(n, _)| n == name)
-    }
+#[derive(Debug, Subcommand)]
+enum Verb {
+    /// Serve the Runtime API (and the console) from a configuration.
+    #[command(after_help = "\
+Without --config: ./harness.toml when there is one, else the file $HARNESS_CONFIG names,
+else the defaults (the scripted adapter, executions in ./harness.db). Without [[tokens]], a
+development token (principal `dev`) is kept in harness.token beside the database (mode 0600)
+and reused across restarts; `harness token --rotate` makes a new one.
 
-    /// Refuses flags other than `allowed` (and the client's).
-    fn only(&self, allowed: &[&str]) -> Result<(), String> {
-        for (name, _) in &self.flags {
-            if !allowed.contains(&name.as_str()) && name != "--server" && name != "--token" {
-                return Err(format!("unknown option `{name}`"));
-            }
-        }
-        Ok(())
-    }
+Example:
+  harness serve --config harness.toml --listen 127.0.0.1:8700
 
-    fn client(&self) -> Result<Client, String> {
+Exit codes: 0 stopped by Ctrl-C or SIGTERM; 2 the configuration is refused.")]
+    Serve {
+        /// The configuration file [default: ./harness.toml, else $HARNESS_CONFIG].
+        #[arg(long, value_name = "PATH")]
+        config: Option<PathBuf>,
+        /// The address to listen on [default: the configuration's `listen`, else 127.0.0.1:8700].
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<std::net::SocketAddr>,
+    },
+    /// Write a commented sample configuration that `harness serve` accepts as written.
+    #[command(after_help = "Example:\n  harness init && harness serve\n\n\
+Exit codes: 0 written; 2 the file exists (pass --force) or cannot be written.")]
+    Init {
+        /// Where to write it.
+        #[arg(default_value = "harness.toml")]
+        path: PathBuf,
+        /// Overwrite the file if it exists.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Print a new token and its [[tokens]] table, or make a new development token.
+    #[command(
+        after_help = "Examples:\n  harness token alice          # a token for harness.toml\n  \
+harness token --rotate       # a new development token (restart `harness serve` to use it)\n\n\
+Exit codes: 0 done; 2 the configuration or token file cannot be used."
+    )]
+    Token {
+        /// Whose token it is.
+        #[arg(default_value = "dev")]
+        principal: String,
+        /// Replace the development token kept beside the database with a new one.
+        #[arg(long)]
+        rotate: bool,
+        /// With --rotate: the configuration naming the database [default: as `serve`].
+        #[arg(long, value_name = "PATH")]
+        config: Option<PathBuf>,
+    },
+    /// Start an execution, stream it, and answer its questions on the terminal.
+    #[command(after_help = "\
+At an approval: y approves; n [REASON] rejects; e edits the arguments (a JSON line follows);
+d dismisses. Invisible and direction-changing characters in tool names and arguments are shown
+escaped, as [\\u{202e}]. Ctrl-C cancels the execution at any point.
+
+Example:
+  harness run scripted \"Summarize my notes\" --options '{\"script\": {...}}'
+
+Exit codes: 0 succeeded; 1 failed or cancelled; 2 usage.")]
+    Run {
+        /// The adapter instance (`scripted`, `acp`, `openai`, as served).
+        adapter: String,
+        /// The message.
+        message: String,
+        /// The adapter's options, as JSON.
+        #[arg(long, value_name = "JSON")]
+        options: Option<String>,
+        /// Makes a retried start recognizable.
+        #[arg(long, value_name = "KEY")]
+        idempotency_key: Option<String>,
+        /// Approve every tool call and dismiss every form without asking.
+        #[arg(long)]
+        yes: bool,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Print an execution's events, one JSON line each.
+    #[command(after_help = "Example:\n  harness events exe_123 --follow --after 3")]
+    Events {
+        /// The execution.
+        id: String,
+        /// Keep following until the execution ends.
+        #[arg(long)]
+        follow: bool,
+        /// Only the events after this sequence number.
+        #[arg(long, value_name = "SEQ", default_value_t = 0)]
+        after: u64,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// List the caller's executions, newest first.
+    #[command(after_help = "Example:\n  harness list --limit 5")]
+    List {
+        /// How many.
+        #[arg(long, value_name = "N", default_value_t = 20)]
+        limit: usize,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Print an execution as JSON.
+    #[command(after_help = "Example:\n  harness show exe_123")]
+    Show {
+        /// The execution.
+        id: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Answer an execution's pending action (a tool approval or a form).
+    #[command(after_help = "\
+Examples:
+  harness answer exe_123 approve
+  harness answer exe_123 reject --reason 'not that file'
+  harness answer exe_123 edit --args '{\"path\": \"b.txt\"}'
+  harness answer exe_123 form name=Ada age=36
+  harness answer exe_123 dismiss
+  harness answer exe_123 --action act_1 json '{\"type\": \"tool_approval\", \"revision\": 1, \"answer\": {\"type\": \"dismiss\"}}'
+
+`json` takes the body of POST /v1/executions/{id}/actions/{actionId} as it is (an
+ActionResponse); the short forms build that body from the pending action.")]
+    Answer {
+        /// The execution.
+        id: String,
+        /// The action [default: the execution's only pending action].
+        #[arg(long, value_name = "ACTION_ID")]
+        action: Option<String>,
+        #[command(subcommand)]
+        answer: Answer,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Ask to cancel an execution; prints what the request did.
+    #[command(after_help = "Example:\n  harness cancel exe_123 --reason 'taking too long'")]
+    Cancel {
+        /// The execution.
+        id: String,
+        /// Why (recorded on the execution).
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum Answer {
+    /// Approve every call.
+    Approve,
+    /// Reject every call (or --call's).
+    Reject {
+        /// Why: shown to the agent and in the call's outcome.
+        #[arg(long, default_value = "rejected")]
+        reason: String,
+        /// Only this call (the others are approved).
+        #[arg(long, value_name = "CALL_ID")]
+        call: Option<String>,
+    },
+    /// Run a call with other arguments.
+    Edit {
+        /// The new arguments, as a JSON object.
+        #[arg(long = "args", value_name = "JSON")]
+        arguments: String,
+        /// The call [default: the first].
+        #[arg(long, value_name = "CALL_ID")]
+        call: Option<String>,
+    },
+    /// Submit a form's values (a value that is JSON is taken as JSON, else as text).
+    Form {
+        /// NAME=VALUE pairs.
+        #[arg(value_name = "NAME=VALUE")]
+        values: Vec<String>,
+    },
+    /// Dismiss the action as a whole.
+    Dismiss,
+    /// The answer as the HTTP API takes it (an ActionResponse); `-` reads it from stdin.
+    Json {
+        /// The JSON body.
+        body: String,
+    },
+}
+
+#[derive(Debug, Args)]
+struct ClientArgs {
+    /// The server [default: $HARNESS_URL, else http://127.0.0.1:8700].
+    #[arg(long, value_name = "URL", global = true)]
+    server: Option<String>,
+    /// The bearer token [default: $HARNESS_TOKEN].
+    #[arg(long, value_name = "TOKEN", global = true)]
+    token: Option<String>,
+}
+
+impl ClientArgs {
+    fn client(&self) -> Result<Client, Failure> {
         let base = self
-            .value("--server")
-            .map(str::to_owned)
+            .server
+            .clone()
             .or_else(|| std::env::var("HARNESS_URL").ok())
-            .unwrap_or_else(|| format!("http://{}", harness_server::config::DEFAULT_LISTEN));
+            .unwrap_or_else(|| format!("http://{}", config::DEFAULT_LISTEN));
         let token = self
-            .value("--token")
-            .map(str::to_owned)
+            .token
+            .clone()
             .or_else(|| std::env::var("HARNESS_TOKEN").ok())
-            .ok_or("no token: pass --token or set HARNESS_TOKEN (`harness serve` prints one)")?;
+            .ok_or_else(|| {
+                usage("no token: pass --token or set HARNESS_TOKEN (`harness serve` prints one)")
+            })?;
         Ok(Client::new(base, token))
+    }
+}
+
+/// Why a verb stopped, and its exit code.
+struct Failure {
+    code: u8,
+    message: String,
+}
+
+fn usage(message: impl Into<String>) -> Failure {
+    Failure {
+        code: 2,
+        message: message.into(),
+    }
+}
+
+fn failed(message: impl std::fmt::Display) -> Failure {
+    Failure {
+        code: 1,
+        message: message.to_string(),
+    }
+}
+
+impl From<ClientError> for Failure {
+    fn from(e: ClientError) -> Self {
+        failed(e)
+    }
+}
+
+impl From<harness_core::error::HarnessError> for Failure {
+    fn from(e: harness_core::error::HarnessError) -> Self {
+        // The operator's own messages: the diagnostic says the most.
+        usage(e.to_string())
     }
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let mut argv = std::env::args().skip(1);
-    let Some(verb) = argv.next() else {
-        eprintln!("{USAGE}");
-        return ExitCode::from(2);
-    };
-    let args = match Args::parse(argv) {
-        Ok(args) => args,
-        Err(e) => {
-            eprintln!("harness {verb}: {e}\n{USAGE}");
-            return ExitCode::from(2);
+    let cli = Cli::parse();
+    let name = verb_name(&cli.verb);
+    let result = match cli.verb {
+        Verb::Serve { config, listen } => serve(config, listen).await,
+        Verb::Init { path, force } => init(&path, force),
+        Verb::Token {
+            principal,
+            rotate,
+            config,
+        } => token(&principal, rotate, config),
+        Verb::Run {
+            adapter,
+            message,
+            options,
+            idempotency_key,
+            yes,
+            client,
+        } => {
+            run(
+                &client,
+                &adapter,
+                &message,
+                options.as_deref(),
+                idempotency_key.as_deref(),
+                yes,
+            )
+            .await
         }
-    };
-    let result = match verb.as_str() {
-        "serve" => serve(&args).await,
-        "token" => token(&args),
-        "run" => run(&args).await,
-        "events" => events(&args).await,
-        "list" => list(&args).await,
-        "show" => show(&args).await,
-        "answer" => answer(&args).await,
-        "cancel" => cancel(&args).await,
-        "help" | "--help" | "-h" => {
-            println!("{USAGE}");
-            Ok(ExitCode::SUCCESS)
-        }
-        other => Err(format!("unknown command `{other}`\n{USAGE}")),
+        Verb::Events {
+            id,
+            follow,
+            after,
+            client,
+        } => events(&client, &id, follow, after).await,
+        Verb::List { limit, client } => list(&client, limit).await,
+        Verb::Show { id, client } => show(&client, &id).await,
+        Verb::Answer {
+            id,
+            action,
+            answer: decision,
+            client,
+        } => answer(&client, &id, action.as_deref(), decision).await,
+        Verb::Cancel { id, reason, client } => cancel(&client, &id, reason.as_deref()).await,
     };
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("harness {verb}: {e}");
-            ExitCode::from(2)
+            eprintln!("harness {name}: {}", e.message);
+            ExitCode::from(e.code)
         }
     }
 }
 
-/// A fresh random token: 32 bytes as hex.
-fn fresh_token() -> Result<String, String> {
-    let mut bytes = [0u8; 32];
-    getrandom::fill(&mut bytes).map_err(|e| format!("no randomness for a token: {e}"))?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+fn verb_name(verb: &Verb) -> &'static str {
+    match verb {
+        Verb::Serve { .. } => "serve",
+        Verb::Init { .. } => "init",
+        Verb::Token { .. } => "token",
+        Verb::Run { .. } => "run",
+        Verb::Events { .. } => "events",
+        Verb::List { .. } => "list",
+        Verb::Show { .. } => "show",
+        Verb::Answer { .. } => "answer",
+        Verb::Cancel { .. } => "cancel",
+    }
 }
 
-fn token(args: &Args) -> Result<ExitCode, String> {
-    args.only(&[])?;
-    let principal = args.positional.first().map_or("dev", String::as_str);
-    let token = fresh_token()?;
+/// The configuration `--config` names, else `./harness.toml`, else `$HARNESS_CONFIG`'s; and
+/// which file that was (`None`: the defaults).
+fn load_config(explicit: Option<PathBuf>) -> Result<(Config, Option<PathBuf>), Failure> {
+    let path = explicit.or_else(|| {
+        let local = PathBuf::from("harness.toml");
+        if local.is_file() {
+            Some(local)
+        } else {
+            std::env::var_os("HARNESS_CONFIG")
+                .filter(|p| !p.is_empty())
+                .map(PathBuf::from)
+        }
+    });
+    match path {
+        Some(path) => Ok((Config::from_path(&path)?, Some(path))),
+        None => Ok((Config::default(), None)),
+    }
+}
+
+fn init(path: &Path, force: bool) -> Result<ExitCode, Failure> {
+    let mut file = std::fs::OpenOptions::new();
+    file.write(true);
+    if force {
+        file.create(true).truncate(true);
+    } else {
+        file.create_new(true);
+    }
+    let written = file
+        .open(path)
+        .and_then(|mut f| f.write_all(config::SAMPLE.as_bytes()));
+    match written {
+        Ok(()) => {
+            println!("wrote {}: edit it, then `harness serve`", path.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(usage(format!(
+            "{} exists: pass --force to overwrite it",
+            path.display()
+        ))),
+        Err(e) => Err(usage(format!("cannot write {}: {e}", path.display()))),
+    }
+}
+
+fn token(principal: &str, rotate: bool, config: Option<PathBuf>) -> Result<ExitCode, Failure> {
+    if rotate {
+        let (config, _) = load_config(config)?;
+        let (token, file) = config::development_token(&config.data_dir(), true)?;
+        println!("development token (principal `dev`): {token}");
+        println!(
+            "kept in {} (restart `harness serve` to use it)",
+            file.display()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| failed(format!("no randomness for a token: {e}")))?;
+    let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
     println!("token: {token}");
     println!("# for harness.toml:");
     println!(
@@ -165,29 +421,22 @@ fn token(args: &Args) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn serve(args: &Args) -> Result<ExitCode, String> {
-    args.only(&["--config", "--listen"])?;
-    let config = match args.value("--config") {
-        Some(path) => Config::from_path(std::path::Path::new(path)).map_err(|e| e.to_string())?,
-        None => Config::default(),
-    };
-    let listen = match args.value("--listen") {
-        Some(addr) => addr
-            .parse()
-            .map_err(|e| format!("`--listen {addr}` is not an address (127.0.0.1:8700): {e}"))?,
-        None => config.listen(),
-    };
-    let limits = config.connection_limits().map_err(|e| e.to_string())?;
-    let mut tokens = config.tokens().map_err(|e| e.to_string())?;
+async fn serve(
+    config: Option<PathBuf>,
+    listen: Option<std::net::SocketAddr>,
+) -> Result<ExitCode, Failure> {
+    let (config, read) = load_config(config)?;
+    let listen = listen.unwrap_or_else(|| config.listen());
+    let limits = config.connection_limits()?;
+    config.check_programs()?;
+    let mut tokens = config.tokens()?;
     let mut dev_token = None;
     if tokens.is_empty() {
-        let token = fresh_token()?;
-        tokens = tokens
-            .with_token("dev", &token)
-            .map_err(|e| e.to_string())?;
-        dev_token = Some(token);
+        let (token, file) = config::development_token(&config.data_dir(), false)?;
+        tokens = tokens.with_token("dev", &token)?;
+        dev_token = Some((token, file));
     }
-    let (server, store) = config.server(tokens).await.map_err(|e| e.to_string())?;
+    let (server, store) = config.server(tokens).await?;
     for instance in server.instances() {
         match instance.recover().await {
             Ok(recovered) if !recovered.is_empty() => {
@@ -198,19 +447,27 @@ async fn serve(args: &Args) -> Result<ExitCode, String> {
                 );
             }
             Ok(_) => {}
-            Err(e) => return Err(format!("recovery of {} failed: {e}", instance.id())),
+            Err(e) => return Err(failed(format!("recovery of {} failed: {e}", instance.id()))),
         }
     }
     let listener = tokio::net::TcpListener::bind(listen)
         .await
-        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
-    let address = listener.local_addr().map_err(|e| e.to_string())?;
+        .map_err(|e| usage(format!("cannot listen on {listen}: {e}")))?;
+    let address = listener.local_addr().map_err(failed)?;
     let adapters: Vec<String> = server.instances().map(|i| i.id().to_string()).collect();
     // The address last: a script waiting for it has read everything else by then.
+    match &read {
+        Some(path) => println!("config: {}", path.display()),
+        None => println!("config: none (the defaults; `harness init` writes a sample)"),
+    }
     println!("adapters: {}", adapters.join(", "));
     println!("store: {store}");
-    if let Some(token) = &dev_token {
+    if let Some((token, file)) = &dev_token {
         println!("development token (principal `dev`): {token}");
+        println!(
+            "  kept in {} (`harness token --rotate` makes a new one)",
+            file.display()
+        );
         println!("  export HARNESS_URL=http://{address} HARNESS_TOKEN={token}");
         // The fragment signs the page in and never reaches the server.
         println!("console: http://{address}/console#token={token}");
@@ -241,21 +498,26 @@ async fn shutdown() {
     }
 }
 
-async fn run(args: &Args) -> Result<ExitCode, String> {
-    args.only(&["--options", "--idempotency-key", "--yes"])?;
-    let [adapter, message] = args.positional.as_slice() else {
-        return Err("run needs an adapter and a message: harness run scripted \"hello\"".into());
-    };
-    let client = args.client()?;
+type Stdin = tokio::io::Lines<tokio::io::BufReader<tokio::io::Stdin>>;
+
+async fn run(
+    client: &ClientArgs,
+    adapter: &str,
+    message: &str,
+    options: Option<&str>,
+    idempotency_key: Option<&str>,
+    yes: bool,
+) -> Result<ExitCode, Failure> {
     let mut request = json!({ "message": message });
-    if let Some(options) = args.value("--options") {
-        request["options"] =
-            serde_json::from_str(options).map_err(|e| format!("`--options` is not JSON: {e}"))?;
+    if let Some(options) = options {
+        request["options"] = serde_json::from_str(options)
+            .map_err(|e| usage(format!("`--options` is not JSON: {e}")))?;
     }
-    let execution = client
-        .start(adapter, request, args.value("--idempotency-key"))
-        .await
-        .map_err(|e| e.to_string())?;
+    let client = &client.client()?;
+    // Ctrl-C is ours from here on, wherever the run is (starting, streaming, asking).
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .map_err(failed)?;
+    let execution = client.start(adapter, request, idempotency_key).await?;
     eprintln!("execution {}", execution.id);
     let id = execution.id.to_string();
     let mut stream = Box::pin(client.events(&id, 0));
@@ -265,24 +527,32 @@ async fn run(args: &Args) -> Result<ExitCode, String> {
     loop {
         let event = tokio::select! {
             event = stream.next() => event,
-            _ = tokio::signal::ctrl_c(), if !cancelled => {
+            _ = interrupt.recv(), if !cancelled => {
                 cancelled = true;
-                eprintln!("\ncancelling ...");
-                client.cancel(&id, Some("interrupted from the terminal")).await.map_err(|e| e.to_string())?;
+                cancel_run(client, &id).await?;
                 continue;
             }
         };
         let Some(event) = event else { break };
-        let event = event.map_err(|e| e.to_string())?;
+        let event = event?;
         render(&event, &mut mid_line);
         if let EventPayload::ActionRequested(request) = event.payload() {
-            let response = if args.switch("--yes") {
-                auto_answer(request)
-            } else {
-                prompt(request, &mut stdin).await?
+            if cancelled {
+                continue;
+            }
+            let decided = async {
+                if yes {
+                    answer_once(client, &id, &auto_answer(request)).await;
+                    return Ok(());
+                }
+                ask_until_taken(client, &id, request, &mut stdin).await
             };
-            if let Err(e) = client.answer(&id, &response).await {
-                eprintln!("answer refused: {e}");
+            tokio::select! {
+                result = decided => result?,
+                _ = interrupt.recv() => {
+                    cancelled = true;
+                    cancel_run(client, &id).await?;
+                }
             }
         }
         if event.payload().is_terminal() {
@@ -292,7 +562,50 @@ async fn run(args: &Args) -> Result<ExitCode, String> {
             });
         }
     }
-    Err("the event stream ended before the execution did".into())
+    Err(failed("the event stream ended before the execution did"))
+}
+
+async fn cancel_run(client: &Client, id: &str) -> Result<(), Failure> {
+    eprintln!("\ncancelling ...");
+    client
+        .cancel(id, Some("interrupted from the terminal"))
+        .await?;
+    Ok(())
+}
+
+async fn answer_once(client: &Client, id: &str, response: &ActionResponse) {
+    if let Err(e) = client.answer(id, response).await {
+        eprintln!("answer refused: {e}");
+    }
+}
+
+/// Asks until the server takes an answer: a refused one (an edit its schema refuses, a
+/// decision the call does not allow) is shown and asked again; one that the action no
+/// longer awaits ends the asking.
+async fn ask_until_taken(
+    client: &Client,
+    id: &str,
+    request: &ActionRequest,
+    stdin: &mut Stdin,
+) -> Result<(), Failure> {
+    loop {
+        let response = prompt(request, stdin).await?;
+        match client.answer(id, &response).await {
+            Ok(()) => return Ok(()),
+            Err(
+                e @ ClientError::Api {
+                    status: 400 | 422, ..
+                },
+            ) => {
+                eprintln!("answer refused: {}", escape(&e.to_string()));
+                eprintln!("try again");
+            }
+            Err(e) => {
+                eprintln!("answer refused: {e}");
+                return Ok(());
+            }
+        }
+    }
 }
 
 /// What `--yes` answers: approve every call; dismiss a form, else submit it empty.
@@ -304,34 +617,46 @@ fn auto_answer(request: &ActionRequest) -> ActionResponse {
     }
 }
 
-/// Asks on the terminal (or reads piped lines): `y` approves, `n` rejects, `e` edits the
-/// arguments (a JSON line follows), `d` dismisses; a form takes a JSON object of values.
-async fn prompt(
-    request: &ActionRequest,
-    stdin: &mut tokio::io::Lines<tokio::io::BufReader<tokio::io::Stdin>>,
-) -> Result<ActionResponse, String> {
-    let mut line = async |question: &str| -> Result<String, String> {
+/// Asks on the terminal (or reads piped lines): `y` approves, `n [reason]` rejects, `e`
+/// edits the arguments (a JSON line follows), `d` dismisses; a form takes a JSON object of
+/// values.
+async fn prompt(request: &ActionRequest, stdin: &mut Stdin) -> Result<ActionResponse, Failure> {
+    let mut line = async |question: &str| -> Result<String, Failure> {
         eprint!("{question}");
         let _ = std::io::stderr().flush();
         stdin
             .next_line()
             .await
-            .map_err(|e| e.to_string())?
+            .map_err(failed)?
             .map(|l| l.trim().to_owned())
-            .ok_or_else(|| "stdin closed while an answer was awaited".to_owned())
+            .ok_or_else(|| failed("stdin closed while an answer was awaited"))
     };
     match &request.kind {
         ActionKind::ToolApproval(approval) => loop {
-            let choice = line("approve? [y]es / [n]o / [e]dit / [d]ismiss: ").await?;
-            match choice.as_str() {
+            eprintln!("  ({NOTE})");
+            let choice = line("approve? [y]es / [n]o [reason] / [e]dit / [d]ismiss: ").await?;
+            let (word, rest) = choice.split_once(' ').unwrap_or((&choice, ""));
+            match word {
                 "y" | "yes" | "" => return Ok(request.approve_all()),
-                "n" | "no" => return Ok(request.reject_all("rejected from the terminal")),
+                "n" | "no" => {
+                    let reason = rest.trim();
+                    let reason = if reason.is_empty() {
+                        "rejected from the terminal"
+                    } else {
+                        reason
+                    };
+                    return Ok(request.reject_all(reason));
+                }
                 "d" | "dismiss" => return Ok(request.dismiss()),
                 "e" | "edit" => {
                     let Some(call) = approval.calls().first() else {
                         continue;
                     };
-                    let text = line(&format!("new arguments for {} (JSON): ", call.tool())).await?;
+                    let text = line(&format!(
+                        "new arguments for {} (JSON): ",
+                        escape(call.tool())
+                    ))
+                    .await?;
                     match serde_json::from_str::<Value>(&text) {
                         Ok(arguments) => return Ok(request.edit(call.call_id(), arguments)),
                         Err(e) => eprintln!("not JSON: {e}"),
@@ -353,7 +678,8 @@ async fn prompt(
     }
 }
 
-/// Prints `event` readably: text as it streams, the rest one line each on stderr.
+/// Prints `event` readably: text as it streams, the rest one line each on stderr; what an
+/// agent named or passed to a tool with its invisible characters marked.
 fn render(event: &Event, mid_line: &mut bool) {
     let mut out = std::io::stdout();
     let mut line = |text: String| {
@@ -370,18 +696,40 @@ fn render(event: &Event, mid_line: &mut bool) {
             *mid_line = !delta.text.ends_with('\n');
         }
         EventPayload::ReasoningDelta(delta) => line(format!("(thinking) {}", delta.text)),
-        EventPayload::ToolCallStarted(call) => {
-            line(format!("-> tool {} {}", call.tool, call.arguments));
-        }
-        EventPayload::ToolCallCompleted(done) => line(format!("<- tool {}", done.call_id)),
+        EventPayload::ToolCallStarted(call) => line(format!(
+            "-> tool {} {}",
+            escape(&call.tool),
+            escape(&call.arguments.to_string())
+        )),
+        EventPayload::ToolCallCompleted(done) => line(match &done.outcome {
+            ToolCallOutcome::Success { .. } => format!("<- tool {}: succeeded", done.call_id),
+            ToolCallOutcome::Failure { message } => {
+                format!("<- tool {}: failed: {}", done.call_id, escape(message))
+            }
+            ToolCallOutcome::Rejected { reason } => format!(
+                "<- tool {}: rejected{}",
+                done.call_id,
+                reason
+                    .as_deref()
+                    .map(|r| format!(": {}", escape(r)))
+                    .unwrap_or_default()
+            ),
+        }),
         EventPayload::ActionRequested(request) => match &request.kind {
             ActionKind::ToolApproval(approval) => {
                 for call in approval.calls() {
-                    line(format!("? approve {} {}", call.tool(), call.arguments()));
+                    line(format!(
+                        "? approve {} {}",
+                        escape(call.tool()),
+                        escape(&call.arguments().to_string())
+                    ));
                 }
             }
             ActionKind::FormInput(form) => {
-                line(format!("? form {}", form.title().unwrap_or("(untitled)")));
+                line(format!(
+                    "? form {}",
+                    escape(form.title().unwrap_or("(untitled)"))
+                ));
             }
         },
         EventPayload::ArtifactCreated(artifact) => line(format!("+ artifact {}", artifact.id())),
@@ -405,24 +753,17 @@ fn render(event: &Event, mid_line: &mut bool) {
     }
 }
 
-async fn events(args: &Args) -> Result<ExitCode, String> {
-    args.only(&["--follow", "--after"])?;
-    let [id] = args.positional.as_slice() else {
-        return Err("events needs an execution id".into());
-    };
-    let after = args
-        .value("--after")
-        .map(|a| {
-            a.parse::<u64>()
-                .map_err(|_| format!("`--after {a}` is not a number"))
-        })
-        .transpose()?
-        .unwrap_or(0);
+async fn events(
+    args: &ClientArgs,
+    id: &str,
+    follow: bool,
+    after: u64,
+) -> Result<ExitCode, Failure> {
     let client = args.client()?;
-    if args.switch("--follow") {
+    if follow {
         let mut stream = Box::pin(client.events(id, after));
         while let Some(event) = stream.next().await {
-            let event = event.map_err(|e| e.to_string())?;
+            let event = event?;
             println!("{}", serde_json::to_string(&event).unwrap_or_default());
         }
         return Ok(ExitCode::SUCCESS);
@@ -430,10 +771,7 @@ async fn events(args: &Args) -> Result<ExitCode, String> {
     // What is there now, one JSON line per event, page by page.
     let mut after = after;
     loop {
-        let page = client
-            .events_page(id, after, 1000)
-            .await
-            .map_err(|e| e.to_string())?;
+        let page = client.events_page(id, after, 1000).await?;
         for event in &page.events {
             println!("{}", serde_json::to_string(event).unwrap_or_default());
         }
@@ -444,21 +782,8 @@ async fn events(args: &Args) -> Result<ExitCode, String> {
     }
 }
 
-async fn list(args: &Args) -> Result<ExitCode, String> {
-    args.only(&["--limit"])?;
-    let limit = args
-        .value("--limit")
-        .map(|l| {
-            l.parse::<usize>()
-                .map_err(|_| format!("`--limit {l}` is not a number"))
-        })
-        .transpose()?
-        .unwrap_or(20);
-    let page = args
-        .client()?
-        .list(None, limit)
-        .await
-        .map_err(|e| e.to_string())?;
+async fn list(args: &ClientArgs, limit: usize) -> Result<ExitCode, Failure> {
+    let page = args.client()?.list(None, limit).await?;
     for execution in &page.executions {
         println!(
             "{}  {:<18} {:<10} {}",
@@ -471,68 +796,120 @@ async fn list(args: &Args) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn show(args: &Args) -> Result<ExitCode, String> {
-    args.only(&[])?;
-    let [id] = args.positional.as_slice() else {
-        return Err("show needs an execution id".into());
-    };
-    let view = args
-        .client()?
-        .execution(id)
-        .await
-        .map_err(|e| e.to_string())?;
+async fn show(args: &ClientArgs, id: &str) -> Result<ExitCode, Failure> {
+    let view = args.client()?.execution(id).await?;
     let text = serde_json::to_string_pretty(&view).unwrap_or_default();
     println!("{text}");
     Ok(ExitCode::SUCCESS)
 }
 
-async fn answer(args: &Args) -> Result<ExitCode, String> {
-    args.only(&[])?;
-    let [id, action, answer] = args.positional.as_slice() else {
-        return Err("answer needs an execution id, an action id and an answer".into());
-    };
+async fn answer(
+    args: &ClientArgs,
+    id: &str,
+    action: Option<&str>,
+    decision: Answer,
+) -> Result<ExitCode, Failure> {
     let client = args.client()?;
-    let view = client.execution(id).await.map_err(|e| e.to_string())?;
-    let request = view
-        .pending_actions
-        .iter()
-        .find(|r| r.id.as_str() == action)
-        .ok_or_else(|| format!("{id} has no pending action {action}"))?;
-    let response = match answer.as_str() {
-        "approve" if request.as_approval().is_some() => request.approve_all(),
-        "reject" if request.as_approval().is_some() => request.reject_all("rejected"),
-        "dismiss" => request.dismiss(),
-        json => {
-            let value: Value = serde_json::from_str(json)
-                .map_err(|e| format!("the answer is not approve, reject, dismiss or JSON: {e}"))?;
-            match &request.kind {
-                ActionKind::FormInput(_) => request.submit(
-                    serde_json::from_value(value)
-                        .map_err(|e| format!("form values must be a JSON object: {e}"))?,
-                ),
-                ActionKind::ToolApproval(_) => serde_json::from_value(value)
-                    .map_err(|e| format!("not an action response: {e}"))?,
+    let view = client.execution(id).await?;
+    let request = match action {
+        Some(action) => view
+            .pending_actions
+            .iter()
+            .find(|r| r.id.as_str() == action)
+            .ok_or_else(|| failed(format!("{id} has no pending action {action}")))?,
+        None => match view.pending_actions.as_slice() {
+            [only] => only,
+            [] => return Err(failed(format!("{id} awaits no answer"))),
+            several => {
+                let ids: Vec<&str> = several.iter().map(|r| r.id.as_str()).collect();
+                return Err(usage(format!(
+                    "{id} awaits several answers: name one with --action ({})",
+                    ids.join(", ")
+                )));
             }
+        },
+    };
+    let action = request.id.as_str();
+    let approval = || {
+        request.as_approval().ok_or_else(|| {
+            usage(format!(
+                "{action} is a form: answer it with `form` or `dismiss`"
+            ))
+        })
+    };
+    let call_of = |call: Option<&str>| -> Result<harness_core::id::ToolCallId, Failure> {
+        let approval = approval()?;
+        match call {
+            Some(call) => approval
+                .calls()
+                .iter()
+                .find(|c| c.call_id().as_str() == call)
+                .map(|c| c.call_id().clone())
+                .ok_or_else(|| usage(format!("{action} has no call {call}"))),
+            None => approval
+                .calls()
+                .first()
+                .map(|c| c.call_id().clone())
+                .ok_or_else(|| usage(format!("{action} has no calls"))),
         }
     };
-    client
-        .answer(id, &response)
-        .await
-        .map_err(|e| e.to_string())?;
+    let body = match decision {
+        Answer::Approve => {
+            approval()?;
+            to_json(&request.approve_all())
+        }
+        Answer::Reject { reason, call } => {
+            approval()?;
+            match call {
+                Some(_) => to_json(&request.reject(&call_of(call.as_deref())?, reason)),
+                None => to_json(&request.reject_all(reason)),
+            }
+        }
+        Answer::Edit { arguments, call } => {
+            let arguments: Value = serde_json::from_str(&arguments)
+                .map_err(|e| usage(format!("`--args` is not JSON: {e}")))?;
+            to_json(&request.edit(&call_of(call.as_deref())?, arguments))
+        }
+        Answer::Form { values } => {
+            if request.as_approval().is_some() {
+                return Err(usage(format!(
+                    "{action} is a tool approval: answer it with approve, reject or edit"
+                )));
+            }
+            let mut form = FormValues::new();
+            for pair in &values {
+                let (name, value) = pair.split_once('=').ok_or_else(|| {
+                    usage(format!("`{pair}` is not NAME=VALUE (name=Ada, age=36)"))
+                })?;
+                let value = serde_json::from_str::<Value>(value)
+                    .unwrap_or_else(|_| Value::String(value.to_owned()));
+                form = form.with(name, value);
+            }
+            to_json(&request.submit(form))
+        }
+        Answer::Dismiss => to_json(&request.dismiss()),
+        Answer::Json { body } => {
+            let text = if body == "-" {
+                std::io::read_to_string(std::io::stdin().take(1 << 20)).map_err(failed)?
+            } else {
+                body
+            };
+            // The server checks it as it checks any caller's body.
+            serde_json::from_str(&text)
+                .map_err(|e| usage(format!("the answer is not JSON: {e}")))?
+        }
+    };
+    client.answer_json(id, action, &body).await?;
     println!("answered {action}");
     Ok(ExitCode::SUCCESS)
 }
 
-async fn cancel(args: &Args) -> Result<ExitCode, String> {
-    args.only(&["--reason"])?;
-    let [id] = args.positional.as_slice() else {
-        return Err("cancel needs an execution id".into());
-    };
-    let status = args
-        .client()?
-        .cancel(id, args.value("--reason"))
-        .await
-        .map_err(|e| e.to_string())?;
+fn to_json(response: &ActionResponse) -> Value {
+    serde_json::to_value(response).unwrap_or_default()
+}
+
+async fn cancel(args: &ClientArgs, id: &str, reason: Option<&str>) -> Result<ExitCode, Failure> {
+    let status = args.client()?.cancel(id, reason).await?;
     let status = serde_json::to_value(status).unwrap_or_default();
     println!("{}", status.as_str().unwrap_or_default());
     Ok(ExitCode::SUCCESS)
