@@ -710,3 +710,24 @@ fn an_acp_agent_that_cannot_start_is_named_and_serve_exits_2() {
         "{stderr}"
     );
 }
+
+#[test]
+fn ctrl_c_at_the_prompt_cancels_the_run() {
+    let dir = scratch("cancel-prompt");
+    let serving = serve(&dir, &["--config", config(&dir).to_str().unwrap()]);
+    let mut run = client(&serving, TOKEN);
+    run.args(["run", "scripted", "write it"]);
+    // Its stdin stays open and unanswered: the prompt waits.
+    let child = run.spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    let pid = rustix::process::Pid::from_raw(i32::try_from(child.id()).unwrap()).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
+    let out = wait(child, Duration::from_secs(30));
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("approve? [y]es"), "{stderr}");
+    assert!(
+        stderr.contains("cancelled: interrupted from the terminal"),
+        "{stderr}"
+    );
+}

@@ -286,9 +286,26 @@ impl From<harness_core::error::HarnessError> for Failure {
     }
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("harness: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let code = runtime.block_on(verb(cli));
+    // A prompt's read of stdin that Ctrl-C interrupted is still blocked in its thread: do
+    // not wait for it to end.
+    runtime.shutdown_background();
+    code
+}
+
+async fn verb(cli: Cli) -> ExitCode {
     let name = verb_name(&cli.verb);
     let result = match cli.verb {
         Verb::Serve { config, listen } => serve(config, listen).await,
