@@ -731,3 +731,98 @@ fn ctrl_c_at_the_prompt_cancels_the_run() {
         "{stderr}"
     );
 }
+
+/// Starts a run of `EDITABLE` left waiting for its answer (its stdin closes unanswered);
+/// returns its execution id.
+fn waiting_run(serving: &Serving) -> String {
+    let mut run = client(serving, TOKEN);
+    run.args(["run", "scripted", "wait for me", "--options", EDITABLE]);
+    execution_id(&text(&run_with_stdin(run, "").stderr))
+}
+
+#[test]
+fn answer_takes_the_api_body_or_a_short_form() {
+    let dir = scratch("answer-forms");
+    let serving = serve(&dir, &["--config", config(&dir).to_str().unwrap()]);
+
+    // The body of POST .../actions/{actionId}, as the API takes it.
+    let id = waiting_run(&serving);
+    let body = r#"{"type": "tool_approval", "revision": 1, "answer": {"type": "decide",
+        "decisions": [{"callId": "call_1", "decision": {"type": "reject", "reason": "from json"}}]}}"#;
+    let out = wait(
+        {
+            let mut c = client(&serving, TOKEN);
+            c.args(["answer", &id, "json", body]);
+            c.spawn().unwrap()
+        },
+        Duration::from_secs(30),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let resolved = resolution(&serving, &id);
+    assert_eq!(
+        resolved["data"]["outcome"]["calls"][0]["decision"], "reject",
+        "{resolved}"
+    );
+
+    // The short forms build the same body.
+    let id = waiting_run(&serving);
+    let out = wait(
+        {
+            let mut c = client(&serving, TOKEN);
+            c.args(["answer", &id, "edit", "--args", r#"{"path": "c.txt"}"#]);
+            c.spawn().unwrap()
+        },
+        Duration::from_secs(30),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        resolution(&serving, &id)["data"]["outcome"]["calls"][0]["decision"],
+        "edit"
+    );
+    let id = waiting_run(&serving);
+    let out = wait(
+        {
+            let mut c = client(&serving, TOKEN);
+            c.args(["answer", &id, "reject", "--reason", "not that file"]);
+            c.spawn().unwrap()
+        },
+        Duration::from_secs(30),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let events = stdout_of(&serving, &["events", &id]);
+    assert!(events.contains("not that file"), "{events}");
+    // A form's answer to a tool approval is refused before anything is sent.
+    let id = waiting_run(&serving);
+    let mut c = client(&serving, TOKEN);
+    c.args(["answer", &id, "form", "name=Ada"]);
+    let out = wait(c.spawn().unwrap(), Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("is a tool approval"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn serve_reads_the_file_harness_config_names() {
+    let dir = scratch("env-config");
+    let path = config(&dir);
+    let elsewhere = scratch("env-config-cwd");
+    let mut child = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env("HARNESS_CONFIG", &path)
+        .current_dir(&elsewhere)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let first = BufReader::new(child.stdout.take().unwrap())
+        .lines()
+        .next()
+        .unwrap()
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(first, format!("config: {}", path.display()));
+}
