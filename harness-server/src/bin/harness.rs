@@ -91,7 +91,7 @@ Exit codes: 0 done; 2 the configuration or token file cannot be used."
         #[arg(long)]
         rotate: bool,
         /// With --rotate: the configuration naming the database [default: as `serve`].
-        #[arg(long, value_name = "PATH")]
+        #[arg(long, value_name = "PATH", requires = "rotate")]
         config: Option<PathBuf>,
     },
     /// Start an execution, stream it, and answer its questions on the terminal.
