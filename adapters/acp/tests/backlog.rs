@@ -166,6 +166,15 @@ async fn no_task_outlives_an_execution_whose_agent_left_a_detached_child() {
     assert!(metrics.num_alive_tasks() > before, "the agent's tasks run");
     runtime.cleanup().await;
     drop(runtime);
+    // Cleanup hands the agent's group to a reaper and returns: wait until it is reaped.
+    let reaped = async {
+        while adapter.stats().snapshot().reaping > 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), reaped)
+        .await
+        .expect("the agent's group is reaped, bounded");
     // The detached child (outside the agent's group, by design out of the adapter's reach)
     // still holds the agent's stdout and stderr open.
     let detached = processes_with(&mark);
