@@ -14,6 +14,7 @@ pub mod lifecycle;
 pub mod limits;
 pub mod log;
 pub mod manifest;
+pub mod program;
 pub mod registry;
 pub mod schema;
 pub mod service;

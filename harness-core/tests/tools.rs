@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use harness_core::action::{ActionKind, ActionRequest, ApprovalRequest};
 use harness_core::adapter::{
-    AdapterEvent, BoxStream, EventResult, ResumeDecision, RunContext, Simple, SimpleAdapter,
+    AdapterEvent, BoxStream, EventResult, HarnessHealth, ResumeDecision, RunContext, Simple,
+    SimpleAdapter,
 };
 use harness_core::capability::{CapabilityKey, CapabilityReport, SupportLevel};
 use harness_core::error::{ErrorCategory, ErrorCode, HarnessError};
@@ -428,6 +429,28 @@ impl ToolProvider for Server {
             ])
         })
     }
+
+    fn health(&self) -> BoxFuture<'_, HarnessHealth> {
+        Box::pin(async move {
+            if self.up {
+                HarnessHealth::ready()
+            } else {
+                HarnessHealth::not_ready(format!("tool server `{}` is not reachable", self.name))
+            }
+        })
+    }
+}
+
+/// A provider that keeps the default health.
+struct Plain;
+
+impl ToolProvider for Plain {
+    fn name(&self) -> &str {
+        "plain"
+    }
+    fn tools(&self, _: ToolScope) -> BoxFuture<'_, Result<Vec<ProvidedTool>, HarnessError>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
 }
 
 fn ids(handles: &[ToolHandle]) -> Vec<&str> {
@@ -490,6 +513,40 @@ async fn one_provider_down_leaves_the_others_and_is_reported() {
             .unwrap()
             .contains("ECONNREFUSED")
     );
+}
+
+#[tokio::test]
+async fn a_sets_health_is_its_providers_and_names_each_one_down() {
+    assert!(ToolSet::new().tool(echo()).unwrap().health().await.ready);
+    let up = ToolSet::new()
+        .provider(Server::new("up", true))
+        .unwrap()
+        .provider(Plain)
+        .unwrap();
+    assert!(up.health().await.ready, "the default health is ready");
+    let set = up
+        .provider(Server::new("down", false))
+        .unwrap()
+        .provider(Server::new("gone", false))
+        .unwrap();
+    let health = set.health().await;
+    assert!(!health.ready);
+    assert_eq!(
+        health.reason.as_deref(),
+        Some("tool server `down` is not reachable; tool server `gone` is not reachable")
+    );
+    // Checking health lists no tools (nothing is started or connected).
+    let probed = Server::new("counted", true);
+    let listed = Arc::clone(&probed.listed);
+    assert!(
+        ToolSet::new()
+            .provider(probed)
+            .unwrap()
+            .health()
+            .await
+            .ready
+    );
+    assert_eq!(listed.load(Ordering::SeqCst), 0);
 }
 
 #[tokio::test]

@@ -2,6 +2,7 @@
 #![doc = include_str!("../README.md")]
 
 mod config;
+mod health;
 mod names;
 mod provider;
 

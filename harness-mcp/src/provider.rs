@@ -6,6 +6,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
+use harness_core::adapter::HarnessHealth;
 use harness_core::error::{ErrorCategory, HarnessError};
 use harness_core::tool::{
     BoundedFailure, BoxFuture, Credential, PortableTool, ProvidedTool, ToolAnnotations,
@@ -113,6 +114,13 @@ impl ToolProvider for McpProvider {
             };
             Ok(connection.provided(&self.server))
         })
+    }
+
+    /// For a stdio server, its program found and executable where and how it would be
+    /// started; for an HTTP server, an answer to one bounded `GET` of its URL. Nothing is
+    /// started, no session opened, no credential sent (see the crate's health module).
+    fn health(&self) -> BoxFuture<'_, HarnessHealth> {
+        Box::pin(crate::health::check(&self.server))
     }
 }
 

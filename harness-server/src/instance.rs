@@ -40,6 +40,8 @@ pub struct Instance {
     pub(crate) control: Arc<dyn Control>,
     /// The adapter's last health, shared by every probe (see [`crate::health`]).
     pub(crate) health: Arc<crate::health::Cached>,
+    /// The store's thread state, for the write probe of [`crate::health`].
+    pub(crate) state_store: Arc<dyn ThreadStateStore>,
 }
 
 impl std::fmt::Debug for Instance {
@@ -57,6 +59,7 @@ impl Instance {
     {
         let id = adapter.descriptor().id().clone();
         let manifest = serde_json::to_value(adapter.descriptor()).unwrap_or(Value::Null);
+        let state_store: Arc<dyn ThreadStateStore> = store.clone();
         let (admission, service) = stack.durable_parts(adapter, store, replica);
         Self {
             id,
@@ -64,6 +67,7 @@ impl Instance {
             admission,
             control: Arc::new(service),
             health: Arc::default(),
+            state_store,
         }
     }
 
@@ -88,9 +92,12 @@ impl Instance {
         self.control.recover().await
     }
 
-    /// The adapter's health ([`HarnessAdapter::health`]): checked at most once in
-    /// [`health::FRESH`](crate::health::FRESH), one check at a time, each bounded; a check
-    /// that does not answer in time, or panics, is a failure.
+    /// The instance's health: its adapter's ([`HarnessAdapter::health`]) and its tool
+    /// providers' ([`ToolSet::health`](harness_core::tool::ToolSet::health): each MCP server
+    /// startable or answering), checked together at most once in
+    /// [`health::FRESH`](crate::health::FRESH), one check at a time, bounded; a check that
+    /// does not answer in time, or panics, is a failure. Not ready when either is, with the
+    /// reasons of both.
     pub async fn health(&self) -> HarnessHealth {
         let control = Arc::clone(&self.control);
         self.health
@@ -179,6 +186,24 @@ impl<A: HarnessAdapter> Control for AdapterService<A> {
         Box::pin(AdapterService::recover(self))
     }
     fn health(&self) -> BoxFuture<'_, HarnessHealth> {
-        self.adapter().health()
+        Box::pin(async move {
+            let tools = async {
+                match self.tools() {
+                    Some(tools) => tools.health().await,
+                    None => HarnessHealth::ready(),
+                }
+            };
+            let (adapter, tools) = tokio::join!(self.adapter().health(), tools);
+            let reasons: Vec<String> = [adapter, tools]
+                .into_iter()
+                .filter(|h| !h.ready)
+                .map(|h| h.reason.unwrap_or_else(|| "not ready".to_owned()))
+                .collect();
+            if reasons.is_empty() {
+                HarnessHealth::ready()
+            } else {
+                HarnessHealth::not_ready(reasons.join("; "))
+            }
+        })
     }
 }

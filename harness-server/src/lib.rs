@@ -47,7 +47,7 @@
 //! | `GET /v1/openapi.json` | the [OpenAPI document](openapi) (no token needed) |
 //! | `GET /console` | the [console]: a page over this API (it asks for a token) |
 //! | `GET /healthz` | `200` while the process serves |
-//! | `GET /readyz` | `200` when every instance's adapter is healthy (its agent's command executable, its model endpoint answering), the store answers and every required check of [`ServerBuilder::health`] passes, else `503` with the sanitized reasons, each naming the instance; checks are cached briefly ([`health`]) |
+//! | `GET /readyz` | `200` when every instance's adapter is healthy (its agent's command executable, its model endpoint answering), every MCP server of its tools startable (its command executable) or answering HTTP, the store takes a write (a probe value put and deleted) and every required check of [`ServerBuilder::health`] passes, else `503` with the sanitized reasons, each naming the instance; checks are cached briefly ([`health`]) |
 //! | `GET /metrics` | the Prometheus exposition, when the server was given one |
 //!
 //! # Connections

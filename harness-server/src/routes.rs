@@ -851,30 +851,17 @@ async fn ready(Extract(state): Extract<Shared>) -> Response {
     (status, Json(Readiness { ready, reasons })).into_response()
 }
 
-/// Whether the store answers: a read of a record that is not there, cached and bounded as
+/// Whether the store takes a write ([`crate::health::probe_store`]), cached and bounded as
 /// an instance's check is.
 async fn store_health(state: &State) -> harness_core::adapter::HarnessHealth {
     use harness_core::adapter::HarnessHealth;
     let Some(instance) = state.any() else {
         return HarnessHealth::ready();
     };
-    let control = Arc::clone(&instance.control);
+    let store = Arc::clone(&instance.state_store);
     state
         .store_health
-        .get("store", move || async move {
-            let probe = ExecutionId::generate();
-            match control.record(&probe).await {
-                Ok(_) => HarnessHealth::ready(),
-                Err(e) => {
-                    tracing::warn!(
-                        error = e.message(),
-                        diagnostic = e.diagnostic().unwrap_or_default(),
-                        "the store does not answer"
-                    );
-                    HarnessHealth::not_ready("not answering")
-                }
-            }
-        })
+        .get("store", move || crate::health::probe_store(store))
         .await
 }
 

@@ -3,33 +3,17 @@
 //!
 //! Decisions where the spec is silent: the command is looked up on the `PATH` the agent
 //! would be started with (its own, when the operator copies or sets one, else the
-//! server's), as spawning it does; the reason a caller may see is a short category naming
+//! server's), as spawning it does, by [`harness_core::program::resolve`] (shared with the
+//! MCP servers' health); the reason a caller may see is a short category naming
 //! the agent, the details (program, path, error) go to the operator's log.
 
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use harness_core::adapter::HarnessHealth;
+use harness_core::program::NotRunnable;
 
 use crate::options::AcpAgent;
-
-/// Why an agent cannot be started, as a caller may read it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum NotReady {
-    CommandNotFound,
-    NotExecutable,
-    NoWorkingDirectory,
-}
-
-impl NotReady {
-    const fn category(self) -> &'static str {
-        match self {
-            Self::CommandNotFound => "its command is not found",
-            Self::NotExecutable => "its command is not an executable file",
-            Self::NoWorkingDirectory => "its working directory is not a directory",
-        }
-    }
-}
 
 /// The `PATH` `agent` is started with.
 fn search_path(agent: &AcpAgent) -> Option<OsString> {
@@ -41,43 +25,14 @@ fn search_path(agent: &AcpAgent) -> Option<OsString> {
         .or_else(|| std::env::var_os("PATH"))
 }
 
-fn executable(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-}
-
 /// Where `agent`'s program is, or why it cannot be started. Reads the file system only.
-pub(crate) fn resolve(agent: &AcpAgent) -> Result<PathBuf, NotReady> {
-    if !agent.cwd.is_dir() {
-        return Err(NotReady::NoWorkingDirectory);
-    }
+pub(crate) fn resolve(agent: &AcpAgent) -> Result<PathBuf, NotRunnable> {
     let program = agent
         .command
         .first()
-        .map(Path::new)
-        .ok_or(NotReady::CommandNotFound)?;
-    if program.components().count() > 1 {
-        // A path (`./agent`, `/usr/bin/agent`): not searched, relative to the agent's cwd.
-        let path = agent.cwd.join(program);
-        return match std::fs::metadata(&path) {
-            Err(_) => Err(NotReady::CommandNotFound),
-            Ok(_) if executable(&path) => Ok(path),
-            Ok(_) => Err(NotReady::NotExecutable),
-        };
-    }
-    let mut found_unusable = false;
-    for dir in std::env::split_paths(&search_path(agent).unwrap_or_default()) {
-        let path = dir.join(program);
-        if executable(&path) {
-            return Ok(path);
-        }
-        found_unusable |= path.exists();
-    }
-    Err(if found_unusable {
-        NotReady::NotExecutable
-    } else {
-        NotReady::CommandNotFound
-    })
+        .map(String::as_str)
+        .unwrap_or_default();
+    harness_core::program::resolve(program, &agent.cwd, &search_path(agent).unwrap_or_default())
 }
 
 /// The health of the agents `profiles` name: ready when each can be started.
@@ -106,26 +61,23 @@ mod tests {
     }
 
     #[test]
-    fn a_program_on_the_path_resolves_and_a_missing_one_does_not() {
+    fn an_agent_resolves_on_the_servers_path_or_by_its_path() {
         assert!(resolve(&agent("sh")).is_ok());
         assert!(resolve(&agent("/bin/sh")).is_ok());
         assert_eq!(
             resolve(&agent("no-such-agent-3f9c1d")),
-            Err(NotReady::CommandNotFound)
+            Err(NotRunnable::CommandNotFound)
         );
-        assert_eq!(
-            resolve(&agent("/no/such/agent")),
-            Err(NotReady::CommandNotFound)
-        );
-        // A directory is there, but cannot be run.
-        assert_eq!(resolve(&agent("/tmp")), Err(NotReady::NotExecutable));
+        let mut nowhere = agent("sh");
+        nowhere.cwd = "/no/such/dir".into();
+        assert_eq!(resolve(&nowhere), Err(NotRunnable::NoWorkingDirectory));
     }
 
     #[test]
     fn the_agents_path_is_the_one_searched() {
         let mut hidden = agent("sh");
         hidden.set_env.insert("PATH".into(), "/no/such/dir".into());
-        assert_eq!(resolve(&hidden), Err(NotReady::CommandNotFound));
+        assert_eq!(resolve(&hidden), Err(NotRunnable::CommandNotFound));
     }
 
     #[test]

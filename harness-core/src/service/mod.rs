@@ -782,6 +782,13 @@ impl<A: HarnessAdapter> AdapterService<A> {
     pub fn contract_version(&self) -> Option<ContractVersion> {
         self.inner.contract_version
     }
+
+    /// The tools offered to the service's executions ([`AdapterServiceBuilder::tools`]), if
+    /// any: for a readiness check of their providers ([`ToolSet::health`](crate::tool::ToolSet::health)).
+    #[must_use]
+    pub fn tools(&self) -> Option<&crate::tool::ToolSet> {
+        self.inner.tools.as_deref()
+    }
     /// Starts one execution: checks required capabilities, first against the adapter's
     /// descriptor (the most it can do), then, if those hold, against what `evaluate` reports
     /// for the request's configuration; then spawns its driver and returns its handle.

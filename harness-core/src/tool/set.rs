@@ -13,6 +13,7 @@ use super::{
     BoundedFailure, BoxFuture, InvalidToolPolicy, PortableTool, ToolCallContext, ToolDescriptor,
     ToolHandle, ToolId, ToolOutcome, ToolPolicy,
 };
+use crate::adapter::HarnessHealth;
 use crate::error::{ErrorCategory, ErrorCode, HarnessError};
 use crate::event::ToolUnavailable;
 use crate::id::ExecutionId;
@@ -166,6 +167,15 @@ pub trait ToolProvider: Send + Sync + 'static {
 
     /// The tools this provider offers to the execution of `scope`.
     fn tools(&self, scope: ToolScope) -> BoxFuture<'_, Result<Vec<ProvidedTool>, HarnessError>>;
+
+    /// A bounded, side-effect-free check that the provider could list its tools now: its
+    /// program can be started, its server answers. Nothing is started or changed, and no
+    /// caller credential is sent. A reason, when not ready, names the provider and is safe
+    /// to show a caller (`` MCP server `files`: its command is not found ``); details go to
+    /// the log. The caller bounds it with a deadline too. Ready by default.
+    fn health(&self) -> BoxFuture<'_, HarnessHealth> {
+        Box::pin(async { HarnessHealth::ready() })
+    }
 }
 
 /// A [`ToolSet`] could not take a tool or provider.
@@ -300,6 +310,37 @@ impl ToolSet {
         }
         self.providers.insert(name, Arc::new(provider));
         Ok(self)
+    }
+
+    /// The health of every provider ([`ToolProvider::health`]), asked concurrently: ready
+    /// when all are (a set without providers is), else not ready with the reasons of those
+    /// that are not, in provider-name order, joined by `; `. Tools registered one by one
+    /// run in process and are always ready.
+    ///
+    /// ```
+    /// use harness_core::tool::ToolSet;
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// assert!(ToolSet::new().health().await.ready);
+    /// # });
+    /// ```
+    pub async fn health(&self) -> HarnessHealth {
+        let checks = self.providers.values().map(|p| p.health());
+        let reasons: Vec<String> = futures_util::future::join_all(checks)
+            .await
+            .into_iter()
+            .zip(self.providers.keys())
+            .filter(|(health, _)| !health.ready)
+            .map(|(health, name)| {
+                health
+                    .reason
+                    .unwrap_or_else(|| format!("tool provider `{name}` is not ready"))
+            })
+            .collect();
+        if reasons.is_empty() {
+            HarnessHealth::ready()
+        } else {
+            HarnessHealth::not_ready(reasons.join("; "))
+        }
     }
 
     /// Whether the set offers nothing.
