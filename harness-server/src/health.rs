@@ -15,7 +15,10 @@
 //!   /v1/adapters` shows the instance not ready with the same reason.
 //! - **the store does not take a write** (a full disk, SQLite's size cap, a read-only
 //!   database, a store that does not answer): `503`, ``store: not accepting writes``; the
-//!   log has the store's error. See [`probe_store`] for the write and why it leaves nothing.
+//!   log has the store's error. The probe puts a thread-state value of [`PROBE_BYTES`] under
+//!   a fresh key of the reserved binding [`PROBE_BINDING`] and deletes it: two committed
+//!   writes on the memory, SQLite and PostgreSQL stores alike (their traits offer no write
+//!   rolled back), leaving nothing but that binding's one record.
 //! - **`/readyz` is called in a loop**: each dependency is checked at most once in
 //!   [`FRESH`], and one check at a time: callers meanwhile wait for it and share its result.
 //!   Each check is bounded by [`BOUND`]; one that does not answer in time is a failure.

@@ -318,7 +318,10 @@ async fn the_mcp_probe_sends_no_credential() {
     let url = serve(vec![with_mcp(&endpoint, vec![server], &store)]).await;
     let (status, body) = get(&url, "/readyz").await;
     assert_eq!(status, 200, "{body}");
-    let request = seen.recv().await.unwrap();
+    let request = tokio::time::timeout(std::time::Duration::from_secs(5), seen.recv())
+        .await
+        .expect("the MCP server was probed")
+        .unwrap();
     assert!(request.starts_with("GET /mcp "), "{request}");
     assert!(
         !request.to_lowercase().contains("authorization"),
