@@ -364,3 +364,36 @@ async fn not_ready_while_the_store_takes_no_write_and_ready_again_after() {
     drop(store);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Replicas sharing one store probe it at once without getting in each other's way (each
+/// probe writes its own key), and leave nothing behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_sharing_a_store_probe_it_at_once() {
+    let dir = std::env::temp_dir().join(format!(
+        "harness-readiness-replicas-{}-{}",
+        std::process::id(),
+        harness_core::id::ExecutionId::generate()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let store = Arc::new(harness_store::SqliteStore::open(dir.join("harness.db")).unwrap());
+    let mut urls = Vec::new();
+    for _ in 0..20 {
+        urls.push(serve(vec![instance(acp("/bin/sh"), &store)]).await);
+    }
+    let probes: Vec<_> = urls
+        .into_iter()
+        .flat_map(|url| (0..5).map(move |_| url.clone()))
+        .map(|url| tokio::spawn(async move { get(&url, "/readyz").await }))
+        .collect();
+    for probe in probes {
+        let (status, body) = probe.await.unwrap();
+        assert_eq!(status, 200, "{body}");
+    }
+    let binding = harness_core::session::SessionBinding::new(
+        harness_server::health::PROBE_BINDING.parse().unwrap(),
+        harness_server::health::PROBE_BINDING.parse().unwrap(),
+    );
+    assert_eq!(store.list_keys(&binding).await.unwrap(), Vec::new());
+    drop(store);
+    let _ = std::fs::remove_dir_all(&dir);
+}
