@@ -47,6 +47,7 @@ pub(crate) fn router(state: Shared) -> Router {
         .route("/console", get(crate::console::page))
         .route("/console/app.js", get(crate::console::script))
         .route("/console/style.css", get(crate::console::style))
+        .route("/console/session", post(crate::console::session))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))
         .route("/metrics", get(metrics))
@@ -60,7 +61,24 @@ pub(crate) fn router(state: Shared) -> Router {
             )
         })
         .layer(axum::extract::DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::map_response(guard))
         .with_state(state)
+}
+
+/// The headers every response carries (the console's assets set their own, wider, policy):
+/// a JSON body, an event stream or an error opened in a browser is never sniffed into
+/// markup, run, or framed.
+async fn guard(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    headers
+        .entry(header::X_CONTENT_TYPE_OPTIONS)
+        .or_insert(header::HeaderValue::from_static("nosniff"));
+    headers
+        .entry(header::CONTENT_SECURITY_POLICY)
+        .or_insert(header::HeaderValue::from_static(
+            "default-src 'none'; frame-ancestors 'none'",
+        ));
+    response
 }
 
 /// The authenticated principal of a request.
