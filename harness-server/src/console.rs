@@ -4,10 +4,29 @@
 //!
 //! Plain HTML, CSS and JavaScript compiled into the binary (no build step, nothing fetched
 //! from elsewhere), served at `/console` without a token: the page asks for one and sends it
-//! as a bearer token on every API call (kept in the tab's session storage; a `#token=...`
-//! fragment signs in without the token ever reaching a server log). Everything an execution
-//! says reaches the page as text, never as markup, and a strict Content-Security-Policy
-//! allows only this server's own script, styles and API.
+//! as a bearer token on every API call (kept in the tab's session storage, never in a URL).
+//! Everything an execution says reaches the page as text, never as markup, and a strict
+//! Content-Security-Policy allows only this server's own script, styles and API.
+//!
+//! What happens when...
+//! - the page is opened with `#code=<one-time code>` (the link `harness serve` prints, made
+//!   by [`Server::console_code`](crate::Server::console_code)): it removes the code from the
+//!   address bar and the tab's history at once (`history.replaceState`), then posts it to
+//!   `POST /console/session`, which answers `{"token": ...}` once per code. A code is good
+//!   for [`CODE_LIFETIME`] and for one exchange; a used, expired or unknown one is `401`,
+//!   and the page then asks for the token. No URL ever holds a credential: a code left in
+//!   the browser's global history is worth nothing.
+//! - an old `#token=...` link is opened: the page drops it from the address bar unread, and
+//!   asks for the token.
+//! - a tool call's name or arguments hold bidirectional controls, zero-width or other
+//!   invisible characters: the page shows each as a marked `[U+202E]` badge (the rule list
+//!   of [`visible::is_hidden`](crate::visible::is_hidden), ported to the page's script and
+//!   kept in step by a test), and says so beside the decision buttons.
+//!
+//! Decisions where the spec is silent: the code is exchanged for the bearer token itself
+//! (the page keeps it in session storage, as it keeps a typed one), not for a second kind
+//! of credential the server would have to keep; at most [`CODES`] codes are outstanding
+//! (minting one more forgets the oldest), so minting is bounded in memory.
 //!
 //! ```
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
@@ -29,8 +48,98 @@
 //! # });
 //! ```
 
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State as Extract;
+use axum::extract::rejection::BytesRejection;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
+use harness_core::error::{ErrorCategory, ErrorCode, HarnessError};
+use serde_json::json;
+
+use crate::State;
+use crate::error::ApiError;
+
+/// How long a one-time sign-in code can be exchanged after it was made.
+pub const CODE_LIFETIME: Duration = Duration::from_secs(10 * 60);
+
+/// How many codes are outstanding at most.
+pub const CODES: usize = 32;
+
+/// The outstanding one-time codes: each with its token and when it expires.
+#[derive(Default)]
+pub(crate) struct Codes(Mutex<VecDeque<(String, String, Instant)>>);
+
+impl Codes {
+    pub(crate) fn mint(&self, token: &str) -> Result<String, HarnessError> {
+        let mut bytes = [0u8; 16];
+        getrandom::fill(&mut bytes).map_err(|e| {
+            HarnessError::new(ErrorCategory::Internal, "no randomness for a sign-in code")
+                .with_diagnostic(e.to_string())
+        })?;
+        let code: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        let mut codes = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = Instant::now();
+        codes.retain(|(_, _, expires)| *expires > now);
+        while codes.len() >= CODES {
+            codes.pop_front();
+        }
+        codes.push_back((code.clone(), token.to_owned(), now + CODE_LIFETIME));
+        Ok(code)
+    }
+
+    /// The token of `code` if it is good at `now`, once: the code is gone after this call.
+    fn redeem(&self, code: &str, now: Instant) -> Option<String> {
+        let mut codes = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let at = codes.iter().position(|(c, _, _)| c == code)?;
+        let (_, token, expires) = codes.remove(at)?;
+        (expires > now).then_some(token)
+    }
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SessionRequest {
+    code: String,
+}
+
+/// `POST /console/session`: a one-time code for its token.
+pub(crate) async fn session(
+    Extract(state): Extract<Arc<State>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let refused = |message: &str, category, code| {
+        ApiError::new(HarnessError::new(category, message.to_owned()).with_code(code))
+            .into_response()
+    };
+    let Some(request) = body
+        .ok()
+        .and_then(|b| serde_json::from_slice::<SessionRequest>(&b).ok())
+    else {
+        return refused(
+            "the body must be {\"code\": \"<the one-time code of the console link>\"}",
+            ErrorCategory::Configuration,
+            ErrorCode::REQUEST_INVALID,
+        );
+    };
+    match state.console_codes.redeem(&request.code, Instant::now()) {
+        Some(token) => (
+            [(header::CACHE_CONTROL, "no-store")],
+            Json(json!({ "token": token })),
+        )
+            .into_response(),
+        None => refused(
+            "this sign-in code is unknown, used or expired: each works once, for ten minutes; \
+             sign in with the token instead",
+            ErrorCategory::Authentication,
+            ErrorCode::CREDENTIAL_INVALID,
+        ),
+    }
+}
 
 const PAGE: &str = include_str!("../console/index.html");
 const SCRIPT: &str = include_str!("../console/app.js");
@@ -65,4 +174,36 @@ pub(crate) async fn script() -> Response {
 
 pub(crate) async fn style() -> Response {
     asset("text/css; charset=utf-8", STYLE)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::{CODE_LIFETIME, CODES, Codes};
+
+    #[test]
+    fn a_code_works_once_and_not_after_its_lifetime() {
+        let codes = Codes::default();
+        let now = Instant::now();
+        let code = codes.mint("t1").unwrap();
+        assert_eq!(code.len(), 32);
+        assert_eq!(codes.redeem(&code, now).as_deref(), Some("t1"));
+        assert_eq!(codes.redeem(&code, now), None, "a second use");
+        let late = codes.mint("t2").unwrap();
+        let after = now + CODE_LIFETIME + Duration::from_secs(1);
+        assert_eq!(codes.redeem(&late, after), None, "an expired code");
+        assert_eq!(codes.redeem(&late, now), None, "gone once tried");
+        assert_eq!(codes.redeem("", now), None);
+    }
+
+    #[test]
+    fn at_most_codes_are_kept_the_oldest_forgotten() {
+        let codes = Codes::default();
+        let first = codes.mint("t").unwrap();
+        let rest: Vec<String> = (0..CODES).map(|_| codes.mint("t").unwrap()).collect();
+        assert_eq!(codes.0.lock().unwrap().len(), CODES);
+        assert_eq!(codes.redeem(&first, Instant::now()), None);
+        assert!(rest.iter().all(|c| codes.redeem(c, Instant::now()).is_some()));
+    }
 }

@@ -45,7 +45,8 @@
 //! | `POST /v1/agui/{adapter}` | the [AG-UI face](agui): a `RunAgentInput` in, AG-UI events out as server-sent events; actions are interrupts, resumed by the next run |
 //! | `GET /v1/adapters`, `GET /v1/adapters/{id}` | the instances' manifests, options schemas included; `GET /v1/adapters` also their [`health`] by instance id (`{"ready", "reason", "checkedAt"}`) |
 //! | `GET /v1/openapi.json` | the [OpenAPI document](openapi) (no token needed) |
-//! | `GET /console` | the [console]: a page over this API (it asks for a token) |
+//! | `GET /console` | the [console]: a page over this API (it asks for a token, or signs in with a one-time code) |
+//! | `POST /console/session` | the console's sign-in: `{"code": ...}`, a [one-time code](Server::console_code), answered once with `{"token": ...}`; a code used, expired or unknown is `401` (no token needed) |
 //! | `GET /healthz` | `200` while the process serves |
 //! | `GET /readyz` | `200` when every instance's adapter is healthy (its agent's command executable, its model endpoint answering), every MCP server of its tools startable (its command executable) or answering HTTP, the store takes a write (a probe value put and deleted) and every required check of [`ServerBuilder::health`] passes, else `503` with the sanitized reasons, each naming the instance; checks are cached briefly ([`health`]) |
 //! | `GET /metrics` | the Prometheus exposition, when the server was given one |
@@ -71,6 +72,11 @@
 //! saying the disk is full. Nothing a reader was shown is lost: only stored events are shown.
 //! A disk full for longer than the lease term ends a paused execution as any store outage
 //! that long does (see `harness_core::store`).
+//!
+//! Every response carries `X-Content-Type-Options: nosniff`, and every one but the console's
+//! page and assets (which allow their own script and style) `Content-Security-Policy:
+//! default-src 'none'; frame-ancestors 'none'`: a JSON body, an event stream, an error or
+//! `/metrics` opened in a browser is never sniffed into markup, run, or framed.
 //!
 //! Errors are `{"error": <public error>}` with the status of [`error::status_of`] and
 //! `Retry-After` for `throttled` and `capacity`; no diagnostic ever leaves. Another
@@ -202,6 +208,8 @@ pub(crate) struct State {
     pub(crate) local: Mutex<HashMap<ExecutionId, ExecutionHandle>>,
     /// The store's last health ([`health`]).
     pub(crate) store_health: health::Cached,
+    /// The console's outstanding one-time sign-in codes ([`Server::console_code`]).
+    pub(crate) console_codes: console::Codes,
 }
 
 impl std::fmt::Debug for State {
@@ -257,6 +265,17 @@ impl Server {
     /// The axum router of every endpoint.
     pub fn router(&self) -> Router {
         routes::router(Arc::clone(&self.state))
+    }
+
+    /// A one-time code that signs the [console] in as `token`'s principal: the page at
+    /// `/console#code=<code>` exchanges it once, within [`console::CODE_LIFETIME`], for the
+    /// token (`POST /console/session`), so that no URL the browser keeps holds a credential.
+    /// `harness serve` prints such a link.
+    ///
+    /// # Errors
+    /// When the system has no randomness to make a code from.
+    pub fn console_code(&self, token: &str) -> Result<String, HarnessError> {
+        self.state.console_codes.mint(token)
     }
 
     /// The instances, by id.
@@ -384,6 +403,7 @@ impl ServerBuilder {
                 keep_alive: self.keep_alive.unwrap_or(KEEP_ALIVE),
                 local: Mutex::new(HashMap::new()),
                 store_health: health::Cached::default(),
+                console_codes: console::Codes::default(),
             }),
         })
     }

@@ -283,11 +283,24 @@ fn serve_without_configuration_offers_the_embedded_default_with_a_development_to
         "{:?}",
         serving.banner
     );
-    // The console's address signs in with the development token.
-    let console = format!("console: {}/console#token={token}", serving.url);
+    // The console's address signs in with a one-time code, never the token itself (the
+    // browser keeps the URL in its history).
+    let prefix = format!("console: {}/console#code=", serving.url);
+    let code = serving
+        .banner
+        .iter()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .unwrap_or_else(|| panic!("no {prefix}... in {:?}", serving.banner));
     assert!(
-        serving.banner.contains(&console),
-        "{console} not in {:?}",
+        code.len() == 32 && code.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{code}"
+    );
+    assert!(
+        !serving
+            .banner
+            .iter()
+            .any(|l| l.contains("/console") && l.contains(&token)),
+        "a console link holds the token: {:?}",
         serving.banner
     );
     assert!(

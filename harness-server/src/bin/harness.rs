@@ -486,8 +486,10 @@ async fn serve(
             file.display()
         );
         println!("  export HARNESS_URL=http://{address} HARNESS_TOKEN={token}");
-        // The fragment signs the page in and never reaches the server.
-        println!("console: http://{address}/console#token={token}");
+        // A one-time code, not the token: the browser keeps the URL in its history.
+        let code = server.console_code(token).map_err(failed)?;
+        println!("console: http://{address}/console#code={code}");
+        println!("  (the link signs in once, within 10 minutes; then sign in with the token)");
     } else {
         println!("console: http://{address}/console");
     }

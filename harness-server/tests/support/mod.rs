@@ -11,11 +11,21 @@ use harness_server::{Instance, Server};
 
 /// A server offering the scripted adapter (its bundled script) over `store` as `replica`,
 /// accepting each `(principal, token)`; returns its base URL.
+#[allow(dead_code)] // tests/console.rs uses serve_with only.
 pub(crate) async fn serve(
     store: Arc<MemoryStore>,
     replica: &str,
     tokens: &[(&str, &str)],
 ) -> String {
+    serve_with(store, replica, tokens).await.0
+}
+
+/// As [`serve`], and the server too (to mint console sign-in codes, say).
+pub(crate) async fn serve_with(
+    store: Arc<MemoryStore>,
+    replica: &str,
+    tokens: &[(&str, &str)],
+) -> (String, Server) {
     let adapter = ScriptedAdapter::quickstart();
     let stack = HarnessStack::defaults_for(&adapter).unwrap();
     let tokens = tokens
@@ -37,6 +47,7 @@ pub(crate) async fn serve(
         .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, server.router()).await });
-    url
+    let router = server.router();
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    (url, server)
 }
