@@ -24,6 +24,89 @@ function el(tag, attrs = {}, ...children) {
   return node;
 }
 
+// ---- invisible characters ----------------------------------------------------------------
+//
+// What an operator approves must be what it reads: bidirectional controls, zero-width and
+// other invisible characters in tool names and arguments are shown as marked badges. The
+// ranges are those of `harness_server::visible::is_hidden` (tests/console.rs checks that the
+// two agree on every code point).
+
+const HIDDEN = [
+  [0x0, 0x8], [0xb, 0x1f], [0x7f, 0x9f],
+  [0xad, 0xad], // soft hyphen
+  [0x34f, 0x34f], // combining grapheme joiner
+  [0x61c, 0x61c], // Arabic letter mark
+  [0x115f, 0x1160], [0x3164, 0x3164], [0xffa0, 0xffa0], // Hangul fillers
+  [0x17b4, 0x17b5],
+  [0x180b, 0x180f], // Mongolian selectors and vowel separator
+  [0x200b, 0x200f], // zero-width space, joiners, LRM, RLM
+  [0x2028, 0x2029], // line and paragraph separators
+  [0x202a, 0x202e], // embeddings and overrides
+  [0x2060, 0x206f], // word joiner, invisible operators, isolates, deprecated
+  [0xfe00, 0xfe0f], // variation selectors
+  [0xfeff, 0xfeff], // zero-width no-break space
+  [0xfff9, 0xfffb], // interlinear annotation
+  [0x1bca0, 0x1bca3],
+  [0x1d173, 0x1d17a],
+  [0xe0000, 0xe0fff], // tags and variation selectors supplement
+];
+
+/** Whether code point `cp` is invisible or changes how the text around it displays. */
+function isHidden(cp) {
+  return HIDDEN.some(([lo, hi]) => cp >= lo && cp <= hi);
+}
+
+/** `U+202E` for a code point. */
+function codePoint(cp) {
+  return `U+${cp.toString(16).toUpperCase().padStart(4, "0")}`;
+}
+
+/**
+ * `text` as nodes, each hidden character a marked badge (`[U+202E]`); `found` collects the
+ * code points marked.
+ */
+function marked(text, found) {
+  const nodes = [];
+  let run = "";
+  for (const ch of String(text)) {
+    const cp = ch.codePointAt(0);
+    if (!isHidden(cp)) {
+      run += ch;
+      continue;
+    }
+    if (run) nodes.push(document.createTextNode(run));
+    run = "";
+    found.add(cp);
+    nodes.push(el("mark", { className: "hidden-char", title: `an invisible or direction-changing character, ${codePoint(cp)}` },
+      `[${codePoint(cp)}]`));
+  }
+  if (run) nodes.push(document.createTextNode(run));
+  return nodes;
+}
+
+/** `value` as indented JSON, each hidden character written as its `\u` escape (still JSON). */
+function escapedJson(value) {
+  let out = "";
+  for (const ch of JSON.stringify(value, null, 2) ?? "null") {
+    const cp = ch.codePointAt(0);
+    if (!isHidden(cp)) out += ch;
+    else for (let i = 0; i < ch.length; i++) out += `\\u${ch.charCodeAt(i).toString(16).padStart(4, "0")}`;
+  }
+  return out;
+}
+
+/** The note beside the decision buttons when `found` is not empty. */
+function hiddenNote(found) {
+  if (!found.size) return null;
+  const list = [...found].sort((a, b) => a - b).map(codePoint).join(", ");
+  return el("p", { className: "warning", role: "note", "data-role": "hidden-note" },
+    `Careful: the tool names or arguments above hold invisible or direction-changing characters (${list}). `
+      + "Each is shown as a marked [U+…] badge, where a plain view would hide it or reorder the text around it.");
+}
+
+// For tests/console.rs: the page's rule, checked against the server's.
+window.harnessVisible = { isHidden, escapedJson };
+
 class ApiError extends Error {
   constructor(status, error) {
     super(error && error.message ? error.message : `HTTP ${status}`);
@@ -98,23 +181,84 @@ async function loadExecutions(more = false) {
     const page = await api(`/v1/executions?${query}`);
     next = page.next;
     $("more").hidden = !next;
-    const items = page.executions.map((e) =>
-      el(
-        "li",
-        {
-          "data-id": e.id,
-          className: e.id === selected ? "selected" : "",
-          onclick: () => watch(e.id),
-        },
-        el("span", { className: "id" }, e.id),
-        el("span", { className: `state ${e.state}` }, e.state),
-      ),
-    );
+    const items = page.executions.map((e) => listItem(e));
     if (more) $("executions").append(...items);
     else $("executions").replaceChildren(...items);
+    for (const e of page.executions) if (TERMINAL.has(e.state)) fillEnded(e.id);
   } catch (e) {
     $("start-error").textContent = e.message;
   }
+}
+
+/** `ms` as `850 ms`, `12.3 s`, `4 min 5 s` or `2 h 3 min`. */
+function duration(ms) {
+  if (ms < 1000) return `${Math.max(0, Math.round(ms))} ms`;
+  const s = ms / 1000;
+  if (s < 60) return `${s.toFixed(1)} s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m} min ${Math.floor(s % 60)} s`;
+  return `${Math.floor(m / 60)} h ${m % 60} min`;
+}
+
+/** When, in the operator's own time zone: the time today, else the date and time. */
+function when(iso) {
+  const d = new Date(iso);
+  if (Number.isNaN(d.getTime())) return String(iso);
+  const today = new Date().toDateString() === d.toDateString();
+  return today ? d.toLocaleTimeString() : d.toLocaleString();
+}
+
+/** One execution of the list: adapter, state, the first words of its message, started, duration, outcome. */
+function listItem(e) {
+  const started = el("time", { className: "started", datetime: e.createdAt }, when(e.createdAt));
+  const live = !TERMINAL.has(e.state);
+  return el(
+    "li",
+    {
+      "data-id": e.id,
+      "data-created": e.createdAt,
+      className: e.id === selected ? "selected" : "",
+      onclick: () => watch(e.id),
+    },
+    el("div", { className: "row" },
+      el("span", { className: `state ${e.state}` }, e.state.replace("_", " ")),
+      el("span", { className: "adapter" }, e.adapter),
+      el("span", { className: "message", title: e.message || "" }, e.message || "(no message)")),
+    el("div", { className: "row muted" },
+      started,
+      el("span", { className: "duration", title: "how long it ran" },
+        live ? `${duration(Date.now() - Date.parse(e.createdAt))} so far` : "…"),
+      el("span", { className: "outcome" }, live ? "" : e.state),
+      el("span", { className: "id", title: e.id }, e.id)),
+  );
+}
+
+// An ended execution's end never changes: read once, kept.
+const ended = new Map();
+
+/** The duration and outcome of an ended execution's row, from its terminal event. */
+async function fillEnded(id) {
+  let end = ended.get(id);
+  if (!end) {
+    try {
+      const view = await api(`/v1/executions/${encodeURIComponent(id)}`);
+      if (!view.outcome) return;
+      const data = view.outcome.data || {};
+      const why = view.state === "failed" ? (data.error && data.error.message) : view.state === "cancelled" ? data.reason : data.summary;
+      end = { at: view.outcome.time, state: view.state, why: why || "" };
+      ended.set(id, end);
+    } catch {
+      return;
+    }
+  }
+  const li = [...$("executions").children].find((x) => x.dataset.id === id);
+  if (!li) return;
+  const ms = Date.parse(end.at) - Date.parse(li.dataset.created);
+  li.querySelector(".duration").textContent = Number.isNaN(ms) ? "" : duration(ms);
+  const outcome = li.querySelector(".outcome");
+  outcome.textContent = end.why ? `${end.state}: ${end.why}` : end.state;
+  outcome.title = outcome.textContent;
+  outcome.className = `outcome ${end.state}`;
 }
 
 async function start(event) {
@@ -155,7 +299,7 @@ async function watch(id) {
   for (const li of $("executions").children) {
     li.classList.toggle("selected", li.dataset.id === id);
   }
-  const w = { id, abort: new AbortController(), lastSeq: 0, message: null, reasoning: null, tools: new Map() };
+  const w = { id, abort: new AbortController(), lastSeq: 0, message: null, reasoning: null, tools: new Map(), awaiting: new Set() };
   watching = w;
   $("empty").hidden = true;
   $("execution").hidden = false;
@@ -237,8 +381,9 @@ function setState(state) {
   const li = [...$("executions").children].find((x) => x.dataset.id === selected);
   if (li) {
     const pill = li.querySelector(".state");
-    pill.textContent = state;
+    pill.textContent = state.replace("_", " ");
     pill.className = `state ${state}`;
+    if (TERMINAL.has(state)) setTimeout(() => fillEnded(selected), 0);
   }
 }
 
@@ -278,29 +423,36 @@ function apply(w, event) {
       }
       w.reasoning.append(data.text);
       break;
-    case "tool.call.started": {
-      const status = el("span", { className: "status" }, "running");
-      const row = el("li", { "data-call": data.callId }, el("span", { className: "tool" }, data.tool), " ", status,
-        el("pre", {}, JSON.stringify(data.arguments, null, 2)));
-      w.tools.set(data.callId, status);
-      $("tools").append(row);
+    case "tool.call.started":
+      toolRow(w, data);
+      toolStatus(w, data.callId, w.awaiting.has(data.callId) ? "awaiting" : "running");
       break;
-    }
     case "tool.call.completed": {
-      const status = w.tools.get(data.callId);
       const outcome = data.outcome || {};
-      if (status) {
-        status.textContent = outcome.status || "completed";
-        status.className = `status ${outcome.status || ""}`;
-      }
+      w.awaiting.delete(data.callId);
+      toolStatus(w, data.callId, outcome.status || "completed",
+        outcome.status === "failure" ? outcome.message : outcome.status === "rejected" ? outcome.reason : undefined);
       break;
     }
     case "action.requested":
+      if (data.kind && data.kind.type === "tool_approval") {
+        for (const call of data.kind.calls) {
+          w.awaiting.add(call.callId);
+          toolRow(w, call);
+          toolStatus(w, call.callId, "awaiting");
+        }
+      }
       showAction(w, data);
       break;
     case "action.resolved": {
       const panel = $("actions").querySelector(`[data-action="${CSS.escape(data.actionId)}"]`);
-      if (panel) panel.remove();
+      if (panel) {
+        for (const call of panel.querySelectorAll(".call")) {
+          w.awaiting.delete(call.dataset.call);
+          toolStatus(w, call.dataset.call, "running");
+        }
+        panel.remove();
+      }
       break;
     }
     case "artifact.created":
@@ -324,6 +476,31 @@ function apply(w, event) {
     default:
       break;
   }
+}
+
+/** The row of a tool call in the list (made once: a call may be proposed, then started). */
+function toolRow(w, call) {
+  if (w.tools.has(call.callId)) return;
+  const status = el("span", { className: "status" });
+  const found = new Set();
+  const row = el("li", { "data-call": call.callId }, el("span", { className: "tool" }, marked(call.tool, found)), " ", status,
+    el("pre", {}, marked(JSON.stringify(call.arguments, null, 2), found)));
+  w.tools.set(call.callId, status);
+  $("tools").append(row);
+}
+
+const TOOL_LABELS = { awaiting: "awaiting approval", running: "running", success: "success", failure: "failed", rejected: "rejected" };
+
+/** A tool call's status label (a call not started yet has none to set). */
+function toolStatus(w, callId, status, why) {
+  const node = w.tools.get(callId);
+  if (!node) return;
+  // A completed call stays completed (a late resolution does not relabel it).
+  if (node.dataset.final && (status === "running" || status === "awaiting")) return;
+  node.textContent = (TOOL_LABELS[status] || status) + (why ? `: ${why}` : "");
+  node.className = `status ${status}`;
+  node.dataset.status = status;
+  if (status !== "running" && status !== "awaiting") node.dataset.final = "1";
 }
 
 function end(w, state, text) {
@@ -369,7 +546,8 @@ function showAction(w, request) {
   const panel = el("div", { className: "action", "data-action": request.id });
   const error = el("p", { className: "error", role: "alert" });
   if (kind.type === "tool_approval") {
-    const rows = kind.calls.map((call) => approvalRow(call));
+    const found = new Set();
+    const rows = kind.calls.map((call) => approvalRow(call, found));
     const submit = el("button", { type: "button", className: "primary", "data-role": "submit" }, "Submit decisions");
     submit.addEventListener("click", () => {
       const decisions = [];
@@ -389,7 +567,7 @@ function showAction(w, request) {
       request.dismissible === false ? null : el("button", {
         type: "button", "data-role": "dismiss",
         onclick: () => answer(w, request, "tool_approval", { type: "dismiss" }, panel),
-      }, "Dismiss")), error);
+      }, "Dismiss"), hiddenNote(found)), error);
   } else if (kind.type === "form_input") {
     const inputs = kind.fields.map((field) => formField(field));
     const submit = el("button", { type: "button", className: "primary", "data-role": "submit" }, "Submit");
@@ -418,22 +596,27 @@ function showAction(w, request) {
 }
 
 /** One call of an approval: its decision (approve, reject with a reason, edit its arguments). */
-function approvalRow(call) {
+function approvalRow(call, found) {
   const allowed = call.allowed || ["approve", "reject"];
   const name = `decision-${call.callId}`;
-  const args = el("textarea", { rows: 6, readonly: true, "data-role": "arguments" }, JSON.stringify(call.arguments, null, 2));
+  // What is approved, as read: hidden characters marked. Edited as JSON with each hidden
+  // character a `\u` escape, so the edit box hides nothing either.
+  const shown = el("pre", { className: "arguments", "data-role": "shown-arguments" },
+    marked(JSON.stringify(call.arguments, null, 2), found));
+  const args = el("textarea", { rows: 6, hidden: true, "aria-label": `arguments of ${call.tool}`, "data-role": "arguments" },
+    escapedJson(call.arguments));
   const reason = el("input", { type: "text", placeholder: "why (optional)", hidden: true, "data-role": "reason" });
   const radios = allowed.map((decision) => {
     const radio = el("input", { type: "radio", name, value: decision, checked: decision === allowed[0] });
     radio.addEventListener("change", () => {
-      args.readOnly = radio.value !== "edit";
+      args.hidden = radio.value !== "edit";
       reason.hidden = radio.value !== "reject";
     });
     return el("label", { className: "inline" }, radio, decision);
   });
   const node = el("div", { className: "call", "data-call": call.callId },
-    el("div", {}, el("span", { className: "tool" }, call.tool)),
-    el("div", { className: "decisions" }, radios), args, reason);
+    el("div", {}, el("span", { className: "tool" }, marked(call.tool, found))),
+    el("div", { className: "decisions" }, radios), shown, args, reason);
   return {
     call,
     node,
@@ -537,11 +720,32 @@ document.addEventListener("DOMContentLoaded", () => {
   $("refresh").addEventListener("click", () => loadExecutions());
   $("more").addEventListener("click", () => loadExecutions(true));
   $("cancel").addEventListener("click", cancel);
-  // `#token=...` (the URL `harness serve` prints) signs in; the fragment never reaches a server.
+  // `#code=...` (the link `harness serve` prints): a one-time code, out of the address bar
+  // and the tab's history at once, then exchanged for the token. A `#token=...` of an older
+  // link is dropped unread: no URL is to hold a credential.
   const fragment = new URLSearchParams(location.hash.slice(1));
-  const given = fragment.get("token");
-  if (given) history.replaceState(null, "", location.pathname + location.search);
-  const saved = given || sessionStorage.getItem(TOKEN_KEY);
-  if (saved) signIn(saved);
+  const code = fragment.get("code");
+  if (location.hash) history.replaceState(null, "", location.pathname + location.search);
+  const saved = sessionStorage.getItem(TOKEN_KEY);
+  if (code) exchange(code, saved);
+  else if (saved) signIn(saved);
   else signOut();
 });
+
+/** Signs in with a one-time code (else with `fallback`, a token kept from before). */
+async function exchange(code, fallback) {
+  try {
+    const response = await fetch("/console/session", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ code }),
+    });
+    const payload = await response.json().catch(() => ({}));
+    if (response.ok && payload.token) return signIn(payload.token);
+    if (fallback) return signIn(fallback);
+    signOut((payload.error && payload.error.message) || `The sign-in link was refused (HTTP ${response.status}).`);
+  } catch (e) {
+    if (fallback) signIn(fallback);
+    else signOut(`The sign-in link could not be used: ${e.message}`);
+  }
+}

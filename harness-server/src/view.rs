@@ -59,6 +59,28 @@ pub struct ExecutionSummary {
     pub created_at: Timestamp,
     /// Whether a cancel was requested.
     pub cancel_requested: bool,
+    /// The first words of its message (at most 80 characters, cut between words and
+    /// ended by `…` when cut): what a list shows to tell executions apart.
+    #[serde(default)]
+    pub message: String,
+}
+
+/// How many characters of an execution's message [`ExecutionSummary::message`] keeps.
+pub(crate) const PREVIEW: usize = 80;
+
+/// The first words of `text`, at most [`PREVIEW`] characters (`…` included when cut).
+fn preview(text: &str) -> String {
+    let text = text.trim();
+    if text.chars().count() <= PREVIEW {
+        return text.to_owned();
+    }
+    let cut: String = text.chars().take(PREVIEW - 1).collect();
+    // Between words when there is a space to cut at, else mid-word.
+    let kept = match cut.rfind(char::is_whitespace) {
+        Some(at) if at > 0 => cut[..at].trim_end(),
+        _ => cut.as_str(),
+    };
+    format!("{kept}…")
 }
 
 /// A page of `GET /v1/executions`: the caller's executions, newest first.
@@ -172,7 +194,31 @@ impl From<&ExecutionRecord> for ExecutionSummary {
             state: record.state,
             created_at: record.created_at,
             cancel_requested: record.cancel_requested.is_some(),
+            message: record
+                .request
+                .get("message")
+                .and_then(serde_json::Value::as_str)
+                .map(preview)
+                .unwrap_or_default(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{PREVIEW, preview};
+
+    #[test]
+    fn a_preview_keeps_the_first_words() {
+        assert_eq!(preview("  Summarize my notes \n"), "Summarize my notes");
+        let long = "word ".repeat(40);
+        let short = preview(&long);
+        assert!(short.chars().count() <= PREVIEW, "{short}");
+        assert!(short.ends_with("word…"), "{short}");
+        let unbroken = "x".repeat(200);
+        assert_eq!(preview(&unbroken).chars().count(), PREVIEW);
+        // Multi-byte text is cut on a character boundary.
+        assert!(preview(&"é".repeat(200)).ends_with("é…"));
     }
 }
 
