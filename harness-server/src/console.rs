@@ -82,7 +82,10 @@ impl Codes {
                 .with_diagnostic(e.to_string())
         })?;
         let code: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-        let mut codes = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut codes = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let now = Instant::now();
         codes.retain(|(_, _, expires)| *expires > now);
         while codes.len() >= CODES {
@@ -94,7 +97,10 @@ impl Codes {
 
     /// The token of `code` if it is good at `now`, once: the code is gone after this call.
     fn redeem(&self, code: &str, now: Instant) -> Option<String> {
-        let mut codes = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut codes = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let at = codes.iter().position(|(c, _, _)| c == code)?;
         let (_, token, expires) = codes.remove(at)?;
         (expires > now).then_some(token)
@@ -204,6 +210,9 @@ mod tests {
         let rest: Vec<String> = (0..CODES).map(|_| codes.mint("t").unwrap()).collect();
         assert_eq!(codes.0.lock().unwrap().len(), CODES);
         assert_eq!(codes.redeem(&first, Instant::now()), None);
-        assert!(rest.iter().all(|c| codes.redeem(c, Instant::now()).is_some()));
+        assert!(
+            rest.iter()
+                .all(|c| codes.redeem(c, Instant::now()).is_some())
+        );
     }
 }

@@ -204,23 +204,6 @@ impl From<&ExecutionRecord> for ExecutionSummary {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::{PREVIEW, preview};
-
-    #[test]
-    fn a_preview_keeps_the_first_words() {
-        assert_eq!(preview("  Summarize my notes \n"), "Summarize my notes");
-        let long = "word ".repeat(40);
-        let short = preview(&long);
-        assert!(short.chars().count() <= PREVIEW, "{short}");
-        assert!(short.ends_with("word…"), "{short}");
-        let unbroken = "x".repeat(200);
-        assert_eq!(preview(&unbroken).chars().count(), PREVIEW);
-        // Multi-byte text is cut on a character boundary.
-        assert!(preview(&"é".repeat(200)).ends_with("é…"));
-    }
-}
 
 impl ExecutionView {
     /// From this process's handle on it.
@@ -288,5 +271,23 @@ impl ExecutionView {
             outcome,
             last_seq: after,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{PREVIEW, preview};
+
+    #[test]
+    fn a_preview_keeps_the_first_words() {
+        assert_eq!(preview("  Summarize my notes \n"), "Summarize my notes");
+        let long = "word ".repeat(40);
+        let short = preview(&long);
+        assert!(short.chars().count() <= PREVIEW, "{short}");
+        assert!(short.ends_with("word…"), "{short}");
+        let unbroken = "x".repeat(200);
+        assert_eq!(preview(&unbroken).chars().count(), PREVIEW);
+        // Multi-byte text is cut on a character boundary.
+        assert!(preview(&"é".repeat(200)).ends_with("é…"));
     }
 }

@@ -118,8 +118,9 @@ async fn a_user_signs_in_watches_answers_edits_and_cancels_in_chromium() {
     .await;
 
     let shots = dir.join("screenshots");
-    let ids = json!({"form": form, "hostile": hostile, "hanging": hanging, "bidi": bidi, "code": code})
-        .to_string();
+    let ids =
+        json!({"form": form, "hostile": hostile, "hanging": hanging, "bidi": bidi, "code": code})
+            .to_string();
     let output = tokio::time::timeout(
         Duration::from_secs(120),
         tokio::process::Command::new("node")
@@ -155,7 +156,11 @@ async fn a_user_signs_in_watches_answers_edits_and_cancels_in_chromium() {
     failed.sort_unstable();
     assert_eq!(
         failed,
-        ["401 /console/session", "401 /v1/adapters", "401 /v1/executions"]
+        [
+            "401 /console/session",
+            "401 /v1/adapters",
+            "401 /v1/executions"
+        ]
     );
     let steps = &run["steps"];
 
@@ -167,7 +172,10 @@ async fn a_user_signs_in_watches_answers_edits_and_cancels_in_chromium() {
             "{before}"
         );
     }
-    assert!(steps["appAfterSignIn"]["visible"].as_u64().unwrap() > 10, "{steps}");
+    assert!(
+        steps["appAfterSignIn"]["visible"].as_u64().unwrap() > 10,
+        "{steps}"
+    );
     assert_eq!(steps["wrongTokenRefused"], true);
     // The code signed in, and no address the tab held or holds names it or the token.
     let addresses: Vec<&str> = steps["addresses"]
@@ -187,7 +195,10 @@ async fn a_user_signs_in_watches_answers_edits_and_cancels_in_chromium() {
     assert_eq!(addresses[0], format!("{url}/console"));
     // Once only: the same link in another tab is refused, and the form signs in instead.
     assert!(
-        steps["codeAgain"].as_str().unwrap().contains("used or expired"),
+        steps["codeAgain"]
+            .as_str()
+            .unwrap()
+            .contains("used or expired"),
         "{steps}"
     );
     assert_eq!(steps["codeAgainAddress"], format!("{url}/console"));
@@ -248,7 +259,10 @@ async fn a_user_signs_in_watches_answers_edits_and_cancels_in_chromium() {
         shown.contains("reports/[U+202E]fdp.exe") && shown.contains("safe[U+200B]text"),
         "{shown}"
     );
-    assert!(!shown.contains('\u{202e}') && !shown.contains('\u{200b}'), "{shown}");
+    assert!(
+        !shown.contains('\u{202e}') && !shown.contains('\u{200b}'),
+        "{shown}"
+    );
     assert_eq!(steps["bidiMarks"], json!(["[U+202E]", "[U+200B]"]));
     assert!(
         steps["bidiToolList"]
@@ -335,7 +349,8 @@ async fn a_user_signs_in_watches_answers_edits_and_cancels_in_chromium() {
         "{row}"
     );
     assert!(
-        row["started"].as_str().unwrap().contains('T') && !row["startedText"].as_str().unwrap().is_empty(),
+        row["started"].as_str().unwrap().contains('T')
+            && !row["startedText"].as_str().unwrap().is_empty(),
         "{row}"
     );
     let took = row["duration"].as_str().unwrap();
@@ -344,7 +359,14 @@ async fn a_user_signs_in_watches_answers_edits_and_cancels_in_chromium() {
 
     // The screenshots: rendered pages (not blank), each showing its state's colour.
     let census = |name: &str| &run["shots"][name]["census"];
-    for name in ["sign-in", "approval", "succeeded", "form", "bidi", "cancelled"] {
+    for name in [
+        "sign-in",
+        "approval",
+        "succeeded",
+        "form",
+        "bidi",
+        "cancelled",
+    ] {
         let c = census(name);
         assert_eq!(
             (c["width"].as_u64(), c["height"].as_u64()),
@@ -386,7 +408,9 @@ async fn a_user_signs_in_watches_answers_edits_and_cancels_in_chromium() {
 fn guarded(what: &str, response: &reqwest::Response) {
     let headers = response.headers();
     assert_eq!(
-        headers.get("x-content-type-options").map(|v| v.to_str().unwrap()),
+        headers
+            .get("x-content-type-options")
+            .map(|v| v.to_str().unwrap()),
         Some("nosniff"),
         "{what}: {headers:?}"
     );
@@ -399,7 +423,10 @@ fn guarded(what: &str, response: &reqwest::Response) {
     if what.starts_with("/console") && !what.contains("session") {
         assert!(policy.contains("script-src 'self'"), "{what}: {policy}");
     } else {
-        assert_eq!(policy, "default-src 'none'; frame-ancestors 'none'", "{what}");
+        assert_eq!(
+            policy, "default-src 'none'; frame-ancestors 'none'",
+            "{what}"
+        );
     }
 }
 
@@ -422,11 +449,18 @@ async fn api_answers_carry_nosniff_and_a_closed_policy_and_a_console_code_works_
         ("no such endpoint", http.get(format!("{url}/nowhere"))),
         ("/metrics", http.get(format!("{url}/metrics"))),
         ("/healthz", http.get(format!("{url}/healthz"))),
-        ("/v1/openapi.json", http.get(format!("{url}/v1/openapi.json"))),
+        (
+            "/v1/openapi.json",
+            http.get(format!("{url}/v1/openapi.json")),
+        ),
         ("/console", http.get(format!("{url}/console"))),
         ("/console/app.js", http.get(format!("{url}/console/app.js"))),
     ] {
-        let response = request.header("authorization", &bearer).send().await.unwrap();
+        let response = request
+            .header("authorization", &bearer)
+            .send()
+            .await
+            .unwrap();
         guarded(what, &response);
         // Read to the end (the stream ends after the terminal event).
         response.bytes().await.unwrap();
@@ -446,7 +480,10 @@ async fn api_answers_carry_nosniff_and_a_closed_policy_and_a_console_code_works_
     assert_eq!(first.status(), 200);
     guarded("/console/session", &first);
     assert_eq!(first.headers()["cache-control"], "no-store");
-    assert_eq!(first.json::<Value>().await.unwrap(), json!({"token": TOKEN}));
+    assert_eq!(
+        first.json::<Value>().await.unwrap(),
+        json!({"token": TOKEN})
+    );
     let again = exchange().await.unwrap();
     assert_eq!(again.status(), 401);
     guarded("/console/session again", &again);
@@ -468,7 +505,10 @@ async fn api_answers_carry_nosniff_and_a_closed_policy_and_a_console_code_works_
     assert_eq!(malformed.status(), 400);
     let said: Value = malformed.json().await.unwrap();
     assert!(
-        said["error"]["message"].as_str().unwrap().contains("\"code\""),
+        said["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("\"code\""),
         "{said}"
     );
 }
