@@ -217,6 +217,7 @@ function listItem(e) {
     {
       "data-id": e.id,
       "data-created": e.createdAt,
+      title: e.id,
       className: e.id === selected ? "selected" : "",
       onclick: () => watch(e.id),
     },
@@ -228,8 +229,7 @@ function listItem(e) {
       started,
       el("span", { className: "duration", title: "how long it ran" },
         live ? `${duration(Date.now() - Date.parse(e.createdAt))} so far` : "…"),
-      el("span", { className: "outcome" }, live ? "" : e.state),
-      el("span", { className: "id", title: e.id }, e.id)),
+      el("span", { className: "outcome" }, live ? "" : e.state)),
   );
 }
 

@@ -204,7 +204,6 @@ impl From<&ExecutionRecord> for ExecutionSummary {
     }
 }
 
-
 impl ExecutionView {
     /// From this process's handle on it.
     pub(crate) fn of_handle(record: &ExecutionRecord, handle: &ExecutionHandle) -> Self {
