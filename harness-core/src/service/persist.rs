@@ -270,51 +270,91 @@ impl crate::log::LogObserver for Forward {
 
 /// Applies what other replicas recorded for this execution in the store: the first cancel
 /// request, and the answer to the pending action (claimed there once, whichever replica
-/// took it). Woken by the store's tail, and checks again every third of the lease term in
-/// case a wake-up was missed; ends with the execution.
+/// took it). Woken by the store's tail; ends with the execution.
+///
+/// No wake-up is lost, wherever a write lands. The tail is subscribed *before* each read of
+/// the store, and a [`Tail`](crate::store::Tail) counts every change made after its
+/// subscription (a `watch` version), so:
+/// - a write before the subscription (this task may first run after a client cancelled,
+///   right after `start`; a restored execution may have been cancelled or answered before
+///   it was taken over) is found by the read that follows the subscription, before the first
+///   wait;
+/// - a write after it, even one landing between a read and the wait that follows it, makes
+///   that wait return at once.
+///
+/// The re-check every third of the lease term is only the fallback for a store that cannot
+/// hand out a tail for now (it is asked again then) or whose notifications stopped (a
+/// PostgreSQL listening connection that broke); it is never the path a cancel takes.
 fn watch_store(durable: Durable, shared: Arc<Shared>) {
     let Durable {
         store, lease_ttl, ..
     } = durable;
     let id = shared.id.clone();
     tokio::spawn(async move {
-        let Ok(mut tail) = store.tail(&id).await else {
-            return;
-        };
         let mut ended = std::pin::pin!(shared.reader.terminal());
-        let mut cancelled = false;
-        let mut applied: Option<crate::id::ActionId> = None;
+        let mut seen = Seen::default();
+        let mut tail: Option<crate::store::Tail> = None;
         loop {
+            if tail.is_none() {
+                tail = match store.tail(&id).await {
+                    Ok(tail) => Some(tail),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not watch the store for this execution's cancels and answers; checking every third of the lease term");
+                        None
+                    }
+                };
+            }
+            seen.apply(&*store, &shared).await;
+            let changed = async {
+                match &mut tail {
+                    Some(tail) => tail.changed().await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 _ = &mut ended => return,
-                changed = tail.changed() => if !changed { return },
+                changed = changed => if !changed { return },
                 () = tokio::time::sleep(lease_ttl / 3) => {}
             }
-            if !cancelled
-                && let Ok(record) = store.record(&id).await
-                && let Some(reason) = record.cancel_requested
-            {
-                cancelled = true;
-                let _ = shared.request_cancel(CancelReason::new(reason));
-            }
-            let Some(pending) = shared.reader.pending_action() else {
-                continue;
-            };
-            if applied.as_ref() == Some(&pending.id) {
-                continue;
-            }
-            let Ok(Some(resolution)) = store.resolution(&id, &pending.id).await else {
-                continue;
-            };
-            let Ok(response) = serde_json::from_value::<ActionResponse>(resolution.response) else {
-                tracing::error!(action = %pending.id, "an answer in the store cannot be read back");
-                continue;
-            };
-            applied = Some(pending.id.clone());
-            let (reply, _) = tokio::sync::oneshot::channel();
-            let _ = shared.send(Command::Respond(Box::new((response, reply, true))));
         }
     });
+}
+
+/// What the store watcher has applied already.
+#[derive(Default)]
+struct Seen {
+    cancelled: bool,
+    answered: Option<crate::id::ActionId>,
+}
+
+impl Seen {
+    /// Reads the store and applies what is new: the cancel request, the pending answer.
+    async fn apply(&mut self, store: &dyn ExecutionStore, shared: &Shared) {
+        let id = &shared.id;
+        if !self.cancelled
+            && let Ok(record) = store.record(id).await
+            && let Some(reason) = record.cancel_requested
+        {
+            self.cancelled = true;
+            let _ = shared.request_cancel(CancelReason::new(reason));
+        }
+        let Some(pending) = shared.reader.pending_action() else {
+            return;
+        };
+        if self.answered.as_ref() == Some(&pending.id) {
+            return;
+        }
+        let Ok(Some(resolution)) = store.resolution(id, &pending.id).await else {
+            return;
+        };
+        let Ok(response) = serde_json::from_value::<ActionResponse>(resolution.response) else {
+            tracing::error!(action = %pending.id, "an answer in the store cannot be read back");
+            return;
+        };
+        self.answered = Some(pending.id.clone());
+        let (reply, _) = tokio::sync::oneshot::channel();
+        let _ = shared.send(Command::Respond(Box::new((response, reply, true))));
+    }
 }
 
 /// Takes an execution off the service's live set when dropped.
