@@ -766,6 +766,42 @@ pub async fn durable_service(store: Arc<dyn ExecutionStore>) {
     );
 }
 
+/// A cancel sent through the store right after `start` (before the owner's store watcher
+/// may have run) ends the run at once, [`CANCELS`] times: the watcher reads the store after
+/// subscribing to its tail, so a cancel stored before the subscription is not left to the
+/// watcher's periodic re-check. The lease term is long (the re-check comes every 20 s) and
+/// the [`Ticker`] silent (no append wakes the watcher), so a missed wake-up fails here.
+///
+/// # Panics
+/// When a cancel takes more than 5 s to end its run, or the run ends otherwise.
+pub async fn cancels_wake_the_owner(store: Arc<dyn ExecutionStore>) {
+    let service = AdapterService::builder(Ticker::new(None, LONG))
+        .store(store, ReplicaId::new("a"))
+        .lease_ttl(LONG)
+        .build();
+    for i in 0..CANCELS {
+        let execution = service
+            .start(ExecutionRequest::new("tick"))
+            .await
+            .expect("starts");
+        assert!(
+            service
+                .request_cancel(execution.id(), "at once")
+                .await
+                .expect("a cancel request")
+        );
+        let outcome = tokio::time::timeout(Duration::from_secs(5), execution.outcome())
+            .await
+            .unwrap_or_else(|_| {
+                panic!("cancel {i}: not applied within 5 s: the owner missed its wake-up")
+            });
+        assert!(matches!(outcome, Outcome::Cancelled(_)), "{outcome:?}");
+    }
+}
+
+/// How many executions [`cancels_wake_the_owner`] cancels.
+pub const CANCELS: usize = 100;
+
 /// A service over the [`Ticker`].
 type Service = AdapterService<harness_core::adapter::Simple<Ticker>>;
 

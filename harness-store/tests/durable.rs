@@ -34,6 +34,17 @@ async fn a_durable_execution_is_in_the_store_event_for_event() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_right_after_start_wakes_the_owner() {
+    suite::cancels_wake_the_owner(Arc::new(MemoryStore::new())).await;
+    let dir = scratch("cancel-wake");
+    suite::cancels_wake_the_owner(Arc::new(
+        SqliteStore::open(dir.join("harness.db")).expect("open"),
+    ))
+    .await;
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// A store whose appends wait for permits the test hands out: fault injection for the gate.
 #[derive(Clone)]
 struct Held {

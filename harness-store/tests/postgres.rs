@@ -18,6 +18,7 @@ async fn the_postgres_store_passes_the_suite_tails_across_replicas_and_follows_t
     let store = connect(&cluster).await;
     suite::check(store.clone()).await;
     suite::durable_service(Arc::new(store.clone())).await;
+    suite::cancels_wake_the_owner(Arc::new(store.clone())).await;
 
     // A second store on the same database (another replica) follows an execution this one
     // writes, woken by NOTIFY: the live tail across connections.

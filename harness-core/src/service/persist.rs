@@ -1,5 +1,20 @@
 //! Durable executions: the persister that writes an execution's log to the service's store,
 //! and recovery of the executions a lost replica left unfinished.
+//!
+//! # What happens when a cancel or an answer is stored for an execution run here
+//!
+//! Whichever replica stored it, the owner's store watcher applies it as soon as the store's
+//! [`Tail`](crate::store::Tail) wakes the watcher, at any moment of the execution's life: also
+//! right after `start` returned, before the watcher's task has first run.
+//!
+//! # Decisions where the spec is silent
+//!
+//! - **No wake-up is left to the periodic re-check.** The watcher subscribes to the tail
+//!   before it reads the store, and reads it before its first wait: a write before the
+//!   subscription is found by that read, and one after it (even between a read and the wait
+//!   that follows) wakes the wait, since the tail counts every change since it was taken.
+//!   The re-check every third of the lease term stays, as a fallback only: for a store that
+//!   cannot hand out a tail for now, or whose notifications stopped.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
