@@ -95,31 +95,31 @@ struct Wire {
     /// Milliseconds the execution may take from its acceptance to its end, in every state
     /// (`LIMIT_WALL_TIME`).
     #[serde(default)]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = u64::MAX))]
     wall_time_ms: Option<u64>,
     /// Events the execution's log may hold before its terminal event
     /// (`EVENT_LIMIT_REACHED`).
     #[serde(default)]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = u64::MAX))]
     max_events: Option<u64>,
     /// Tool calls the execution may start (`LIMIT_TOOL_CALLS`).
     #[serde(default)]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = u32::MAX))]
     max_tool_calls: Option<u32>,
     /// Model requests the execution may make, as `usage` events report them
     /// (`LIMIT_MODEL_TURNS`; needs an adapter that reports usage).
     #[serde(default)]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = u32::MAX))]
     max_model_turns: Option<u32>,
     /// UTF-8 bytes of message and reasoning text the execution may stream
     /// (`LIMIT_OUTPUT_BYTES`).
     #[serde(default)]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = u64::MAX))]
     max_output_bytes: Option<u64>,
     /// Input plus output tokens the execution may spend, as `usage` events report them
     /// (`LIMIT_TOKENS`; needs an adapter that reports usage).
     #[serde(default)]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = u64::MAX))]
     max_tokens: Option<u64>,
 }
 

@@ -41,6 +41,78 @@ fn rendered() -> String {
     serde_json::to_string_pretty(&canonical(harness_server::openapi::document())).unwrap() + "\n"
 }
 
+/// Every integer a request body may hold, where the document bounds it by a format
+/// (`uint32`, `uint64`, ...), also states the largest value the server accepts: without
+/// `maximum`, a client (schemathesis found one) sends a schema-valid number the server
+/// refuses as out of range.
+#[test]
+fn every_sized_integer_a_request_sends_states_its_maximum() {
+    fn walk(
+        doc: &Value,
+        value: &Value,
+        path: &str,
+        seen: &mut Vec<String>,
+        missing: &mut Vec<String>,
+    ) {
+        match value {
+            Value::Object(map) => {
+                if let Some(reference) = map.get("$ref").and_then(Value::as_str) {
+                    if !seen.iter().any(|r| r == reference) {
+                        seen.push(reference.to_owned());
+                        let target = doc.pointer(reference.trim_start_matches('#')).unwrap();
+                        walk(doc, target, reference, seen, missing);
+                    }
+                    return;
+                }
+                let limit = match map.get("format").and_then(Value::as_str) {
+                    Some("uint8") => Some(u64::from(u8::MAX)),
+                    Some("uint16") => Some(u64::from(u16::MAX)),
+                    Some("uint32") => Some(u64::from(u32::MAX)),
+                    Some("uint64" | "uint") => Some(u64::MAX),
+                    _ => None,
+                };
+                if let Some(limit) = limit {
+                    match map.get("maximum").and_then(Value::as_u64) {
+                        Some(max) if max <= limit => {}
+                        other => {
+                            missing.push(format!("{path}: maximum {other:?}, at most {limit}"))
+                        }
+                    }
+                }
+                for (key, child) in map {
+                    walk(doc, child, &format!("{path}/{key}"), seen, missing);
+                }
+            }
+            Value::Array(items) => {
+                for (i, child) in items.iter().enumerate() {
+                    walk(doc, child, &format!("{path}/{i}"), seen, missing);
+                }
+            }
+            _ => {}
+        }
+    }
+    let doc = harness_server::openapi::document();
+    let (mut seen, mut missing) = (Vec::new(), Vec::new());
+    let mut bodies = 0;
+    for (route, operations) in doc["paths"].as_object().unwrap() {
+        for (method, operation) in operations.as_object().unwrap() {
+            if let Some(content) = operation["requestBody"]["content"].as_object() {
+                for (media, body) in content {
+                    bodies += 1;
+                    let path = format!("{method} {route} {media}");
+                    walk(&doc, &body["schema"], &path, &mut seen, &mut missing);
+                }
+            }
+        }
+    }
+    assert!(bodies >= 3, "the document's request bodies were found");
+    assert!(
+        seen.iter().any(|r| r.ends_with("/RunLimits")),
+        "the start request's limits are among them: {seen:?}"
+    );
+    assert!(missing.is_empty(), "{}", missing.join("\n"));
+}
+
 #[test]
 fn the_committed_document_is_the_generated_one() {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("openapi.json");
