@@ -75,7 +75,7 @@ fn every_sized_integer_a_request_sends_states_its_maximum() {
                     match map.get("maximum").and_then(Value::as_u64) {
                         Some(max) if max <= limit => {}
                         other => {
-                            missing.push(format!("{path}: maximum {other:?}, at most {limit}"))
+                            missing.push(format!("{path}: maximum {other:?}, at most {limit}"));
                         }
                     }
                 }
