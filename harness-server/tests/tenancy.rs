@@ -4,9 +4,6 @@
 //! own later turn holds them all, and bob's lists, reads and concurrent turns neither reveal
 //! nor disturb hers.
 
-use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -14,44 +11,10 @@ use serde_json::{Value, json};
 const ALICE: &str = "alice-tenancy-token-0123456789";
 const BOB: &str = "bob-tenancy-token-0123456789ab";
 
-struct Killed(Child);
+#[path = "support/processes.rs"]
+mod processes;
 
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// The mock model server with `fixtures`, on a free loopback port: its URL.
-fn aimock(dir: &std::path::Path, fixtures: &Value) -> (Killed, String) {
-    let cli = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../adapters/openai/tests/aimock/node_modules/@copilotkit/aimock/dist/cli.js");
-    assert!(cli.exists(), "run .ci/install-aimock.sh");
-    let file = dir.join("fixtures.json");
-    std::fs::write(&file, json!({ "fixtures": fixtures }).to_string()).unwrap();
-    let mut child = Command::new("node")
-        .arg(&cli)
-        .args(["-p", "0", "-h", "127.0.0.1", "-f"])
-        .arg(&file)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Some(at) = line.find("listening on ") {
-                let _ = tx.send(line[at + "listening on ".len()..].trim().to_owned());
-            }
-        }
-    });
-    let url = rx
-        .recv_timeout(Duration::from_secs(30))
-        .expect("aimock says where it listens");
-    (Killed(child), url)
-}
+use processes::aimock;
 
 /// The `harness.toml` server (alice's and bob's tokens, the model loop on `model`), in
 /// this process: its base URL.

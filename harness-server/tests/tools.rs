@@ -3,9 +3,7 @@
 //! model server), whose model calls the MCP server's tool (the reference server, over
 //! stdio); the answer goes back to the model, and the log says so.
 
-use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -13,41 +11,14 @@ use serde_json::{Value, json};
 const BIN: &str = env!("CARGO_BIN_EXE_harness");
 const TOKEN: &str = "alice-tools-token-0123456789";
 
-struct Killed(Child);
+#[path = "support/processes.rs"]
+mod processes;
 
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// Reads `child`'s stdout until a line contains `marker`; returns what follows it.
-fn wait_for_line(child: &mut Child, marker: &str) -> String {
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let marker = marker.to_owned();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Some(at) = line.find(&marker) {
-                let _ = tx.send(line[at + marker.len()..].trim().to_owned());
-            }
-        }
-    });
-    rx.recv_timeout(Duration::from_secs(60))
-        .expect("the process said it is ready")
-}
+use processes::{Killed, aimock, root, wait_for_line};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_served_model_loop_calls_an_mcp_servers_tool() {
-    let aimock =
-        root().join("adapters/openai/tests/aimock/node_modules/@copilotkit/aimock/dist/cli.js");
     let everything = root().join("harness-mcp/tests/servers/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
-    assert!(aimock.exists(), "run .ci/install-aimock.sh");
     assert!(everything.exists(), "run .ci/install-mcp.sh");
     let dir = std::env::temp_dir().join(format!("harness-tools-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -62,21 +33,11 @@ async fn a_served_model_loop_calls_an_mcp_servers_tool() {
     .to_provider(&id)
     .unwrap()
     .to_owned();
-    let fixtures = json!({"fixtures": [
+    let fixtures = json!([
         {"match": {"userMessage": "echo", "hasToolResult": true}, "response": {"content": "The server echoed it."}},
         {"match": {"userMessage": "echo"}, "response": {"toolCalls": [{"id": "call_1", "name": name, "arguments": {"message": "served"}}]}},
-    ]});
-    std::fs::write(dir.join("fixtures.json"), fixtures.to_string()).unwrap();
-    let mut mock = Command::new("node")
-        .arg(&aimock)
-        .args(["-p", "0", "-h", "127.0.0.1", "-f"])
-        .arg(dir.join("fixtures.json"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mock_url = wait_for_line(&mut mock, "listening on ");
-    let _mock = Killed(mock);
+    ]);
+    let (_mock, mock_url) = aimock(&dir, &fixtures);
 
     std::fs::write(
         dir.join("harness.toml"),
