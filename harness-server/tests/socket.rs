@@ -25,26 +25,12 @@ use tokio::net::{TcpSocket, TcpStream};
 const TOKEN: &str = "socket-token-0123456789";
 const SECOND: Duration = Duration::from_secs(1);
 
-/// A server with the scripted adapter within `limits`; SSE keep-alive comments only after a
-/// minute, so a quiet stream sends nothing for longer than every timeout.
+#[path = "support/bounded.rs"]
+mod bounded;
+
+/// A server with the scripted adapter within `limits`.
 async fn start(limits: ConnectionLimits) -> SocketAddr {
-    let adapter = ScriptedAdapter::quickstart();
-    let stack = HarnessStack::defaults_for(&adapter).unwrap();
-    let server = Server::builder()
-        .instance(Instance::new(
-            &stack,
-            adapter,
-            Arc::new(MemoryStore::new()),
-            ReplicaId::new("r"),
-        ))
-        .authenticate(BearerTokens::new().with_token("alice", TOKEN).unwrap())
-        .keep_alive(Duration::from_secs(60))
-        .build()
-        .unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(harness_server::serve(listener, server.router(), limits).into_future());
-    address
+    bounded::start(TOKEN, limits).await
 }
 
 /// Short timeouts, caps out of the way.

@@ -5,20 +5,15 @@
 //! `write`); the client resumes from the last event it read with `Last-Event-ID` and gets
 //! every event after it. The write timeout is short here (2 s); bounds on time are generous.
 
-use std::future::IntoFuture;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use harness_core::event::{Event, EventPayload};
-use harness_core::store::{MemoryStore, ReplicaId};
-use harness_layers::stack::HarnessStack;
-use harness_scripted::{Script, ScriptedAdapter, ScriptedOptions};
-use harness_server::auth::BearerTokens;
+use harness_scripted::{Script, ScriptedOptions};
+use harness_server::ConnectionLimits;
 use harness_server::client::SseParser;
 use harness_server::socket::names;
-use harness_server::{ConnectionLimits, Instance, Server};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -33,25 +28,11 @@ const DELTA: usize = 2048;
 /// Deltas streamed at once, between pauses of 100 ms.
 const BURST: usize = 500;
 
+#[path = "support/bounded.rs"]
+mod bounded;
+
 async fn start() -> SocketAddr {
-    let adapter = ScriptedAdapter::quickstart();
-    let stack = HarnessStack::defaults_for(&adapter).unwrap();
-    let server = Server::builder()
-        .instance(Instance::new(
-            &stack,
-            adapter,
-            Arc::new(MemoryStore::new()),
-            ReplicaId::new("r"),
-        ))
-        .authenticate(BearerTokens::new().with_token("alice", TOKEN).unwrap())
-        .keep_alive(Duration::from_secs(60))
-        .build()
-        .unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    let limits = ConnectionLimits::new().write_timeout(WRITE_TIMEOUT);
-    tokio::spawn(harness_server::serve(listener, server.router(), limits).into_future());
-    address
+    bounded::start(TOKEN, ConnectionLimits::new().write_timeout(WRITE_TIMEOUT)).await
 }
 
 /// Runs `test` on one thread with a recorder of its own, handing it what it records.
