@@ -31,29 +31,27 @@
 //! Tools arrive as [`ToolHandle`]s, which validate arguments and never expose a credential.
 
 use std::fmt;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use futures_core::Stream;
 use futures_util::StreamExt;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::action::{ActionRequest, ActionResolution, ValidatedResponse};
+use crate::action::ActionRequest;
 use crate::artifact::{ArtifactDescriptor, ArtifactUri, MediaType};
 use crate::capability::CapabilityReport;
 use crate::error::HarnessError;
 use crate::event::{CancelReason, Content, RunSucceeded};
-use crate::id::{ActionId, AdapterId, ConversationId, ExecutionId, IdempotencyKey};
+use crate::id::{AdapterId, ConversationId, ExecutionId, IdempotencyKey};
 use crate::manifest::{ContractVersion, Describe, HarnessDescriptor};
 use crate::session::{Conversation, ScopedThreadState, SessionBinding};
 use crate::time::Timestamp;
 use crate::tool::ToolHandle;
 use crate::trace::TraceContext;
 
-pub use crate::tool::BoxFuture;
-/// A boxed, `Send` stream borrowing from `'a`.
-pub type BoxStream<'a, T> = Pin<Box<dyn Stream<Item = T> + Send + 'a>>;
+pub use crate::action::resume::ResumeDecision;
+pub use crate::boxed::{BoxFuture, BoxStream};
+pub use crate::health::HarnessHealth;
 /// One item of a runtime's stream.
 pub type EventResult = Result<AdapterEvent, HarnessError>;
 
@@ -75,39 +73,6 @@ pub enum AdapterEvent {
 impl From<Content> for AdapterEvent {
     fn from(c: Content) -> Self {
         Self::Content(c)
-    }
-}
-
-/// The result of a bounded, side-effect-free health check.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HarnessHealth {
-    /// Whether the adapter can take executions.
-    pub ready: bool,
-    /// A sanitized reason when not ready.
-    pub reason: Option<String>,
-    /// When the check ran.
-    pub checked_at: Timestamp,
-}
-
-impl HarnessHealth {
-    /// A ready adapter.
-    #[must_use]
-    pub fn ready() -> Self {
-        Self {
-            ready: true,
-            reason: None,
-            checked_at: Timestamp::now(),
-        }
-    }
-
-    /// An adapter that cannot take executions, with a sanitized reason.
-    #[must_use]
-    pub fn not_ready(reason: impl Into<String>) -> Self {
-        Self {
-            ready: false,
-            reason: Some(reason.into()),
-            checked_at: Timestamp::now(),
-        }
     }
 }
 
@@ -208,47 +173,6 @@ pub struct TurnInput {
     pub deadline: Option<Timestamp>,
     /// The request's idempotency key.
     pub idempotency_key: Option<IdempotencyKey>,
-}
-
-/// A validated answer to an action request, handed to [`HarnessRuntime::resume`].
-///
-/// Only the service builds one, from an answer that passed validation against the pending
-/// request, so a runtime never sees a decision that broadens what it offered.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ResumeDecision {
-    response: ValidatedResponse,
-}
-
-impl ResumeDecision {
-    /// Wraps a validated answer.
-    #[must_use]
-    pub fn new(response: ValidatedResponse) -> Self {
-        Self { response }
-    }
-
-    /// The action being answered.
-    #[must_use]
-    pub fn action_id(&self) -> &ActionId {
-        self.response.action_id()
-    }
-
-    /// The answer, validated against the request.
-    #[must_use]
-    pub fn response(&self) -> &ValidatedResponse {
-        &self.response
-    }
-
-    /// The record appended as `action.resolved`.
-    #[must_use]
-    pub fn resolution(&self) -> ActionResolution {
-        self.response.resolution()
-    }
-
-    /// The validated answer, by value.
-    #[must_use]
-    pub fn into_response(self) -> ValidatedResponse {
-        self.response
-    }
 }
 
 /// Who a runtime is.

@@ -410,8 +410,8 @@ impl EventPayload {
     /// The execution state a lifecycle event (`run.*`) moves the execution to; `None` for
     /// every other event.
     #[must_use]
-    pub fn implied_state(&self) -> Option<crate::lifecycle::ExecutionState> {
-        use crate::lifecycle::ExecutionState as S;
+    pub fn implied_state(&self) -> Option<crate::state::ExecutionState> {
+        use crate::state::ExecutionState as S;
         Some(match self {
             Self::RunQueued => S::Queued,
             Self::RunStarting => S::Starting,

@@ -448,16 +448,6 @@ impl CallerId {
     /// The scope of requests that carry no [`CallerId`]: `anonymous`.
     pub const ANONYMOUS: Self = Self(Cow::Borrowed("anonymous"));
 
-    /// The caller of `request`: its [`CallerId`] extension, or [`ANONYMOUS`](Self::ANONYMOUS).
-    #[must_use]
-    pub fn of(request: &crate::service::ExecutionRequest) -> Self {
-        request
-            .extensions
-            .get::<Self>()
-            .cloned()
-            .unwrap_or(Self::ANONYMOUS)
-    }
-
     /// The identifier as a string slice.
     #[must_use]
     pub fn as_str(&self) -> &str {

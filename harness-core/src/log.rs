@@ -70,7 +70,7 @@ use crate::action::ActionRequest;
 use crate::artifact::ArtifactDescriptor;
 use crate::event::{Content, Event, EventPayload};
 use crate::id::{ArtifactId, Cursor, ExecutionId, Sequence};
-use crate::lifecycle::ExecutionState;
+use crate::state::ExecutionState;
 use crate::time::Timestamp;
 
 /// An append was refused; the log is unchanged.

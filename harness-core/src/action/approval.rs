@@ -1,4 +1,16 @@
-use super::*;
+use std::collections::BTreeSet;
+use std::fmt;
+use std::sync::Arc;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
+
+use super::violation::violations;
+use crate::id::ToolCallId;
+use crate::json_schema::CompiledSchema;
+
+use super::violation::SchemaViolation;
 
 // ---------------------------------------------------------------------------------------------
 // Tool approval definitions

@@ -1,4 +1,15 @@
-use super::*;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::sync::Arc;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
+
+use super::support::{listed, no_fields, ticked};
+use crate::json_schema::{CompiledSchema, truncate};
+
+use super::ids::*;
 
 // ---------------------------------------------------------------------------------------------
 // Form definitions

@@ -1,4 +1,12 @@
-use super::*;
+use std::borrow::Cow;
+use std::fmt;
+use std::num::NonZeroU32;
+use std::str::FromStr;
+
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::{Deserialize, Deserializer, Serialize};
+
+use crate::id::InvalidId;
 
 // ---------------------------------------------------------------------------------------------
 // Revision
@@ -174,3 +182,30 @@ impl TryFrom<String> for FieldName {
 }
 
 crate::id::string_id_common!(FieldName, FIELD_NAME_PATTERN, "A form field name.");
+
+/// Which kind of action a request or response is. Wire: `form_input` / `tool_approval`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ActionType {
+    /// A form to fill in.
+    FormInput,
+    /// Tool calls to decide on.
+    ToolApproval,
+}
+
+impl ActionType {
+    /// The wire name.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::FormInput => "form_input",
+            Self::ToolApproval => "tool_approval",
+        }
+    }
+}
+
+impl fmt::Display for ActionType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

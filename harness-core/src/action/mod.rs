@@ -2,7 +2,7 @@
 //! turns an answer into a resolution.
 //!
 //! An [`ActionRequest`] pauses an execution until the caller answers it. It has its own
-//! [`ActionId`], a [`Revision`] (an adapter that changes a pending request bumps it, so an
+//! [`ActionId`](crate::id::ActionId), a [`Revision`] (an adapter that changes a pending request bumps it, so an
 //! answer to an older version is refused), and one of two kinds:
 //!
 //! - [`FormRequest`]: validated field definitions; answered by a [`FormResponse`] that submits
@@ -66,23 +66,7 @@
 //! # }
 //! ```
 
-use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::fmt;
-use std::num::NonZeroU32;
-use std::str::FromStr;
-use std::sync::Arc;
-
-use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
-use serde::{Deserialize, Deserializer, Serialize};
-use serde_json::Value;
-
-use crate::error::{ErrorCategory, ErrorCode, HarnessError};
-use crate::id::{ActionId, IdempotencyKey, InvalidId, ToolCallId};
-use crate::json_schema::{CompiledSchema, MESSAGE_CHARS, truncate};
-use crate::time::Timestamp;
-
-// One file per part, sharing the imports above (`use super::*`); every public item is
+// One file per part, each importing what it uses; every public item is
 // re-exported here, so paths stay `harness_core::action::Item`.
 mod approval;
 mod form;
@@ -90,7 +74,10 @@ mod ids;
 mod request;
 mod resolution;
 mod response;
+pub(crate) mod resume;
+mod support;
 mod validation;
+mod violation;
 
 pub use self::approval::*;
 pub use self::form::*;
@@ -99,49 +86,7 @@ pub use self::request::*;
 pub use self::resolution::*;
 pub use self::response::*;
 pub use self::validation::*;
-
-// ---------------------------------------------------------------------------------------------
-// Schema violations and small helpers
-// ---------------------------------------------------------------------------------------------
-
-/// Every way `instance` misses `schema`, as violations (messages bounded).
-fn violations(schema: &CompiledSchema, instance: &Value) -> Vec<SchemaViolation> {
-    schema
-        .errors(instance)
-        .map(|e| SchemaViolation {
-            pointer: e.instance_path().as_str().to_owned(),
-            keyword_location: e.schema_path().as_str().to_owned(),
-            message: truncate(&e.masked().to_string(), MESSAGE_CHARS),
-        })
-        .collect()
-}
-
-/// Deserializes the body of a field-less variant of an internally tagged enum, refusing any
-/// key besides the tag: serde's `deny_unknown_fields` does not reach unit variants.
-fn no_fields<'de, D: Deserializer<'de>>(d: D) -> Result<(), D::Error> {
-    #[derive(Deserialize)]
-    #[serde(deny_unknown_fields)]
-    struct NoFields {}
-    NoFields::deserialize(d).map(|NoFields {}| ())
-}
-
-/// `a`, `b`, `c` (backticked, comma separated).
-fn ticked<T: fmt::Display>(items: &[T]) -> String {
-    items
-        .iter()
-        .map(|i| format!("`{i}`"))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// Items joined with `; `.
-fn listed<T: fmt::Display>(items: &[T]) -> String {
-    items
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("; ")
-}
+pub use self::violation::SchemaViolation;
 
 #[cfg(test)]
 mod tests;

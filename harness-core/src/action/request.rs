@@ -1,35 +1,24 @@
-use super::*;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::approval::{ApprovalRequest, ToolCallApproval};
+use super::form::{FormRequest, FormValues};
+use super::ids::{ActionType, Revision};
+use super::response::{
+    ActionResponse, ApprovalAnswer, ApprovalResponse, Decision, FormAnswer, FormResponse,
+    ToolDecision,
+};
+use super::validation::{ActionResponseError, ValidatedApproval, ValidatedForm, ValidatedResponse};
+use crate::id::{ActionId, ToolCallId};
+use crate::time::Timestamp;
 
 // ---------------------------------------------------------------------------------------------
 // Action requests
 // ---------------------------------------------------------------------------------------------
-
-/// Which kind of action a request or response is. Wire: `form_input` / `tool_approval`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ActionType {
-    /// A form to fill in.
-    FormInput,
-    /// Tool calls to decide on.
-    ToolApproval,
-}
-
-impl ActionType {
-    /// The wire name.
-    #[must_use]
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::FormInput => "form_input",
-            Self::ToolApproval => "tool_approval",
-        }
-    }
-}
-
-impl fmt::Display for ActionType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// What an action request asks for. Wire: internally tagged, `{"type": "form_input", ...}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

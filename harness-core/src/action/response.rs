@@ -1,4 +1,13 @@
-use super::*;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::approval::DecisionKind;
+use super::form::FormValues;
+use super::ids::ActionType;
+use super::ids::Revision;
+use super::support::no_fields;
+use crate::id::{ActionId, IdempotencyKey, ToolCallId};
 
 // ---------------------------------------------------------------------------------------------
 // Responses

@@ -1,3 +1,13 @@
+use std::collections::BTreeSet;
+use std::fmt;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::{ErrorCategory, ErrorCode, HarnessError};
+use crate::id::{ActionId, IdempotencyKey, ToolCallId};
+use crate::time::Timestamp;
 use proptest::prelude::*;
 use rstest::rstest;
 use serde::de::DeserializeOwned;

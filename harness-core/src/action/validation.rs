@@ -1,40 +1,21 @@
-use super::*;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::approval::{DecisionKind, ToolCallApproval};
+use super::form::{FieldViolation, FormValues};
+use super::ids::ActionType;
+use super::ids::{FieldName, Revision};
+use super::resolution::{ActionResolution, CallResolution, ResolutionOutcome};
+use super::response::{ApprovalAnswer, Decision, FormAnswer, ToolDecision};
+use super::support::{listed, ticked};
+use super::violation::SchemaViolation;
+use crate::error::{ErrorCategory, ErrorCode, HarnessError};
+use crate::id::{ActionId, IdempotencyKey, ToolCallId};
 
 // ---------------------------------------------------------------------------------------------
 // Validation results and errors
 // ---------------------------------------------------------------------------------------------
-
-/// One way edited tool arguments break the tool's input schema.
-///
-/// ```
-/// use harness_core::action::SchemaViolation;
-/// let v = SchemaViolation {
-///     pointer: "/path".into(),
-///     keyword_location: "/properties/path/type".into(),
-///     message: "value is not of type \"string\"".into(),
-/// };
-/// assert_eq!(v.to_string(), "at `/path`: value is not of type \"string\"");
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct SchemaViolation {
-    /// The JSON pointer (RFC 6901) of the offending value; empty for the whole document.
-    pub pointer: String,
-    /// The JSON pointer of the schema keyword that failed.
-    pub keyword_location: String,
-    /// What is wrong; submitted values are masked as `value`.
-    pub message: String,
-}
-
-impl fmt::Display for SchemaViolation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.pointer.is_empty() {
-            write!(f, "at the root: {}", self.message)
-        } else {
-            write!(f, "at `{}`: {}", self.pointer, self.message)
-        }
-    }
-}
 
 /// An answer was refused: it does not fit the pending request.
 ///
@@ -203,7 +184,7 @@ impl From<ActionResponseError> for HarnessError {
     }
 }
 
-/// A form answer that fits its request. Only [`ActionRequest::validate_form`] builds one.
+/// A form answer that fits its request. Only [`ActionRequest::validate_form`](super::ActionRequest::validate_form) builds one.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ValidatedForm {
     pub(super) action_id: ActionId,
@@ -279,7 +260,7 @@ impl ValidatedForm {
 }
 
 /// An approval answer that fits its request, with decisions in the request's call order. Only
-/// [`ActionRequest::validate_approval`] builds one.
+/// [`ActionRequest::validate_approval`](super::ActionRequest::validate_approval) builds one.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ValidatedApproval {
     pub(super) action_id: ActionId,

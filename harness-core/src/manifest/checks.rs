@@ -1,4 +1,9 @@
-use super::*;
+use serde_json::Value;
+
+use super::support::truncate_for_echo;
+use crate::json_schema::CompiledSchema;
+
+use super::errors::*;
 
 // ---------------------------------------------------------------------------------------------
 // Checks

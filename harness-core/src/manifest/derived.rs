@@ -1,4 +1,14 @@
-use super::*;
+use std::fmt;
+
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde_json::Value;
+
+use super::checks::push_pointer;
+use super::descriptor::HarnessDescriptor;
+use super::errors::ManifestError;
+use super::support::truncate_for_echo;
+use crate::json_schema::CompiledSchema;
 
 // ---------------------------------------------------------------------------------------------
 // Derived manifests and options: what `#[derive(Adapter)]` and `#[derive(AdapterOptions)]`

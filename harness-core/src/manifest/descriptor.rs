@@ -1,4 +1,17 @@
-use super::*;
+use schemars::JsonSchema;
+use serde::de::{self};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
+
+use super::checks::{
+    check_implementation_version, check_options_schema, valid_evidence_version, valid_name,
+};
+use super::errors::{InvalidManifest, ManifestError};
+use super::mode::{Dependency, ExecutionMode, TrustBoundary};
+use super::support::truncate_for_echo;
+use super::version::ContractVersion;
+use crate::capability::{Capability, CapabilityKey, CapabilityReport};
+use crate::id::AdapterId;
 
 // ---------------------------------------------------------------------------------------------
 // Descriptor
@@ -164,7 +177,7 @@ impl HarnessDescriptor {
     /// non-empty and distinct, the implementation version format, that the trust boundary fits
     /// the execution mode, dependencies (valid, distinct), that the options schema is a valid
     /// JSON Schema describing an object and rejecting unknown fields everywhere (see
-    /// [`open_object_schemas`]), and the certification evidence version.
+    /// [`open_object_schemas`](super::checks::open_object_schemas)), and the certification evidence version.
     ///
     /// Pure and in memory: no I/O.
     ///

@@ -1,4 +1,6 @@
-use super::*;
+use super::mode::{DependencyKind, TrustBoundary};
+use super::version::ContractVersion;
+use crate::id::AdapterId;
 
 // ---------------------------------------------------------------------------------------------
 // Errors
@@ -19,7 +21,7 @@ pub(crate) fn list_pointers(pointers: &[String]) -> String {
         .join(", ")
 }
 
-/// One thing wrong with a [`HarnessDescriptor`].
+/// One thing wrong with a [`HarnessDescriptor`](super::HarnessDescriptor).
 ///
 /// Each message names the field, what was wrong and what would be right.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

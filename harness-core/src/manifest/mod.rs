@@ -40,38 +40,14 @@
 //! assert_eq!(back, descriptor);
 //! ```
 
-use std::borrow::Cow;
-use std::fmt;
-use std::num::NonZeroU32;
-use std::str::FromStr;
-
-use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
-use serde::de::{self, MapAccess, Visitor};
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use serde_json::Value;
-
-use crate::capability::{Capability, CapabilityKey, CapabilityReport};
-use crate::id::{AdapterId, InvalidId};
-use crate::json_schema::CompiledSchema;
-
-/// Cuts an echoed input to 80 characters.
-fn truncate_for_echo(s: &str) -> String {
-    if s.chars().count() > 80 {
-        let mut v: String = s.chars().take(77).collect();
-        v.push_str("...");
-        v
-    } else {
-        s.to_owned()
-    }
-}
-
-// One file per part, sharing the imports above (`use super::*`); every public item is
+// One file per part, each importing what it uses; every public item is
 // re-exported here, so paths stay `harness_core::manifest::Item`.
 mod checks;
 mod derived;
 mod descriptor;
 mod errors;
 mod mode;
+mod support;
 mod version;
 
 pub use self::checks::*;

@@ -1,4 +1,13 @@
-use super::*;
+use std::borrow::Cow;
+use std::fmt;
+use std::str::FromStr;
+
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::de::{self, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::support::truncate_for_echo;
+use crate::id::InvalidId;
 
 // ---------------------------------------------------------------------------------------------
 // Execution mode and trust boundary
@@ -380,7 +389,7 @@ impl<'de> Deserialize<'de> for ExecutionMode {
 /// compromise of the adapter can reach.
 ///
 /// It must agree with the [`ExecutionMode`] (see
-/// [`ExecutionMode::permitted_trust_boundaries`]); [`HarnessDescriptor::validate`] checks it.
+/// [`ExecutionMode::permitted_trust_boundaries`]); [`HarnessDescriptor::validate`](super::HarnessDescriptor::validate) checks it.
 ///
 /// ```
 /// use harness_core::manifest::TrustBoundary;

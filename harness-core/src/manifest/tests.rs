@@ -1,5 +1,12 @@
 use super::*;
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::Value;
+
 use crate::capability::SupportLevel;
+use crate::capability::{Capability, CapabilityKey};
+use crate::id::AdapterId;
 use rstest::rstest;
 use serde_json::json;
 use std::collections::BTreeMap;

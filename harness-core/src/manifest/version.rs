@@ -1,4 +1,10 @@
-use super::*;
+use std::borrow::Cow;
+use std::fmt;
+use std::num::NonZeroU32;
+
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::de::{self, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 // ---------------------------------------------------------------------------------------------
 // Contract version

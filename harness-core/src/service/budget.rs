@@ -53,8 +53,8 @@ impl Budget {
             let ms = i64::try_from(wall.as_millis()).unwrap_or(i64::MAX);
             let end = Timestamp::from_millis(accepted.as_millis().saturating_add(ms));
             end.map_or_else(
-                || tokio::time::Instant::now() + super::driver::FAR,
-                super::driver::instant_of,
+                || tokio::time::Instant::now() + super::clock::FAR,
+                super::clock::instant_of,
             )
         });
         Self {

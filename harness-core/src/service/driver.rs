@@ -10,8 +10,8 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use tower::{Service, ServiceExt};
 
-use super::ServiceConfig;
 use super::budget::{Admit, Budget};
+use super::config::ServiceConfig;
 use super::handle::{Command, Outcome, Shared, already_resolved, not_pending};
 use super::segment::{BoxSegmentStream, ExecutionRuntime, RuntimeStack, Segment};
 use crate::action::{
@@ -21,7 +21,6 @@ use crate::adapter::{AdapterEvent, EventResult, ResumeDecision};
 use crate::error::{ErrorCategory, ErrorCode, HarnessError};
 use crate::event::{CancelReason, CancelSource, Content, RunSucceeded};
 use crate::lifecycle::{AnyExecution, Execution, NonTerminal, state};
-use crate::time::Timestamp;
 
 /// How many ready items the driver takes from a segment before it looks at cancellation and
 /// commands again: one `select!` per batch instead of one per item.
@@ -132,19 +131,6 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
-}
-
-/// How far ahead a deadline too far away for the clock is put: about 30 years, no deadline.
-pub(super) const FAR: Duration = Duration::from_secs(86_400 * 365 * 30);
-
-/// Converts a wall-clock deadline to the runtime's clock, relative to now.
-pub(super) fn instant_of(deadline: Timestamp) -> tokio::time::Instant {
-    let left = deadline
-        .as_millis()
-        .saturating_sub(Timestamp::now().as_millis());
-    let left = Duration::from_millis(u64::try_from(left).unwrap_or(0));
-    let now = tokio::time::Instant::now();
-    now.checked_add(left).unwrap_or_else(|| now + FAR)
 }
 
 fn timeout_error(what: &str) -> HarnessError {

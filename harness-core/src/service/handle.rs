@@ -17,8 +17,8 @@ use crate::artifact::ArtifactDescriptor;
 use crate::error::{ErrorCategory, ErrorCode, HarnessError};
 use crate::event::{CancelReason, CancelSource, EventPayload, RunSucceeded};
 use crate::id::{ActionId, AdapterId, Cursor, ExecutionId};
-use crate::lifecycle::ExecutionState;
 use crate::log::{EventStream, LogReader};
+use crate::state::ExecutionState;
 
 /// How an execution ended.
 #[derive(Debug, Clone, PartialEq)]

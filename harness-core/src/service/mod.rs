@@ -145,6 +145,8 @@
 pub mod segment;
 
 mod budget;
+mod clock;
+mod config;
 mod driver;
 mod handle;
 mod persist;
@@ -168,7 +170,9 @@ pub use self::segment::{
     SegmentStream,
 };
 
-use self::driver::{Driver, instant_of};
+use self::clock::instant_of;
+pub use self::config::{DEFAULT_MAX_EVENTS, ServiceConfig};
+use self::driver::Driver;
 use self::handle::{Holders, Shared};
 use self::persist::Durable;
 pub use self::persist::Recovery;
@@ -180,7 +184,7 @@ use crate::adapter::{
 use crate::capability::Requirement;
 use crate::error::{ErrorCategory, ErrorCode, HarnessError};
 use crate::extensions::Extensions;
-use crate::id::{ConversationId, Cursor, ExecutionId, IdempotencyKey};
+use crate::id::{CallerId, ConversationId, Cursor, ExecutionId, IdempotencyKey};
 use crate::lifecycle::{AnyExecution, Execution};
 use crate::manifest::ContractVersion;
 use crate::session::{
@@ -255,6 +259,20 @@ pub struct ExecutionRequest {
     pub extensions: Extensions,
 }
 
+// `CallerId::of` lives beside the request it reads, so that the id module, at the bottom of the
+// kernel, does not import the service at its top.
+impl CallerId {
+    /// The caller of `request`: its [`CallerId`] extension, or [`ANONYMOUS`](Self::ANONYMOUS).
+    #[must_use]
+    pub fn of(request: &ExecutionRequest) -> Self {
+        request
+            .extensions
+            .get::<Self>()
+            .cloned()
+            .unwrap_or(Self::ANONYMOUS)
+    }
+}
+
 impl ExecutionRequest {
     /// A request with `message` and nothing else.
     #[must_use]
@@ -294,7 +312,7 @@ impl ExecutionRequest {
     }
 
     /// The conversation this execution continues, in its caller's scope: `conversation_id`
-    /// under the request's [`CallerId`](crate::id::CallerId) (anonymous without one).
+    /// under the request's [`CallerId`] (anonymous without one).
     ///
     /// ```
     /// use harness_core::id::CallerId;
@@ -337,35 +355,6 @@ impl ExecutionRequest {
     pub fn with_tools(mut self, tools: impl IntoIterator<Item = crate::tool::ToolId>) -> Self {
         self.tools = Some(tools.into_iter().collect());
         self
-    }
-}
-
-/// Timing knobs and bounds of the service.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ServiceConfig {
-    /// How long the runtime's cancel hook may take before cleanup runs anyway.
-    pub cancel_grace: Duration,
-    /// How long cleanup may take.
-    pub cleanup_deadline: Duration,
-    /// The most events one execution's log may hold before its terminal event: an adapter
-    /// that yields more fails the run with `EVENT_LIMIT_REACHED` (the terminal event is
-    /// appended beyond it). Without a store each event is held in memory for the life of the
-    /// execution (about 110 bytes, plus its text), so this bounds an execution's memory; a
-    /// durable service holds at most two memory windows of each live execution
-    /// ([`AdapterServiceBuilder::memory_window`]).
-    pub max_events: usize,
-}
-
-/// The default [`ServiceConfig::max_events`]: a million events, about 110 MB of log.
-pub const DEFAULT_MAX_EVENTS: usize = 1_000_000;
-
-impl Default for ServiceConfig {
-    fn default() -> Self {
-        Self {
-            cancel_grace: Duration::from_secs(5),
-            cleanup_deadline: Duration::from_secs(10),
-            max_events: DEFAULT_MAX_EVENTS,
-        }
     }
 }
 
@@ -1344,7 +1333,7 @@ impl<A: HarnessAdapter> AdapterService<A> {
     }
 
     /// The stored record of the durable execution `id`, whichever replica runs it: who
-    /// started it (the [`CallerId`](crate::id::CallerId) of its request, empty when none),
+    /// started it (the [`CallerId`] of its request, empty when none),
     /// on which adapter, its state as last stored, whether a cancel was requested.
     ///
     /// `None` when the store holds no such execution (never created, or purged).

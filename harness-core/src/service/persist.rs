@@ -27,8 +27,8 @@ use crate::action::ActionResponse;
 use crate::error::{ErrorCategory, ErrorCode, HarnessError};
 use crate::event::{CancelReason, Event, EventPayload, RunFailed};
 use crate::id::{Cursor, ExecutionId};
-use crate::lifecycle::ExecutionState;
 use crate::log::LogReader;
+use crate::state::ExecutionState;
 use crate::store::{ExecutionStore, Lease, ReplicaId, StoreError, next_sequence};
 use crate::time::Timestamp;
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use tokio::sync::watch;
 
-use super::{
+use super::execution::{
     Created, ExecutionRecord, ExecutionStore, FencingToken, Lease, Listed, ReplicaId, Resolution,
     StoreError, Tail, check_batch,
 };

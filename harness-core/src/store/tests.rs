@@ -1,5 +1,10 @@
 use super::*;
+use crate::error::ErrorCategory;
+use crate::event::Event;
 use crate::event::{CancelReason, EventPayload};
+use crate::id::{ExecutionId, Sequence};
+use crate::state::ExecutionState;
+use crate::time::Timestamp;
 
 fn event(id: &ExecutionId, seq: u64, payload: EventPayload) -> Event {
     Event::new(

@@ -18,10 +18,10 @@ use super::{
     BoundedFailure, BoxFuture, InvalidToolPolicy, PortableTool, ToolCallContext, ToolDescriptor,
     ToolId, ToolOutcome, ToolPolicy,
 };
+use crate::action::resume::ResumeDecision;
 use crate::action::{
     ActionRequest, ApprovalDefinitionError, ApprovalRequest, ToolCallApproval, ValidatedResponse,
 };
-use crate::adapter::ResumeDecision;
 use crate::error::ErrorCode;
 use crate::id::ToolCallId;
 

@@ -13,9 +13,9 @@ use super::{
     BoundedFailure, BoxFuture, InvalidToolPolicy, PortableTool, ToolCallContext, ToolDescriptor,
     ToolHandle, ToolId, ToolOutcome, ToolPolicy,
 };
-use crate::adapter::HarnessHealth;
 use crate::error::{ErrorCategory, ErrorCode, HarnessError};
 use crate::event::ToolUnavailable;
+use crate::health::HarnessHealth;
 use crate::id::ExecutionId;
 
 /// A secret a caller supplies for one tool provider (a token for an MCP server).
