@@ -37,8 +37,8 @@
 //! | method and path | what |
 //! |---|---|
 //! | `POST /v1/executions` | starts an execution: the [`ExecutionRequest`](harness_core::service::ExecutionRequest) fields and `adapter` (the instance id); the `Idempotency-Key` header (not a body field) and `traceparent` (ignored when malformed, as W3C Trace Context says). `201` with the execution, `200` when the key returned an earlier one, `409 IDEMPOTENCY_CONFLICT` when it was used for a different request |
-//! | `GET /v1/executions` | the caller's executions, newest first: `?limit=` (1 to 200, 50 by default), `?before=` the `next` of the previous page |
-//! | `GET /v1/executions/{id}` | state, pending actions, artifacts, outcome, last sequence number |
+//! | `GET /v1/executions` | the caller's executions, newest first: `?limit=` (1 to 200, 50 by default), `?before=` the `next` of the previous page; each with its adapter, state, creation time, the first words of its message and its `conversationId` when it has one |
+//! | `GET /v1/executions/{id}` | state, pending actions, artifacts, outcome, last sequence number, `conversationId` when it has one (what a follow-up turn names) |
 //! | `GET /v1/executions/{id}/events` | with `Accept: text/event-stream`, server-sent events: `id: <seq>`, `event: <kind>`, `data: <event JSON>`, from after `Last-Event-ID` (else `?after=`, else the start), keep-alive comments after 15 s without a frame ([`ServerBuilder::keep_alive`]), frames ready together written as one chunk, the stream ending after the terminal event. Otherwise a JSON page: `?after=`, `?limit=` (up to 8,192; 1,000 by default) |
 //! | `POST /v1/executions/{id}/actions/{actionId}` | answers an action: an [`ActionResponse`](harness_core::action::ActionResponse) (its `actionId` may be left out) |
 //! | `POST /v1/executions/{id}/cancel` | requests cancellation (`{"reason": ...}` optional): `202` with `status`: `requested` for the first request (claimed in the store's record, so one of any number of concurrent requests on any replica), `already_requested` for the others, `already_ended` once the run has ended; confirmed by `run.cancelled` on the stream |

@@ -6,7 +6,7 @@ use harness_core::action::ActionRequest;
 use harness_core::artifact::ArtifactDescriptor;
 use harness_core::error::PublicError;
 use harness_core::event::{Event, EventPayload};
-use harness_core::id::{ActionId, Cursor, ExecutionId};
+use harness_core::id::{ActionId, ConversationId, Cursor, ExecutionId};
 use harness_core::lifecycle::ExecutionState;
 use harness_core::service::ExecutionHandle;
 use harness_core::store::ExecutionRecord;
@@ -33,6 +33,10 @@ pub struct ExecutionView {
     pub created_at: Timestamp,
     /// Whether a cancel was requested.
     pub cancel_requested: bool,
+    /// The conversation it continues, when it was started with one: what a follow-up turn
+    /// names to continue it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation_id: Option<ConversationId>,
     /// The actions awaiting an answer.
     pub pending_actions: Vec<ActionRequest>,
     /// Its artifacts, in creation order.
@@ -59,6 +63,9 @@ pub struct ExecutionSummary {
     pub created_at: Timestamp,
     /// Whether a cancel was requested.
     pub cancel_requested: bool,
+    /// The conversation it continues, when it was started with one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation_id: Option<ConversationId>,
     /// The first words of its message (at most 80 characters, cut between words and
     /// ended by `…` when cut): what a list shows to tell executions apart.
     #[serde(default)]
@@ -186,6 +193,16 @@ pub struct ErrorBody {
     pub error: PublicError,
 }
 
+/// The conversation of `record`'s request, as accepted (a request's `conversationId` was
+/// validated when it was started, so a stored one that no longer parses is left out).
+fn conversation_of(record: &ExecutionRecord) -> Option<ConversationId> {
+    record
+        .request
+        .get("conversationId")
+        .and_then(serde_json::Value::as_str)
+        .and_then(|c| c.parse().ok())
+}
+
 impl From<&ExecutionRecord> for ExecutionSummary {
     fn from(record: &ExecutionRecord) -> Self {
         Self {
@@ -194,6 +211,7 @@ impl From<&ExecutionRecord> for ExecutionSummary {
             state: record.state,
             created_at: record.created_at,
             cancel_requested: record.cancel_requested.is_some(),
+            conversation_id: conversation_of(record),
             message: record
                 .request
                 .get("message")
@@ -214,6 +232,7 @@ impl ExecutionView {
             state: handle.state(),
             created_at: record.created_at,
             cancel_requested: record.cancel_requested.is_some(),
+            conversation_id: conversation_of(record),
             pending_actions: handle.pending_actions(),
             artifacts: handle.artifacts(),
             last_seq: last.as_ref().map_or(0, |e| e.seq().get()),
@@ -265,6 +284,7 @@ impl ExecutionView {
             state,
             created_at: record.created_at,
             cancel_requested: record.cancel_requested.is_some(),
+            conversation_id: conversation_of(record),
             pending_actions: pending.into_values().collect(),
             artifacts,
             outcome,
