@@ -145,49 +145,258 @@ function signIn(value) {
   $("sign-in").hidden = true;
   $("app").hidden = false;
   $("sign-out").hidden = false;
+  $("nav").hidden = false;
+  $("help-open").hidden = false;
   loadAdapters();
   loadExecutions();
+  startPolling();
+  route();
 }
 
 function signOut(message = "") {
   token = null;
   sessionStorage.removeItem(TOKEN_KEY);
   stopWatching();
+  stopPolling();
+  rows.clear();
+  loadedOnce = false;
+  $("executions").replaceChildren();
   $("app").hidden = true;
   $("sign-out").hidden = true;
+  $("nav").hidden = true;
+  $("help-open").hidden = true;
   $("sign-in").hidden = false;
   $("sign-in-error").textContent = message;
+}
+
+// ---- where the page is: the address's fragment ------------------------------------------
+//
+// `#/executions/<id>`, `#/executions/<id>/events/<seq>` and `#/adapters`: links that can be
+// shared, bookmarked and reloaded. They hold no credential: a tab without a token signs in
+// first, then lands where the link points.
+
+/** The execution link of `id`, with `seq` for one of its events. */
+function link(id, seq) {
+  return `#/executions/${encodeURIComponent(id)}${seq ? `/events/${seq}` : ""}`;
+}
+
+function route() {
+  if (!token) return;
+  const parts = location.hash.replace(/^#\/?/, "").split("/").map((p) => {
+    try {
+      return decodeURIComponent(p);
+    } catch {
+      return "";
+    }
+  });
+  const adapters = parts[0] === "adapters";
+  $("adapters-view").hidden = !adapters;
+  $("detail").hidden = adapters;
+  $("nav-adapters").toggleAttribute("aria-current", adapters);
+  $("nav-executions").toggleAttribute("aria-current", !adapters);
+  if (adapters) {
+    scrollTo(0, 0);
+    loadAdapterView();
+    return;
+  }
+  if (parts[0] === "executions" && parts[1]) {
+    const seq = parts[2] === "events" && /^\d+$/.test(parts[3] || "") ? Number(parts[3]) : null;
+    if (watching && watching.id === parts[1]) target(watching, seq);
+    else {
+      // Another execution: from its top (a link to one event scrolls to it once it is in).
+      if (!seq) scrollTo(0, 0);
+      watch(parts[1], seq);
+    }
+    return;
+  }
+  stopWatching();
+  selected = null;
+  markSelected();
+  $("execution").hidden = true;
+  $("empty").hidden = false;
+}
+
+// ---- the adapters -----------------------------------------------------------------------
+
+let adapterList = [];
+
+async function loadAdapters() {
+  try {
+    const { adapters } = await api("/v1/adapters");
+    adapterList = adapters;
+    $("start-adapter").replaceChildren(...adapters.map((a) => el("option", { value: a.id }, a.id)));
+    $("filter-adapter").replaceChildren(el("option", { value: "" }, "any"),
+      ...adapters.map((a) => el("option", { value: a.id }, a.id)));
+  } catch (e) {
+    $("start-error").textContent = e.message;
+  }
+}
+
+/** Whether adapter `id` declares it can continue a conversation (`session.multi_turn`). */
+function multiTurn(id) {
+  const adapter = adapterList.find((a) => a.id === id);
+  const level = adapter && adapter.capabilities && adapter.capabilities["session.multi_turn"];
+  return Boolean(level && ["native", "emulated", "degraded"].includes(level.level));
+}
+
+/**
+ * Each adapter's manifest (capabilities, version, trust boundary) and health, from
+ * `GET /v1/adapters`. The server serves no certification report: the manifest names the
+ * version of the conformance evidence that certified the adapter, and that is what is shown.
+ */
+async function loadAdapterView() {
+  const list = $("adapter-list");
+  try {
+    const { adapters, health = {} } = await api("/v1/adapters");
+    list.replaceChildren(...adapters.map((a) => adapterCard(a, health[a.id])));
+  } catch (e) {
+    list.replaceChildren(el("p", { className: "error", role: "alert" }, e.message));
+  }
+}
+
+function adapterCard(a, health) {
+  const ready = health && health.ready;
+  const caps = Object.entries(a.capabilities || {}).sort(([x], [y]) => x.localeCompare(y));
+  const mode = a.executionMode || {};
+  const facts = [
+    ["Version", a.implementationVersion],
+    ["Contract versions", (a.contractVersions || []).join(", ")],
+    ["Runs", [mode.mode, mode.compatibilityOnly ? "(compatibility only)" : ""].join(" ").trim()],
+    ["Trust boundary", a.trustBoundary],
+    ["Dependencies", (a.dependencies || []).map((d) => (typeof d === "string" ? d : d.name || JSON.stringify(d))).join(", ") || "none"],
+    ["Certified by evidence", a.certificationEvidenceVersion || "none declared"],
+    ["Health checked", health ? when(health.checkedAt) : "unknown"],
+  ];
+  return el("section", { className: "adapter-card", "data-adapter": a.id },
+    el("div", { className: "bar" },
+      el("h3", {}, a.name || a.id, " ", el("code", {}, a.id)),
+      el("span", { className: `state ${ready ? "succeeded" : "failed"}`, "data-role": "health" },
+        health ? (ready ? "ready" : `not ready${health.reason ? `: ${health.reason}` : ""}`) : "health unknown")),
+    el("dl", { className: "facts" }, facts.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v ?? "")])),
+    el("p", { className: "muted" },
+      "This server serves no certification report; the manifest names the evidence version that certified this adapter version."),
+    el("h4", {}, `Capabilities (${caps.length})`),
+    el("div", { className: "scroll" },
+      el("table", { className: "capabilities" },
+        el("thead", {}, el("tr", {}, el("th", { scope: "col" }, "Capability"), el("th", { scope: "col" }, "Level"),
+          el("th", { scope: "col" }, "Notes"))),
+        el("tbody", {}, caps.map(([key, c]) => {
+          const { level, ...rest } = c || {};
+          const notes = rest.explanation || (Object.keys(rest).length ? JSON.stringify(rest) : "");
+          return el("tr", { "data-capability": key }, el("td", {}, el("code", {}, key)),
+            el("td", {}, el("span", { className: `level ${level}` }, level || "")), el("td", {}, notes));
+        })))));
 }
 
 // ---- the list ---------------------------------------------------------------------------
 
 let next = null;
 let selected = null;
-
-async function loadAdapters() {
-  try {
-    const { adapters } = await api("/v1/adapters");
-    const select = $("start-adapter");
-    select.replaceChildren(...adapters.map((a) => el("option", { value: a.id }, a.id)));
-  } catch (e) {
-    $("start-error").textContent = e.message;
-  }
-}
+// Every execution loaded: id → { summary, li }.
+const rows = new Map();
+let loadedOnce = false;
 
 async function loadExecutions(more = false) {
   const query = new URLSearchParams({ limit: "25" });
   if (more && next) query.set("before", next);
   try {
     const page = await api(`/v1/executions?${query}`);
-    next = page.next;
-    $("more").hidden = !next;
-    const items = page.executions.map((e) => listItem(e));
-    if (more) $("executions").append(...items);
-    else $("executions").replaceChildren(...items);
-    for (const e of page.executions) if (TERMINAL.has(e.state)) fillEnded(e.id);
+    if (more || !loadedOnce) {
+      next = page.next;
+      $("more").hidden = !next;
+    }
+    for (const e of page.executions) upsert(e, { append: more, fresh: loadedOnce && !more });
+    loadedOnce = true;
+    counts();
   } catch (e) {
     $("start-error").textContent = e.message;
   }
+}
+
+// New executions and state changes appear without a reload: the first page is read again
+// every few seconds while the tab is visible (the API has no list stream to subscribe to).
+let poller = null;
+const POLL_MS = 2000;
+
+function startPolling() {
+  stopPolling();
+  poller = setInterval(() => {
+    if (!document.hidden && token) loadExecutions();
+  }, POLL_MS);
+}
+
+function stopPolling() {
+  if (poller) clearInterval(poller);
+  poller = null;
+}
+
+const AWAITING = new Set(["awaiting_approval", "awaiting_input"]);
+
+/** Adds execution `e` to the list, or brings its row up to date. */
+function upsert(e, { append = false, fresh = false } = {}) {
+  const known = rows.get(e.id);
+  if (known) {
+    known.summary = e;
+    rowState(known.li, e.state);
+  } else {
+    const li = listItem(e);
+    rows.set(e.id, { summary: e, li });
+    const list = $("executions");
+    const after = append ? null : [...list.children].find((x) => Date.parse(x.dataset.created) < Date.parse(e.createdAt));
+    list.insertBefore(li, after || null);
+    if (fresh) li.classList.add("new");
+  }
+  const row = rows.get(e.id);
+  if (TERMINAL.has(e.state)) fillEnded(e.id);
+  else row.li.querySelector(".duration").textContent = `${duration(Date.now() - Date.parse(e.createdAt))} so far`;
+  row.li.hidden = !matches(e);
+}
+
+/** A row's state pill and its "needs an answer" badge. */
+function rowState(li, state) {
+  const pill = li.querySelector(".state");
+  pill.textContent = state.replace("_", " ");
+  pill.className = `state ${state}`;
+  li.querySelector(".badge").hidden = !AWAITING.has(state);
+  li.dataset.state = state;
+  const entry = rows.get(li.dataset.id);
+  if (entry) entry.summary = { ...entry.summary, state };
+}
+
+/** The awaiting count in the header and the tab's title, and how many rows the filters show. */
+function counts() {
+  const all = [...rows.values()];
+  const awaiting = all.filter((r) => AWAITING.has(r.summary.state)).length;
+  const badge = $("awaiting-count");
+  badge.hidden = awaiting === 0;
+  badge.textContent = String(awaiting);
+  badge.title = `${awaiting} awaiting an answer`;
+  document.title = awaiting ? `(${awaiting}) harness console` : "harness console";
+  const shown = all.filter((r) => !r.li.hidden).length;
+  $("list-count").textContent = shown === all.length ? `${all.length} loaded` : `${shown} of ${all.length} loaded shown`;
+}
+
+const SINCE = { "15m": 15 * 60e3, "1h": 3600e3, "24h": 24 * 3600e3, "7d": 7 * 24 * 3600e3 };
+
+// `GET /v1/executions` takes only `limit` and `before`: the filters below apply in the page,
+// to the executions loaded so far (`More` loads older ones).
+function matches(e) {
+  const state = $("filter-state").value;
+  if (state === "active" && TERMINAL.has(e.state)) return false;
+  if (state === "awaiting" && !AWAITING.has(e.state)) return false;
+  if (state && state !== "active" && state !== "awaiting" && e.state !== state) return false;
+  const adapter = $("filter-adapter").value;
+  if (adapter && e.adapter !== adapter) return false;
+  const since = SINCE[$("filter-since").value];
+  if (since && Date.now() - Date.parse(e.createdAt) > since) return false;
+  const text = $("filter-text").value.trim().toLowerCase();
+  if (text && ![e.message, e.id, e.adapter].some((s) => String(s || "").toLowerCase().includes(text))) return false;
+  return true;
+}
+
+function filter() {
+  for (const { summary, li } of rows.values()) li.hidden = !matches(summary);
+  counts();
 }
 
 /** `ms` as `850 ms`, `12.3 s`, `4 min 5 s` or `2 h 3 min`. */
@@ -212,25 +421,32 @@ function when(iso) {
 function listItem(e) {
   const started = el("time", { className: "started", datetime: e.createdAt }, when(e.createdAt));
   const live = !TERMINAL.has(e.state);
-  return el(
+  const li = el(
     "li",
-    {
-      "data-id": e.id,
-      "data-created": e.createdAt,
-      title: e.id,
-      className: e.id === selected ? "selected" : "",
-      onclick: () => watch(e.id),
-    },
-    el("div", { className: "row" },
-      el("span", { className: `state ${e.state}` }, e.state.replace("_", " ")),
-      el("span", { className: "adapter" }, e.adapter),
-      el("span", { className: "message", title: e.message || "" }, e.message || "(no message)")),
-    el("div", { className: "row muted" },
-      started,
-      el("span", { className: "duration", title: "how long it ran" },
-        live ? `${duration(Date.now() - Date.parse(e.createdAt))} so far` : "…"),
-      el("span", { className: "outcome" }, live ? "" : e.state)),
+    { "data-id": e.id, "data-created": e.createdAt, "data-state": e.state, className: e.id === selected ? "selected" : "" },
+    el("a", { href: link(e.id), title: e.id },
+      el("div", { className: "row" },
+        el("span", { className: `state ${e.state}` }, e.state.replace("_", " ")),
+        el("span", { className: "badge", hidden: !AWAITING.has(e.state), title: "awaiting an answer" }, "needs answer"),
+        el("span", { className: "adapter" }, e.adapter),
+        el("span", { className: "message", title: e.message || "" }, e.message || "(no message)")),
+      el("div", { className: "row muted" },
+        started,
+        el("span", { className: "duration", title: "how long it ran" },
+          live ? `${duration(Date.now() - Date.parse(e.createdAt))} so far` : "…"),
+        el("span", { className: "outcome" }, live ? "" : e.state))),
   );
+  return li;
+}
+
+function markSelected() {
+  for (const li of $("executions").children) {
+    const on = li.dataset.id === selected;
+    li.classList.toggle("selected", on);
+    const a = li.querySelector("a");
+    if (on) a.setAttribute("aria-current", "page");
+    else a.removeAttribute("aria-current");
+  }
 }
 
 // An ended execution's end never changes: read once, kept.
@@ -251,8 +467,9 @@ async function fillEnded(id) {
       return;
     }
   }
-  const li = [...$("executions").children].find((x) => x.dataset.id === id);
-  if (!li) return;
+  const row = rows.get(id);
+  if (!row) return;
+  const li = row.li;
   const ms = Date.parse(end.at) - Date.parse(li.dataset.created);
   li.querySelector(".duration").textContent = Number.isNaN(ms) ? "" : duration(ms);
   const outcome = li.querySelector(".outcome");
@@ -261,10 +478,19 @@ async function fillEnded(id) {
   outcome.className = `outcome ${end.state}`;
 }
 
+/** A conversation id of the console's own making: `console-` and 32 hex digits. */
+function newConversation() {
+  const bytes = crypto.getRandomValues(new Uint8Array(16));
+  return `console-${[...bytes].map((b) => b.toString(16).padStart(2, "0")).join("")}`;
+}
+
 async function start(event) {
   event.preventDefault();
   $("start-error").textContent = "";
-  const body = { adapter: $("start-adapter").value, message: $("start-message").value };
+  const adapter = $("start-adapter").value;
+  const body = { adapter, message: $("start-message").value };
+  // A new conversation when the adapter can continue one, so the page can offer follow-ups.
+  if (multiTurn(adapter)) body.conversationId = newConversation();
   const options = $("start-options").value.trim();
   if (options) {
     try {
@@ -277,45 +503,84 @@ async function start(event) {
   try {
     const view = await api("/v1/executions", { method: "POST", body });
     $("start-message").value = "";
-    await loadExecutions();
-    watch(view.id);
+    upsert({ ...view, message: body.message });
+    counts();
+    location.hash = link(view.id);
   } catch (e) {
     $("start-error").textContent = e.message;
   }
 }
 
+/** Continues the watched execution's conversation: a new execution, same adapter and conversation. */
+async function followUp(event) {
+  event.preventDefault();
+  const w = watching;
+  const error = $("follow-up-error");
+  error.textContent = "";
+  if (!w || !w.conversationId) return;
+  const message = $("follow-up-message").value;
+  try {
+    const view = await api("/v1/executions", {
+      method: "POST",
+      body: { adapter: w.adapter, message, conversationId: w.conversationId },
+    });
+    $("follow-up-message").value = "";
+    upsert({ ...view, message });
+    counts();
+    location.hash = link(view.id);
+  } catch (e) {
+    error.textContent = e.message;
+  }
+}
+
 // ---- one execution, live ----------------------------------------------------------------
 
-let watching = null; // { id, abort, lastSeq, message, reasoning, tools }
+let watching = null;
 
 function stopWatching() {
   if (watching) watching.abort.abort();
   watching = null;
 }
 
-async function watch(id) {
+async function watch(id, seq = null) {
   stopWatching();
   selected = id;
-  for (const li of $("executions").children) {
-    li.classList.toggle("selected", li.dataset.id === id);
-  }
-  const w = { id, abort: new AbortController(), lastSeq: 0, message: null, reasoning: null, tools: new Map(), awaiting: new Set() };
+  markSelected();
+  const w = {
+    id, abort: new AbortController(), lastSeq: 0, message: null, reasoning: null, tools: new Map(), awaiting: new Set(),
+    target: seq, created: NaN, firstEvent: null, firstOutput: null, toolStart: new Map(), toolTotal: 0, toolCount: 0,
+    actionStart: new Map(), awaited: 0, endAt: null, rows: [], lastRow: null, turn: null, lastTurn: null, toolSteps: new Map(),
+    actionSteps: new Map(), artifacts: [],
+  };
   watching = w;
   $("empty").hidden = true;
   $("execution").hidden = false;
   $("exec-id").textContent = id;
+  $("exec-link").href = link(id);
   $("exec-error").textContent = "";
-  $("transcript").replaceChildren();
-  $("actions").replaceChildren();
-  $("tools").replaceChildren();
-  $("artifacts").replaceChildren();
+  for (const part of ["transcript", "actions", "tools", "artifacts", "timeline", "steps", "timing", "artifact-view", "exec-meta"]) {
+    $(part).replaceChildren();
+  }
+  $("artifact-view").hidden = true;
   $("outcome").textContent = "";
   $("outcome").className = "";
   $("usage").textContent = "";
+  $("follow-up").hidden = true;
   try {
     const view = await api(`/v1/executions/${encodeURIComponent(id)}`, { signal: w.abort.signal });
+    if (watching !== w) return;
+    w.adapter = view.adapter;
+    w.conversationId = view.conversationId || null;
+    w.created = Date.parse(view.createdAt);
     $("exec-adapter").textContent = view.adapter;
+    $("exec-meta").append(
+      "started ", el("time", { datetime: view.createdAt }, when(view.createdAt)),
+      w.conversationId ? " · conversation " : " · no conversation",
+      w.conversationId ? el("code", { "data-role": "conversation" }, w.conversationId) : "",
+    );
     setState(view.state);
+    followUpState(w, view.state);
+    timing(w);
   } catch (e) {
     if (e.name !== "AbortError") $("exec-error").textContent = e.message;
     return;
@@ -378,13 +643,23 @@ function setState(state) {
   badge.textContent = state;
   badge.className = `state ${state}`;
   $("cancel").disabled = TERMINAL.has(state) || state === "cancelling";
-  const li = [...$("executions").children].find((x) => x.dataset.id === selected);
-  if (li) {
-    const pill = li.querySelector(".state");
-    pill.textContent = state.replace("_", " ");
-    pill.className = `state ${state}`;
+  const row = rows.get(selected);
+  if (row) {
+    rowState(row.li, state);
+    counts();
     if (TERMINAL.has(state)) setTimeout(() => fillEnded(selected), 0);
   }
+}
+
+/** The follow-up form: offered once the execution has ended, when it has a conversation. */
+function followUpState(w, state) {
+  $("follow-up").hidden = false;
+  const can = Boolean(w.conversationId) && TERMINAL.has(state);
+  $("follow-up-message").disabled = !can;
+  $("follow-up-form").querySelector("button").disabled = !can;
+  $("follow-up-note").textContent = !w.conversationId
+    ? "This execution was started without a conversation, so a follow-up cannot continue it."
+    : can ? `Continues conversation ${w.conversationId} on ${w.adapter}.` : "A follow-up can be sent once this execution has ended.";
 }
 
 const STATE_OF_KIND = {
@@ -456,10 +731,7 @@ function apply(w, event) {
       break;
     }
     case "artifact.created":
-      $("artifacts").append(
-        el("li", {}, el("strong", {}, data.name || data.id), " ", el("span", { className: "muted" }, data.mediaType), " ",
-          el("code", {}, data.uri || "")),
-      );
+      artifactRow(w, data);
       break;
     case "usage":
       $("usage").textContent = `tokens: ${data.inputTokens ?? 0} in, ${data.outputTokens ?? 0} out`;
@@ -476,7 +748,309 @@ function apply(w, event) {
     default:
       break;
   }
+  const at = Date.parse(event.time);
+  measure(w, event, at);
+  timelineRow(w, event, at);
+  step(w, event, at);
+  timing(w);
+  if (w.target) target(w, w.target);
+  else if (w.pinned) pin(w);
 }
+
+// ---- time: the timeline, the steps and what they add up to ------------------------------
+
+const OUTPUT = new Set(["message.delta", "reasoning.delta", "tool.call.started", "action.requested", "artifact.created"]);
+
+/** The running totals of the timing summary. */
+function measure(w, event, at) {
+  const data = event.data || {};
+  if (w.firstEvent === null) w.firstEvent = at;
+  if (w.firstOutput === null && OUTPUT.has(event.kind)) w.firstOutput = at;
+  if (event.kind === "tool.call.started") w.toolStart.set(data.callId, at);
+  if (event.kind === "tool.call.completed") {
+    w.toolCount += 1;
+    const from = w.toolStart.get(data.callId);
+    if (from !== undefined) w.toolTotal += at - from;
+  }
+  if (event.kind === "action.requested") w.actionStart.set(data.id, at);
+  if (event.kind === "action.resolved") {
+    const from = w.actionStart.get(data.actionId);
+    if (from !== undefined) w.awaited += at - from;
+    w.actionStart.delete(data.actionId);
+  }
+  if (TERMINAL.has(STATE_OF_KIND[event.kind])) {
+    w.endAt = at;
+    w.actionStart.clear();
+  }
+}
+
+/** `+1.2 s`: how long after the execution was created `at` is. */
+function offset(w, at) {
+  return Number.isNaN(w.created) ? "" : `+${duration(at - w.created)}`;
+}
+
+function timing(w) {
+  const since = (at) => (at === null || Number.isNaN(w.created) ? "—" : duration(at - w.created));
+  const open = [...w.actionStart.values()].reduce((sum, from) => sum + (Date.now() - from), 0);
+  const facts = [
+    ["first-event", "First event after", since(w.firstEvent)],
+    ["first-output", "First output after", since(w.firstOutput)],
+    ["awaiting", "Awaiting an answer", duration(w.awaited + open) + (open ? " so far" : "")],
+    ["tools", "Tool calls", w.toolCount ? `${w.toolCount}, ${duration(w.toolTotal)} in all` : "none"],
+    ["ran", "Ran for", w.endAt === null ? (Number.isNaN(w.created) ? "—" : `${duration(Date.now() - w.created)} so far`) : since(w.endAt)],
+  ];
+  $("timing").replaceChildren(...facts.flatMap(([role, k, v]) => [el("dt", {}, k), el("dd", { "data-timing": role }, v)]));
+}
+
+/** What one event says, in a few words. */
+function gist(event) {
+  const d = event.data || {};
+  const found = new Set();
+  switch (event.kind) {
+    case "message.delta":
+    case "reasoning.delta":
+      return String(d.text || "");
+    case "tool.call.started":
+      return [el("code", {}, marked(d.tool || "", found)), ` ${d.callId || ""}`];
+    case "tool.call.completed":
+      return `${d.callId || ""} ${(d.outcome && d.outcome.status) || ""}`;
+    case "action.requested":
+      return (d.kind && d.kind.type) || "";
+    case "action.resolved":
+      return (d.outcome && d.outcome.type) || "";
+    case "artifact.created":
+      return `${d.name || d.id || ""} (${d.mediaType || ""})`;
+    case "usage":
+      return `${d.inputTokens ?? 0} in, ${d.outputTokens ?? 0} out`;
+    case "run.failed":
+      return (d.error && d.error.message) || "";
+    case "run.cancelled":
+      return d.reason || "";
+    case "run.succeeded":
+      return d.summary || "";
+    default:
+      return "";
+  }
+}
+
+/**
+ * One row of the timeline: when (after the start), what, and how long it took where that
+ * means something (a tool call's completion, an action's resolution). A run of text deltas is
+ * one row (`message ×12`), so a long answer stays a short timeline.
+ */
+function timelineRow(w, event, at) {
+  const data = event.data || {};
+  const last = w.lastRow;
+  const delta = event.kind === "message.delta" || event.kind === "reasoning.delta";
+  if (delta && last && last.kind === event.kind) {
+    last.last = event.seq;
+    last.count += 1;
+    last.li.dataset.last = String(event.seq);
+    last.li.querySelector(".kind").textContent = `${event.kind} ×${last.count}`;
+    if (last.text.length < 80) {
+      last.text += String(data.text || "");
+      last.li.querySelector(".what").textContent = last.text.slice(0, 80);
+    }
+    last.li.querySelector(".took").textContent = duration(at - last.at);
+    return;
+  }
+  let took = "";
+  if (event.kind === "tool.call.completed" && w.toolStart.has(data.callId)) took = duration(at - w.toolStart.get(data.callId));
+  if (event.kind === "action.resolved") {
+    const asked = w.rows.find((r) => r.kind === "action.requested" && r.action === data.actionId);
+    if (asked) took = `awaited ${duration(at - asked.at)}`;
+  }
+  const li = el("li", { id: `event-${event.seq}`, "data-seq": event.seq, "data-last": event.seq, "data-kind": event.kind, tabindex: "-1" },
+    el("a", { className: "seq", href: link(w.id, event.seq), title: "a link to this event" }, `#${event.seq}`),
+    el("time", { datetime: event.time, title: event.time }, offset(w, at)),
+    el("span", { className: "kind" }, event.kind),
+    el("span", { className: "what" }, delta ? String(data.text || "").slice(0, 80) : gist(event)),
+    el("span", { className: "took" }, took));
+  const row = { kind: event.kind, first: event.seq, last: event.seq, count: 1, text: delta ? String(data.text || "") : "", at, li,
+    action: event.kind === "action.requested" ? data.id : undefined };
+  w.rows.push(row);
+  w.lastRow = row;
+  $("timeline").append(li);
+}
+
+/** Shows event `seq` of a deep link: its timeline row (a run of deltas holds several) in view. */
+function target(w, seq) {
+  w.target = seq;
+  if (!seq) return;
+  const row = w.rows.find((r) => r.first <= seq && seq <= r.last);
+  if (!row) return;
+  w.target = null;
+  for (const li of $("timeline").querySelectorAll(".target")) li.classList.remove("target");
+  row.li.classList.add("target");
+  row.li.setAttribute("aria-current", "true");
+  // Brought into view once the events read so far are in (those after it grow the page above
+  // it: the transcript, the steps): each event meanwhile puts the scroll off a little.
+  w.pinned = row.li;
+  pin(w);
+}
+
+function pin(w) {
+  clearTimeout(w.pinTimer);
+  w.pinTimer = setTimeout(() => {
+    if (watching !== w || !w.pinned) return;
+    w.pinned.scrollIntoView({ block: "center" });
+    w.pinned.focus({ preventScroll: true });
+    w.pinned = null;
+  }, 80);
+}
+
+/**
+ * The step view: the events grouped into model turns (a run of text, reasoning and usage),
+ * tool calls (started to completed), and actions (asked to answered).
+ */
+function step(w, event, at) {
+  const data = event.data || {};
+  const kind = event.kind;
+  const add = (type, title) => {
+    const s = { at, type, li: el("li", { className: `step step-${type}`, "data-step": type, "data-seq": event.seq },
+      el("span", { className: "step-type" }, title), " ",
+      el("a", { className: "seq", href: link(w.id, event.seq) }, offset(w, at)), " ",
+      el("span", { className: "took" }, ""), " ",
+      el("span", { className: "what muted" }, "")) };
+    $("steps").append(s.li);
+    return s;
+  };
+  const set = (s, took, what) => {
+    if (took !== undefined) s.li.querySelector(".took").textContent = took;
+    if (what !== undefined) s.li.querySelector(".what").textContent = what;
+  };
+  if (kind === "message.delta" || kind === "reasoning.delta") {
+    if (!w.turn) {
+      w.turn = add("turn", "Model turn");
+      w.turn.text = "";
+      w.lastTurn = w.turn;
+    }
+    if (kind === "message.delta" && w.turn.text.length < 80) w.turn.text += String(data.text || "");
+    set(w.turn, duration(at - w.turn.at), w.turn.text.slice(0, 80));
+    return;
+  }
+  if (kind === "usage") {
+    const turn = w.turn || w.lastTurn;
+    if (turn) turn.li.querySelector(".step-type").textContent = `Model turn (${data.inputTokens ?? 0} in, ${data.outputTokens ?? 0} out tokens)`;
+    return;
+  }
+  w.turn = null;
+  if (kind === "tool.call.started") {
+    const s = add("tool", "Tool call");
+    s.li.querySelector(".step-type").append(" ", el("code", {}, marked(data.tool || "", new Set())));
+    set(s, "running");
+    w.toolSteps.set(data.callId, s);
+  } else if (kind === "tool.call.completed") {
+    const s = w.toolSteps.get(data.callId);
+    if (s) set(s, duration(at - s.at), (data.outcome && data.outcome.status) || "");
+  } else if (kind === "action.requested") {
+    const type = data.kind && data.kind.type;
+    const s = add("action", type === "tool_approval" ? "Approval" : "Input");
+    set(s, "awaiting");
+    w.actionSteps.set(data.id, s);
+  } else if (kind === "action.resolved") {
+    const s = w.actionSteps.get(data.actionId);
+    if (s) set(s, `awaited ${duration(at - s.at)}`, (data.outcome && data.outcome.type) || "");
+  } else if (TERMINAL.has(STATE_OF_KIND[kind])) {
+    const s = add("end", `Ended: ${STATE_OF_KIND[kind]}`);
+    set(s, Number.isNaN(w.created) ? "" : `after ${duration(at - w.created)}`);
+  }
+}
+
+// ---- artifacts --------------------------------------------------------------------------
+
+function artifactRow(w, data) {
+  w.artifacts.push(data);
+  $("artifacts").append(
+    el("li", { "data-artifact": data.id }, el("strong", {}, data.name || data.id), " ", el("span", { className: "muted" }, data.mediaType), " ",
+      el("code", {}, data.uri || ""), " ",
+      el("button", { type: "button", "data-role": "view-artifact", onclick: () => showArtifact(data) }, "View")),
+  );
+}
+
+// What the viewer reads at most of an artifact's bytes.
+const ARTIFACT_MAX = 1 << 20;
+
+/** The address of an artifact's bytes when this page may read them: this server's own. */
+function readable(uri) {
+  try {
+    const url = new URL(uri, location.href);
+    return url.origin === location.origin ? url : null;
+  } catch {
+    return null;
+  }
+}
+
+function isDiff(a) {
+  return /(x-diff|x-patch|\/diff|\/patch)$/.test(a.mediaType || "") || /\.(diff|patch)$/.test(a.name || "");
+}
+
+/**
+ * The artifact viewer: the descriptor (a descriptor never holds the bytes), and the bytes
+ * when its URI is on this server: text as text, JSON indented, images as images, diffs as
+ * diffs. Any other address is shown, not fetched (the page's policy allows only this origin).
+ */
+async function showArtifact(a) {
+  const view = $("artifact-view");
+  view.hidden = false;
+  const found = new Set();
+  const facts = [["Name", a.name || ""], ["Media type", a.mediaType], ["Size", a.sizeBytes === undefined ? "unknown" : `${a.sizeBytes} bytes`],
+    ["Created", a.createdAt ? when(a.createdAt) : ""], ["Address", a.uri || "none"]];
+  const content = el("div", { className: "artifact-content", "data-role": "artifact-content" });
+  view.replaceChildren(
+    el("div", { className: "bar" }, el("h4", { id: "artifact-title" }, a.name || a.id),
+      el("button", { type: "button", onclick: () => { view.hidden = true; } }, "Close")),
+    el("dl", { className: "facts" }, facts.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)])),
+    ...(Object.keys(a.metadata || {}).length
+      ? [el("h5", {}, "Metadata"), el("pre", { "data-role": "artifact-metadata" }, marked(JSON.stringify(a.metadata, null, 2), found))]
+      : []),
+    content);
+  view.focus();
+  const url = a.uri && readable(a.uri);
+  if (!url) {
+    content.append(el("p", { className: "muted" }, a.uri
+      ? "The bytes are at the address above, outside this server: the console does not fetch them."
+      : "This artifact names no address for its bytes."));
+    return;
+  }
+  try {
+    const response = await fetch(url, { headers: { Authorization: `Bearer ${token}` } });
+    if (!response.ok) throw new Error(`HTTP ${response.status}`);
+    const blob = await response.blob();
+    if (blob.size > ARTIFACT_MAX) throw new Error(`it is ${blob.size} bytes, more than the viewer shows (${ARTIFACT_MAX})`);
+    const type = (a.mediaType || blob.type || "").toLowerCase();
+    if (type.startsWith("image/")) {
+      const src = URL.createObjectURL(blob.slice(0, blob.size, type));
+      const img = el("img", { src, alt: a.name || "the artifact", "data-role": "artifact-image" });
+      img.addEventListener("load", () => URL.revokeObjectURL(src), { once: true });
+      content.append(img);
+      return;
+    }
+    const text = await blob.text();
+    if (isDiff(a)) {
+      content.append(el("pre", { className: "diff", "data-role": "artifact-diff" }, text.split("\n").map((line) => {
+        const cls = line.startsWith("+++") || line.startsWith("---") ? "file" : line.startsWith("@@") ? "hunk"
+          : line.startsWith("+") ? "add" : line.startsWith("-") ? "del" : "same";
+        return el("span", { className: cls }, marked(line, found), "\n");
+      })));
+    } else if (type.includes("json")) {
+      let pretty;
+      try {
+        pretty = JSON.stringify(JSON.parse(text), null, 2);
+      } catch (e) {
+        content.append(el("p", { className: "error" }, `Not valid JSON (${e.message}): shown as text.`));
+        pretty = text;
+      }
+      content.append(el("pre", { "data-role": "artifact-json" }, marked(pretty, found)));
+    } else {
+      content.append(el("pre", { "data-role": "artifact-text" }, marked(text, found)));
+    }
+  } catch (e) {
+    content.append(el("p", { className: "error", role: "alert" }, `The bytes could not be read: ${e.message}`));
+  }
+}
+
+// ---- tool calls, the end, cancelling ----------------------------------------------------
 
 /** The row of a tool call in the list (made once: a call may be proposed, then started). */
 function toolRow(w, call) {
@@ -508,6 +1082,7 @@ function end(w, state, text) {
   $("actions").replaceChildren();
   $("outcome").textContent = text;
   $("outcome").className = state;
+  followUpState(w, state);
 }
 
 async function cancel() {
@@ -541,13 +1116,28 @@ async function answer(w, request, type, reply, panel) {
   }
 }
 
+// The approve-all and reject-all of each approval panel, for the keyboard.
+const quick = new WeakMap();
+
 function showAction(w, request) {
   const kind = request.kind || {};
-  const panel = el("div", { className: "action", "data-action": request.id });
+  // Focusable, so its keyboard shortcuts (`a`, `r`) act on the action that has the focus.
+  const panel = el("div", { className: "action", "data-action": request.id, "data-kind": kind.type, tabindex: "0",
+    role: "group", "aria-label": kind.type === "tool_approval" ? "a tool call awaiting approval: a approves, r rejects" : "input awaiting an answer" });
   const error = el("p", { className: "error", role: "alert" });
   if (kind.type === "tool_approval") {
     const found = new Set();
     const rows = kind.calls.map((call) => approvalRow(call, found));
+    // The shortcuts: every call of the request approved, or rejected, at once.
+    quick.set(panel, (decision) => {
+      const refused = kind.calls.find((call) => !(call.allowed || ["approve", "reject"]).includes(decision));
+      if (refused) {
+        error.textContent = `${refused.tool} cannot be ${decision === "approve" ? "approved" : "rejected"} here: choose per call below.`;
+        return;
+      }
+      const decisions = kind.calls.map((call) => ({ callId: call.callId, decision: { type: decision } }));
+      answer(w, request, "tool_approval", { type: "decide", decisions }, panel);
+    });
     const submit = el("button", { type: "button", className: "primary", "data-role": "submit" }, "Submit decisions");
     submit.addEventListener("click", () => {
       const decisions = [];
@@ -708,6 +1298,44 @@ function validate(schema, value, at) {
   return out;
 }
 
+// ---- the keyboard ----------------------------------------------------------------------
+
+/** Whether a key typed at `node` is text being written (no shortcut then). */
+function typing(node) {
+  return node instanceof HTMLElement
+    && (node.isContentEditable || node.matches("textarea, select, input:not([type=radio]):not([type=checkbox]):not([type=button]):not([type=submit])"));
+}
+
+function keys(event) {
+  if (event.ctrlKey || event.metaKey || event.altKey || !token) return;
+  if (typing(event.target) || $("help").open) return;
+  const panel = event.target instanceof Element ? event.target.closest(".action") : null;
+  switch (event.key) {
+    case "?":
+      $("help").showModal();
+      break;
+    case "/":
+      $("filter-text").focus();
+      break;
+    case "p": {
+      const first = $("actions").querySelector(".action");
+      if (first) first.focus();
+      else return;
+      break;
+    }
+    case "a":
+    case "r": {
+      const act = panel && quick.get(panel);
+      if (!act) return;
+      act(event.key === "a" ? "approve" : "reject");
+      break;
+    }
+    default:
+      return;
+  }
+  event.preventDefault();
+}
+
 // ---- start ------------------------------------------------------------------------------
 
 document.addEventListener("DOMContentLoaded", () => {
@@ -720,12 +1348,20 @@ document.addEventListener("DOMContentLoaded", () => {
   $("refresh").addEventListener("click", () => loadExecutions());
   $("more").addEventListener("click", () => loadExecutions(true));
   $("cancel").addEventListener("click", cancel);
+  $("follow-up-form").addEventListener("submit", followUp);
+  for (const id of ["filter-state", "filter-adapter", "filter-since", "filter-text"]) $(id).addEventListener("input", filter);
+  $("filters").addEventListener("submit", (e) => e.preventDefault());
+  $("help-open").addEventListener("click", () => $("help").showModal());
+  $("help-close").addEventListener("click", () => $("help").close());
+  document.addEventListener("keydown", keys);
+  window.addEventListener("hashchange", route);
   // `#code=...` (the link `harness serve` prints): a one-time code, out of the address bar
   // and the tab's history at once, then exchanged for the token. A `#token=...` of an older
-  // link is dropped unread: no URL is to hold a credential.
+  // link is dropped unread: no URL is to hold a credential. Any other fragment is a place in
+  // the console (`#/executions/...`), kept to be shown once signed in.
   const fragment = new URLSearchParams(location.hash.slice(1));
   const code = fragment.get("code");
-  if (location.hash) history.replaceState(null, "", location.pathname + location.search);
+  if (fragment.has("code") || fragment.has("token")) history.replaceState(null, "", location.pathname + location.search);
   const saved = sessionStorage.getItem(TOKEN_KEY);
   if (code) exchange(code, saved);
   else if (saved) signIn(saved);

@@ -1,6 +1,10 @@
-//! The console: one page over the Runtime API to list executions, watch one live (text as it
-//! streams, tool calls, artifacts), answer an approval (approve, reject, or edit the
-//! arguments, checked against the tool's schema) or a form, start one and cancel one.
+//! The console: one page over the Runtime API to list executions (filtered by state, adapter,
+//! time and text; new ones appear as they start, badged while they await an answer), watch
+//! one live (text as it streams, tool calls, artifacts, a timeline with times and durations,
+//! a step view of model turns, tool calls and actions), answer an approval (approve, reject,
+//! or edit the arguments, checked against the tool's schema; `a` and `r` on a focused
+//! approval) or a form, start one, continue its conversation, cancel one, view its artifacts,
+//! and see each adapter's capabilities and health.
 //!
 //! Plain HTML, CSS and JavaScript compiled into the binary (no build step, nothing fetched
 //! from elsewhere), served at `/console` without a token: the page asks for one and sends it
@@ -22,10 +26,23 @@
 //!   invisible characters: the page shows each as a marked `[U+202E]` badge (the rule list
 //!   of [`visible::is_hidden`](crate::visible::is_hidden), ported to the page's script and
 //!   kept in step by a test), and says so beside the decision buttons.
+//! - the address is `#/executions/<id>` or `#/executions/<id>/events/<seq>`: the page shows
+//!   that execution (and scrolls to and focuses that event's row) once signed in; a tab
+//!   without a token asks for one first and keeps the link. `#/adapters` shows the adapters.
+//! - an execution is started from the page on an adapter that declares
+//!   `session.multi_turn`: it gets a conversation id of the page's making (`console-` and 32
+//!   hex digits), so that the page can offer a follow-up turn once it has ended (a new
+//!   execution, same adapter, same `conversationId`).
+//! - an artifact's URI is on this server's origin: the viewer reads it with the token (at
+//!   most 1 MiB) and shows text, indented JSON, an image (through a `blob:` URL) or a diff;
+//!   any other address is shown, not fetched. A descriptor never holds the bytes, and this
+//!   server serves none itself.
 //!
-//! Decisions where the spec is silent: the code is exchanged for the bearer token itself
-//! (the page keeps it in session storage, as it keeps a typed one), not for a second kind
-//! of credential the server would have to keep; at most [`CODES`] codes are outstanding
+//! Decisions where the spec is silent: the list is read again every two seconds while the
+//! tab is visible (the API has no stream of the list), and its filters apply in the page to
+//! the executions loaded so far (`GET /v1/executions` filters nothing); the code is
+//! exchanged for the bearer token itself (the page keeps it in session storage, as it keeps
+//! a typed one), not for a second kind of credential the server would have to keep; at most [`CODES`] codes are outstanding
 //! (minting one more forgets the oldest), so minting is bounded in memory.
 //!
 //! ```
@@ -151,9 +168,10 @@ const PAGE: &str = include_str!("../console/index.html");
 const SCRIPT: &str = include_str!("../console/app.js");
 const STYLE: &str = include_str!("../console/style.css");
 
-/// No inline script or style, no other origin, no framing (`data:` images: the empty icon).
+/// No inline script or style, no other origin, no framing (`data:` images: the empty icon;
+/// `blob:` images: an image artifact the viewer read from this server with the token).
 const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
-    connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; \
+    connect-src 'self'; img-src 'self' data: blob:; base-uri 'none'; form-action 'none'; \
     frame-ancestors 'none'";
 
 fn asset(content_type: &'static str, body: &'static str) -> Response {

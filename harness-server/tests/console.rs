@@ -8,8 +8,15 @@
 //! text stays text; an approval whose arguments hold a right-to-left override shows it
 //! marked, and says so beside the buttons (the page's rule for invisible characters is the
 //! server's, code point for code point); a failed tool call is coloured; the list shows
-//! adapter, message, started, duration and outcome. The screenshots are checked: each is a
-//! rendered page, and each state's colour is on screen when that state is.
+//! adapter, message, started, duration and outcome. Then: the timeline and steps of the
+//! quickstart with their durations (the approval's wait at least the time the test waited),
+//! a link to one event that lands on it after a reload and after a sign-in, the filters, an
+//! execution started elsewhere appearing live with its badge and approved by the `a` key, a
+//! follow-up turn in the same conversation rejected by `r`, the artifact viewer (text, JSON,
+//! an image, a diff; an address elsewhere not fetched), the adapter view, labels, focus order,
+//! visible focus and text contrast. The screenshots (1280x800, and 390x844 for a phone) are
+//! checked: each is a rendered page, no wider than its viewport, its key elements within it,
+//! and each state's colour is on screen when that state is.
 //!
 //! Without a browser: every API response (JSON, SSE, errors, `/metrics`-less 404s) carries
 //! `nosniff` and a closed Content-Security-Policy, and a console code works once.
@@ -43,6 +50,27 @@ async fn start(client: &Client, script: Script) -> String {
         .unwrap()
         .id
         .to_string()
+}
+
+/// A duration as the page writes it (`850 ms`, `12.3 s`, `4 min 5 s`, `2 h 3 min`, with a
+/// `so far` or not), in milliseconds.
+fn ms(text: &str) -> f64 {
+    let words: Vec<&str> = text.trim_end_matches(" so far").split(' ').collect();
+    let mut total = 0.0;
+    for pair in words.chunks(2) {
+        let value: f64 = pair[0]
+            .parse()
+            .unwrap_or_else(|_| panic!("`{text}` is not a duration"));
+        total += value
+            * match pair.get(1).copied() {
+                Some("ms") => 1.0,
+                Some("s") => 1000.0,
+                Some("min") => 60_000.0,
+                Some("h") => 3_600_000.0,
+                _ => panic!("`{text}` is not a duration"),
+            };
+    }
+    total
 }
 
 /// The data of `id`'s first event of `kind`, as JSON.
@@ -117,12 +145,34 @@ async fn a_user_signs_in_watches_answers_edits_and_cancels_in_chromium() {
     )
     .await;
 
+    // Artifacts whose bytes are on the page's own origin (the browser run serves them) and
+    // one elsewhere.
+    let file = |name: &str| format!("{url}/files/{name}");
+    let artifacts = start(
+        &client,
+        Script::from_json_str(
+            &json!({"steps": [
+                {"type": "artifact", "mediaType": "text/plain", "name": "report.txt", "uri": file("report.txt")},
+                {"type": "artifact", "mediaType": "application/json", "name": "data.json",
+                 "uri": file("data.json"), "metadata": {"rows": 2}},
+                {"type": "artifact", "mediaType": "text/x-diff", "name": "change.diff", "uri": file("change.diff")},
+                {"type": "artifact", "mediaType": "image/png", "name": "picture.png", "uri": file("picture.png")},
+                {"type": "artifact", "mediaType": "text/plain", "name": "elsewhere.txt",
+                 "uri": "https://files.example.com/elsewhere.txt"},
+                {"type": "complete", "summary": "five artifacts"}
+            ]})
+            .to_string(),
+        )
+        .unwrap(),
+    )
+    .await;
+
     let shots = dir.join("screenshots");
-    let ids =
-        json!({"form": form, "hostile": hostile, "hanging": hanging, "bidi": bidi, "code": code})
-            .to_string();
+    let ids = json!({"form": form, "hostile": hostile, "hanging": hanging, "bidi": bidi,
+        "artifacts": artifacts, "code": code})
+    .to_string();
     let output = tokio::time::timeout(
-        Duration::from_secs(120),
+        Duration::from_secs(240),
         tokio::process::Command::new("node")
             .arg(dir.join("run.mjs"))
             .args([url.as_str(), TOKEN, ids.as_str()])
@@ -130,7 +180,7 @@ async fn a_user_signs_in_watches_answers_edits_and_cancels_in_chromium() {
             .output(),
     )
     .await
-    .expect("the browser run finished within two minutes")
+    .expect("the browser run finished within four minutes")
     .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     let run: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
@@ -335,7 +385,7 @@ async fn a_user_signs_in_watches_answers_edits_and_cancels_in_chromium() {
         ),
         "{ended:?}"
     );
-    assert_eq!(steps["listed"], 5);
+    assert_eq!(steps["listed"], 6);
     // The list's columns, from `GET /v1/executions` and the ended execution's outcome.
     let row = &steps["row"];
     assert_eq!(row["adapter"], "scripted", "{row}");
@@ -357,6 +407,346 @@ async fn a_user_signs_in_watches_answers_edits_and_cancels_in_chromium() {
     assert!(took.ends_with(" ms") || took.ends_with(" s"), "{row}");
     assert_eq!(steps["formRow"], "succeeded: thanks");
 
+    // The timeline: every event of the quickstart, in order, each with its offset from the
+    // start and a link to itself; runs of text deltas as one row.
+    let timeline = steps["timeline"].as_array().unwrap();
+    let events = client.events_page(started, 0, 1000).await.unwrap().events;
+    let covered: Vec<u64> = timeline
+        .iter()
+        .flat_map(|r| r["seq"].as_u64().unwrap()..=r["last"].as_u64().unwrap())
+        .collect();
+    let logged: Vec<u64> = events.iter().map(|e| e.seq().get()).collect();
+    assert_eq!(covered, logged, "{timeline:?}");
+    assert!(
+        timeline.len() < events.len(),
+        "deltas are grouped: {timeline:?}"
+    );
+    for row in timeline {
+        assert!(row["at"].as_str().unwrap().starts_with('+'), "{row}");
+        assert!(row["iso"].as_str().unwrap().contains('T'), "{row}");
+        assert_eq!(
+            row["link"],
+            format!("#/executions/{started}/events/{}", row["seq"]),
+            "{row}"
+        );
+    }
+    let row_of = |kind: &str| {
+        timeline
+            .iter()
+            .find(|r| r["kind"].as_str().unwrap().starts_with(kind))
+            .unwrap_or_else(|| panic!("no {kind} row: {timeline:?}"))
+    };
+    assert!(row_of("message.delta ×")["kind"].is_string());
+    // The approval was answered no sooner than 1.2 s after it was asked.
+    let awaited = row_of("action.resolved")["took"].as_str().unwrap();
+    assert!(
+        awaited.starts_with("awaited ") && ms(&awaited["awaited ".len()..]) >= 1200.0,
+        "{awaited}"
+    );
+    assert!(
+        ms(row_of("tool.call.completed")["took"].as_str().unwrap()) >= 1200.0,
+        "{timeline:?}"
+    );
+    // The steps: model turns, the approval, the tool call, the end, in that order.
+    let kinds: Vec<&str> = steps["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["step"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds.first(), Some(&"turn"), "{kinds:?}");
+    assert_eq!(kinds.last(), Some(&"end"), "{kinds:?}");
+    let at = |k: &str| kinds.iter().position(|x| *x == k).unwrap();
+    // The call starts, then waits for its approval: the approval is inside the tool call.
+    assert!(
+        at("turn") < at("tool") && at("tool") < at("action"),
+        "{kinds:?}"
+    );
+    let tool_step = steps["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["step"] == "tool")
+        .unwrap();
+    assert!(
+        tool_step["type"].as_str().unwrap().contains("write_file")
+            && tool_step["what"] == "success",
+        "{tool_step}"
+    );
+    assert!(
+        ms(tool_step["took"].as_str().unwrap()) >= 1200.0,
+        "{tool_step}"
+    );
+    // The summary: first event, first output, awaiting (at least the 1.2 s), tools, total.
+    let timing = &steps["timing"];
+    let first_event = ms(timing["first-event"].as_str().unwrap());
+    let first_output = ms(timing["first-output"].as_str().unwrap());
+    let ran = ms(timing["ran"].as_str().unwrap());
+    assert!(
+        first_event <= first_output && first_output <= ran,
+        "{timing}"
+    );
+    assert!(
+        ms(timing["awaiting"].as_str().unwrap()) >= 1200.0,
+        "{timing}"
+    );
+    assert!(
+        timing["tools"].as_str().unwrap().starts_with("1, "),
+        "{timing}"
+    );
+
+    // A deep link to one event: after a reload, and in a tab that had to sign in first.
+    let deep = &steps["deepLink"];
+    for after in ["afterReload", "afterSignIn"] {
+        let landed = &deep[after];
+        assert_eq!(landed["seq"], deep["wanted"], "{after}: {deep}");
+        assert_eq!(landed["focused"], true, "{after}: {deep}");
+        assert_eq!(landed["inView"], true, "{after}: {deep}");
+        assert_eq!(landed["exec"], started, "{after}: {deep}");
+        let address = landed["address"].as_str().unwrap();
+        assert!(
+            address.ends_with(deep["link"].as_str().unwrap()) && !address.contains(TOKEN),
+            "{after}: {address}"
+        );
+    }
+    assert_eq!(
+        deep["beforeSignIn"]["app"],
+        json!({"display": "none", "visible": 0, "box": 0}),
+        "{deep}"
+    );
+
+    // Filters, in the page: text, state, adapter, time range.
+    let filters = &steps["filters"];
+    let set = |name: &str| -> Vec<String> {
+        let mut v: Vec<String> = filters[name]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_str().unwrap().to_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(set("all").len(), 6, "{filters}");
+    assert_eq!(set("text"), [started.to_owned()], "{filters}");
+    assert_eq!(filters["textCount"], "1 of 6 loaded shown");
+    assert_eq!(set("cancelled"), [hanging.clone()], "{filters}");
+    assert!(set("active").is_empty(), "{filters}");
+    assert_eq!(set("adapter"), set("all"));
+    assert_eq!(set("recent"), set("all"));
+    assert_eq!(set("reset"), set("all"));
+
+    // Live: it appeared on its own, first, marked new, badged; `?` opened the help; `p`
+    // focused the approval, `a` approved it, and the badge went.
+    let live = &steps["live"];
+    assert_eq!(live["isNew"], true, "{live}");
+    assert_eq!(live["first"], live["id"], "{live}");
+    assert_eq!(live["badge"], "needs answer");
+    assert_eq!(live["count"], "1");
+    assert_eq!(live["title"], "(1) harness console");
+    assert_eq!(live["focused"], true);
+    assert!(
+        live["outcome"].as_str().unwrap().starts_with("Succeeded"),
+        "{live}"
+    );
+    assert_eq!(live["countAfter"], true);
+    let approved = first(
+        &client,
+        live["id"].as_str().unwrap(),
+        EventKind::ActionResolved,
+    )
+    .await;
+    assert_eq!(
+        approved["outcome"]["calls"][0]["decision"], "approve",
+        "{approved}"
+    );
+    let help = &steps["help"];
+    assert_eq!(
+        (&help["open"], &help["closed"]),
+        (&json!(true), &json!(true))
+    );
+    for key in ["approve every call", "reject every call", "search"] {
+        assert!(help["text"].as_str().unwrap().contains(key), "{help}");
+    }
+
+    // The follow-up: a new execution, same adapter and conversation; `r` rejected its call.
+    let follow = &steps["followUp"];
+    assert_eq!(steps["conversation"], "conv-live-1");
+    assert_eq!(follow["conversation"], "conv-live-1", "{follow}");
+    assert_eq!(follow["adapter"], "scripted");
+    let next = follow["id"].as_str().unwrap();
+    assert_ne!(next, live["id"].as_str().unwrap());
+    assert!(
+        follow["address"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("#/executions/{next}"))
+    );
+    let view = client.execution(next).await.unwrap();
+    assert_eq!(
+        view.conversation_id.as_ref().map(|c| c.as_str()),
+        Some("conv-live-1")
+    );
+    assert_eq!(view.adapter, "scripted");
+    // The list says so too: the two turns of the conversation, the newest first.
+    let listed = client.list(None, 50).await.unwrap().executions;
+    let turns: Vec<&str> = listed
+        .iter()
+        .filter(|e| e.conversation_id.as_ref().map(|c| c.as_str()) == Some("conv-live-1"))
+        .map(|e| e.id.as_str())
+        .collect();
+    assert_eq!(turns, [next, live["id"].as_str().unwrap()]);
+    assert_eq!(follow["tool"], "rejected", "{follow}");
+    let rejected = first(&client, next, EventKind::ActionResolved).await;
+    assert_eq!(
+        rejected["outcome"]["calls"][0]["decision"], "reject",
+        "{rejected}"
+    );
+    // An execution started from the page has a conversation of the page's making.
+    let own = client.execution(started).await.unwrap();
+    assert!(
+        own.conversation_id
+            .as_ref()
+            .is_some_and(|c| c.as_str().starts_with("console-")),
+        "{own:?}"
+    );
+
+    // The artifact viewer.
+    let viewer = &steps["artifactViewer"];
+    assert_eq!(viewer["text"], "The report, in plain text.\nSecond line.");
+    assert_eq!(
+        viewer["json"],
+        "{\n  \"b\": [\n    1,\n    2\n  ],\n  \"a\": {\n    \"c\": \"d\"\n  }\n}"
+    );
+    assert_eq!(viewer["metadata"], "{\n  \"rows\": 2\n}");
+    assert_eq!(
+        viewer["diff"],
+        json!([
+            ["file", "--- a/notes.md"],
+            ["file", "+++ b/notes.md"],
+            ["hunk", "@@ -1,2 +1,2 @@"],
+            ["same", " context"],
+            ["del", "-old line"],
+            ["add", "+new line"],
+            ["same", ""]
+        ])
+    );
+    assert_eq!(viewer["diffColours"], "rgb(230, 244, 234)");
+    assert_eq!(
+        viewer["image"],
+        json!({"width": 1280, "height": 800, "src": "blob:"})
+    );
+    assert!(
+        viewer["elsewhere"]
+            .as_str()
+            .unwrap()
+            .contains("does not fetch"),
+        "{viewer}"
+    );
+    // Each same-origin artifact read once, with the token; the one elsewhere never.
+    let fetched = viewer["fetched"].as_array().unwrap();
+    assert_eq!(fetched.len(), 4, "{fetched:?}");
+    assert!(fetched.iter().all(|f| f["auth"] == true), "{fetched:?}");
+
+    // The adapters: health, capabilities, and the certification the manifest states.
+    let adapters = &steps["adapters"];
+    assert!(
+        adapters["address"]
+            .as_str()
+            .unwrap()
+            .ends_with("#/adapters")
+    );
+    assert_eq!(adapters["health"], "ready");
+    assert_eq!(adapters["detailHidden"], true);
+    let capabilities = adapters["capabilities"].as_object().unwrap();
+    assert_eq!(capabilities["session.multi_turn"], "native", "{adapters}");
+    assert!(capabilities.len() >= 5, "{adapters}");
+    let facts = adapters["facts"].as_str().unwrap();
+    assert!(
+        facts.contains("Certified by evidence") && facts.contains("Trust boundary"),
+        "{facts}"
+    );
+
+    // Accessibility: labels, contrast, a visible focus in the page's order.
+    let a11y = &steps["a11y"];
+    assert_eq!(a11y["unlabelled"], json!([]), "{a11y}");
+    assert_eq!(a11y["lows"], json!([]), "{a11y}");
+    assert!(a11y["checked"].as_u64().unwrap() > 30, "{a11y}");
+    let order: Vec<&str> = a11y["order"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        order[..6],
+        [
+            "nav-executions",
+            "nav-adapters",
+            "help-open",
+            "sign-out",
+            "start-adapter",
+            "start-message"
+        ],
+        "{a11y}"
+    );
+    for o in a11y["order"].as_array().unwrap() {
+        assert_eq!(o["outline"], "solid 3px", "{o}");
+    }
+
+    // Every screenshot's page fits its viewport, its key elements shown within it; at phone
+    // width too, where tables scroll in their own box.
+    for (name, shot) in run["shots"].as_object().unwrap() {
+        let layout = &shot["layout"];
+        let width = layout["innerWidth"].as_f64().unwrap();
+        assert!(
+            layout["scrollWidth"].as_f64().unwrap() <= width,
+            "{name} overflows sideways: {layout}"
+        );
+        let height = layout["innerHeight"].as_f64().unwrap();
+        for (key, place) in layout["keys"].as_object().unwrap() {
+            assert_eq!(place["visible"], true, "{name}: {key} {layout}");
+            // Within the viewport across, and starting in it (a long list may go on below).
+            assert!(
+                place["left"].as_f64().unwrap() >= 0.0
+                    && place["right"].as_f64().unwrap() <= width
+                    // (less a pixel: scrolled to, a box may sit a fraction above the edge)
+                    && place["top"].as_f64().unwrap() >= -1.0
+                    && place["top"].as_f64().unwrap() < height
+                    && place["width"].as_f64().unwrap() > 0.0
+                    && place["height"].as_f64().unwrap() > 0.0,
+                "{name}: {key} is not within the viewport: {layout}"
+            );
+        }
+    }
+    for name in [
+        "phone-list",
+        "phone-execution",
+        "phone-timeline",
+        "phone-adapters",
+    ] {
+        let c = &run["shots"][name]["census"];
+        assert_eq!(
+            (c["width"].as_u64(), c["height"].as_u64()),
+            (Some(390), Some(844)),
+            "{name}"
+        );
+        assert!(
+            c["colours"].as_u64().unwrap() > 50,
+            "{name} looks blank: {c}"
+        );
+        assert!(
+            !run["shots"][name]["layout"]["keys"]
+                .as_object()
+                .unwrap()
+                .is_empty()
+        );
+    }
+    // The capabilities table is wider than a phone: it scrolls in its own box, not the page.
+    let table_box = &steps["phoneTableBox"];
+    assert_eq!(table_box["overflowX"], "auto", "{table_box}");
+    assert_eq!(table_box["scrolls"], true, "{table_box}");
+
     // The screenshots: rendered pages (not blank), each showing its state's colour.
     let census = |name: &str| &run["shots"][name]["census"];
     for name in [
@@ -366,11 +756,15 @@ async fn a_user_signs_in_watches_answers_edits_and_cancels_in_chromium() {
         "form",
         "bidi",
         "cancelled",
+        "timeline",
+        "live",
+        "artifact",
+        "adapters",
     ] {
         let c = census(name);
         assert_eq!(
             (c["width"].as_u64(), c["height"].as_u64()),
-            (Some(1280), Some(900)),
+            (Some(1280), Some(800)),
             "{name}"
         );
         assert!(
