@@ -971,14 +971,37 @@ function artifactRow(w, data) {
 // What the viewer reads at most of an artifact's bytes.
 const ARTIFACT_MAX = 1 << 20;
 
-/** The address of an artifact's bytes when this page may read them: this server's own. */
+/**
+ * The address of an artifact's bytes when this page may read them: this server's own, but
+ * never its API or the console (the address is the agent's to choose, and the token goes
+ * with the request).
+ */
 function readable(uri) {
   try {
     const url = new URL(uri, location.href);
-    return url.origin === location.origin ? url : null;
+    if (url.origin !== location.origin || /^\/(v1|console)(\/|$)/.test(url.pathname)) return null;
+    return url;
   } catch {
     return null;
   }
+}
+
+/** The body of `response`, refused past `max` bytes without reading on. */
+async function capped(response, max) {
+  const reader = response.body.getReader();
+  const parts = [];
+  let size = 0;
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    size += value.length;
+    if (size > max) {
+      reader.cancel();
+      throw new Error(`it is more than the ${max} bytes the viewer shows`);
+    }
+    parts.push(value);
+  }
+  return new Blob(parts);
 }
 
 function isDiff(a) {
@@ -1009,15 +1032,14 @@ async function showArtifact(a) {
   const url = a.uri && readable(a.uri);
   if (!url) {
     content.append(el("p", { className: "muted" }, a.uri
-      ? "The bytes are at the address above, outside this server: the console does not fetch them."
+      ? "The bytes are at the address above, not an artifact address of this server: the console does not fetch them."
       : "This artifact names no address for its bytes."));
     return;
   }
   try {
-    const response = await fetch(url, { headers: { Authorization: `Bearer ${token}` } });
+    const response = await fetch(url, { headers: { Authorization: `Bearer ${token}` }, signal: AbortSignal.timeout(15000) });
     if (!response.ok) throw new Error(`HTTP ${response.status}`);
-    const blob = await response.blob();
-    if (blob.size > ARTIFACT_MAX) throw new Error(`it is ${blob.size} bytes, more than the viewer shows (${ARTIFACT_MAX})`);
+    const blob = await capped(response, ARTIFACT_MAX);
     const type = (a.mediaType || blob.type || "").toLowerCase();
     if (type.startsWith("image/")) {
       const src = URL.createObjectURL(blob.slice(0, blob.size, type));

@@ -34,9 +34,11 @@
 //!   hex digits), so that the page can offer a follow-up turn once it has ended (a new
 //!   execution, same adapter, same `conversationId`).
 //! - an artifact's URI is on this server's origin: the viewer reads it with the token (at
-//!   most 1 MiB) and shows text, indented JSON, an image (through a `blob:` URL) or a diff;
-//!   any other address is shown, not fetched. A descriptor never holds the bytes, and this
-//!   server serves none itself.
+//!   most 1 MiB, refused past that without reading on; 15 s at most) and shows text,
+//!   indented JSON, an image (through a `blob:` URL) or a diff. Any other address, and any
+//!   under `/v1/` or `/console` (an agent chooses its artifacts' addresses, and the token
+//!   goes with the request), is shown, not fetched. A descriptor never holds the bytes, and
+//!   this server serves none itself.
 //!
 //! Decisions where the spec is silent: the list is read again every two seconds while the
 //! tab is visible (the API has no stream of the list), and its filters apply in the page to

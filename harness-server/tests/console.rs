@@ -159,7 +159,10 @@ async fn a_user_signs_in_watches_answers_edits_and_cancels_in_chromium() {
                 {"type": "artifact", "mediaType": "image/png", "name": "picture.png", "uri": file("picture.png")},
                 {"type": "artifact", "mediaType": "text/plain", "name": "elsewhere.txt",
                  "uri": "https://files.example.com/elsewhere.txt"},
-                {"type": "complete", "summary": "five artifacts"}
+                {"type": "artifact", "mediaType": "application/json", "name": "api.json",
+                 "uri": format!("{url}/v1/executions")},
+                {"type": "artifact", "mediaType": "text/plain", "name": "huge.txt", "uri": file("huge.txt")},
+                {"type": "complete", "summary": "seven artifacts"}
             ]})
             .to_string(),
         )
@@ -530,7 +533,11 @@ async fn a_user_signs_in_watches_answers_edits_and_cancels_in_chromium() {
     assert_eq!(set("all").len(), 6, "{filters}");
     assert_eq!(set("text"), [started.to_owned()], "{filters}");
     assert_eq!(filters["textCount"], "1 of 6 loaded shown");
-    assert_eq!(set("cancelled"), std::slice::from_ref(&hanging), "{filters}");
+    assert_eq!(
+        set("cancelled"),
+        std::slice::from_ref(&hanging),
+        "{filters}"
+    );
     assert!(set("active").is_empty(), "{filters}");
     assert_eq!(set("adapter"), set("all"));
     assert_eq!(set("recent"), set("all"));
@@ -636,16 +643,24 @@ async fn a_user_signs_in_watches_answers_edits_and_cancels_in_chromium() {
         viewer["image"],
         json!({"width": 1280, "height": 800, "src": "blob:"})
     );
+    // Elsewhere, and on this server's API: shown, not fetched.
+    for name in ["elsewhere", "api"] {
+        assert!(
+            viewer[name].as_str().unwrap().contains("does not fetch"),
+            "{name}: {viewer}"
+        );
+    }
+    // More than the viewer reads: refused, not read to its end.
     assert!(
-        viewer["elsewhere"]
+        viewer["huge"]
             .as_str()
             .unwrap()
-            .contains("does not fetch"),
+            .contains("more than the 1048576 bytes"),
         "{viewer}"
     );
-    // Each same-origin artifact read once, with the token; the one elsewhere never.
+    // Each readable artifact read once, with the token; the others never.
     let fetched = viewer["fetched"].as_array().unwrap();
-    assert_eq!(fetched.len(), 4, "{fetched:?}");
+    assert_eq!(fetched.len(), 5, "{fetched:?}");
     assert!(fetched.iter().all(|f| f["auth"] == true), "{fetched:?}");
 
     // The adapters: health, capabilities, and the certification the manifest states.

@@ -367,7 +367,7 @@ try {
     fetched.push({ path, auth: r.request().headers().authorization === `Bearer ${token}` });
     const [type, body] = path === "/files/picture.png"
       ? ["image/png", Buffer.from(pictureBase64, "base64")]
-      : files[path];
+      : path === "/files/huge.txt" ? ["text/plain", "x".repeat(2 * 1024 * 1024)] : files[path];
     await r.fulfill({ status: 200, contentType: type, body });
   });
   await openExecution(ids.artifacts);
@@ -393,6 +393,10 @@ try {
   await shot("artifact", ["#artifact-view"]);
   await view("elsewhere.txt");
   artifacts.elsewhere = await viewer.locator('[data-role="artifact-content"]').textContent();
+  await view("api.json");
+  artifacts.api = await viewer.locator('[data-role="artifact-content"]').textContent();
+  await view("huge.txt");
+  artifacts.huge = await viewer.locator('[data-role="artifact-content"]').textContent();
   artifacts.fetched = fetched;
   out.steps.artifactViewer = artifacts;
 
