@@ -623,7 +623,11 @@ async function stream(w) {
           if (data) apply(w, JSON.parse(data));
         }
       }
-      if (w.ended) return;
+      if (w.ended) {
+        // A link to an event this execution does not have: said, not waited for.
+        if (w.target) $("exec-error").textContent = `This execution has no event ${w.target}: it ended at event ${w.lastSeq}.`;
+        return;
+      }
       wait = 250;
     } catch (e) {
       if (e.name === "AbortError" || watching !== w) return;
@@ -1179,7 +1183,9 @@ function showAction(w, request) {
       request.dismissible === false ? null : el("button", {
         type: "button", "data-role": "dismiss",
         onclick: () => answer(w, request, "tool_approval", { type: "dismiss" }, panel),
-      }, "Dismiss"), hiddenNote(found)), error);
+      }, "Dismiss"), hiddenNote(found)), error,
+      el("p", { className: "muted keys" }, "Keys, with this box focused: ", el("kbd", {}, "a"), " approves every call, ",
+        el("kbd", {}, "r"), " rejects every call."));
   } else if (kind.type === "form_input") {
     const inputs = kind.fields.map((field) => formField(field));
     const submit = el("button", { type: "button", className: "primary", "data-role": "submit" }, "Submit");

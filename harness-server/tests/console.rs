@@ -512,6 +512,11 @@ async fn a_user_signs_in_watches_answers_edits_and_cancels_in_chromium() {
             "{after}: {address}"
         );
     }
+    let missing = deep["missing"].as_str().unwrap();
+    assert!(
+        missing.starts_with("This execution has no event 9999: it ended at event "),
+        "{missing}"
+    );
     assert_eq!(
         deep["beforeSignIn"]["app"],
         json!({"display": "none", "visible": 0, "box": 0}),

@@ -244,19 +244,27 @@ try {
   const deep = `${url}/console${resolved.link}`;
   await page.goto(deep);
   await page.reload();
-  const targeted = page.locator("#timeline li.target");
-  await targeted.waitFor({ timeout });
+  await page.locator("#timeline li.target").waitFor({ timeout });
   // Landed: the event's row has the focus (it is scrolled to once the events so far are in).
-  const landed = async () => (await page.waitForFunction(
-    () => document.activeElement && document.activeElement.classList.contains("target"), null, { timeout },
-  ).catch(() => null), {
-    seq: Number(await targeted.getAttribute("data-seq")),
-    focused: await page.evaluate(() => document.activeElement && document.activeElement.classList.contains("target")),
-    inView: await targeted.evaluate((li) => { const r = li.getBoundingClientRect(); return r.top >= 0 && r.bottom <= innerHeight; }),
-    exec: await page.textContent("#exec-id"),
-    address: page.url(),
-  });
+  const landed = async () => {
+    await page.waitForFunction(
+      () => document.activeElement && document.activeElement.classList.contains("target"), null, { timeout },
+    ).catch(() => null);
+    const targeted = page.locator("#timeline li.target");
+    return {
+      seq: Number(await targeted.getAttribute("data-seq")),
+      focused: await page.evaluate(() => document.activeElement && document.activeElement.classList.contains("target")),
+      inView: await targeted.evaluate((li) => { const r = li.getBoundingClientRect(); return r.top >= 0 && r.bottom <= innerHeight; }),
+      exec: await page.textContent("#exec-id"),
+      address: page.url(),
+    };
+  };
   out.steps.deepLink = { wanted: resolved.seq, link: resolved.link, afterReload: await landed() };
+  // A link to an event the execution does not have: said so.
+  await page.goto(`${url}/console#/executions/${encodeURIComponent(out.steps.startedId)}/events/9999`);
+  await page.reload();
+  await page.locator("#exec-error", { hasText: "9999" }).waitFor({ timeout });
+  out.steps.deepLink.missing = await page.textContent("#exec-error");
   // In a tab without a token: signed in first, then shown the event; no token in any address.
   {
     const fresh = await tab();
