@@ -192,8 +192,10 @@ function route() {
   const adapters = parts[0] === "adapters";
   $("adapters-view").hidden = !adapters;
   $("detail").hidden = adapters;
-  $("nav-adapters").toggleAttribute("aria-current", adapters);
-  $("nav-executions").toggleAttribute("aria-current", !adapters);
+  for (const [id, on] of [["nav-adapters", adapters], ["nav-executions", !adapters]]) {
+    if (on) $(id).setAttribute("aria-current", "page");
+    else $(id).removeAttribute("aria-current");
+  }
   if (adapters) {
     scrollTo(0, 0);
     loadAdapterView();
@@ -884,7 +886,10 @@ function target(w, seq) {
   const row = w.rows.find((r) => r.first <= seq && seq <= r.last);
   if (!row) return;
   w.target = null;
-  for (const li of $("timeline").querySelectorAll(".target")) li.classList.remove("target");
+  for (const li of $("timeline").querySelectorAll(".target")) {
+    li.classList.remove("target");
+    li.removeAttribute("aria-current");
+  }
   row.li.classList.add("target");
   row.li.setAttribute("aria-current", "true");
   // Brought into view once the events read so far are in (those after it grow the page above

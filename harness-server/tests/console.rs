@@ -678,6 +678,10 @@ async fn a_user_signs_in_watches_answers_edits_and_cancels_in_chromium() {
     );
     assert_eq!(adapters["health"], "ready");
     assert_eq!(adapters["detailHidden"], true);
+    assert_eq!(
+        adapters["current"], "page",
+        "the navigation says where the page is"
+    );
     let capabilities = adapters["capabilities"].as_object().unwrap();
     assert_eq!(capabilities["session.multi_turn"], "native", "{adapters}");
     assert!(capabilities.len() >= 5, "{adapters}");

@@ -418,6 +418,7 @@ try {
     capabilities: await card.locator("tr[data-capability]").evaluateAll((trs) => Object.fromEntries(trs.map((tr) => [tr.dataset.capability, tr.querySelector(".level").textContent]))),
     facts: await card.locator("dl").textContent(),
     detailHidden: await page.evaluate(() => document.getElementById("detail").hidden),
+    current: await page.getAttribute("#nav-adapters", "aria-current"),
   };
   await shot("adapters", [".adapter-card", "#executions"]);
 
