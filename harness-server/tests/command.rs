@@ -724,6 +724,84 @@ fn an_acp_agent_that_cannot_start_is_named_and_serve_exits_2() {
     );
 }
 
+/// An agent that passes the start-up check (an executable file on the PATH) but that the OS
+/// will not run (its interpreter is missing): the run fails (exit 1) with the caller's safe
+/// message, and the operator's log on serve's stderr names the program, the PATH searched
+/// and the OS error.
+#[test]
+fn an_acp_agent_that_fails_to_spawn_at_run_time_is_named_in_the_operators_log() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = scratch("acp-spawn");
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let agent = bin.join("broken-acp-agent");
+    std::fs::write(&agent, "#!/nonexistent/interpreter\n").unwrap();
+    std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = dir.join("harness.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[store]\nkind = \"memory\"\n\n[[tokens]]\nprincipal = \"alice\"\nsha256 = \"{}\"\n\n\
+             [acp.agents.default]\ncommand = [\"broken-acp-agent\"]\ncwd = \"{}\"\n",
+            harness_server::auth::digest(TOKEN),
+            dir.display()
+        ),
+    )
+    .unwrap();
+    let search = format!("{}:/usr/bin:/bin", bin.display());
+    let log = dir.join("serve.log");
+    let mut child = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&path)
+        .env("PATH", &search)
+        .env_remove("HARNESS_LOG")
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let url = loop {
+        let line = lines.next().expect("serve printed its address").unwrap();
+        if let Some(url) = line.strip_prefix("harness serving on ") {
+            break url.to_owned();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    let serving = Serving {
+        child,
+        url,
+        banner: Vec::new(),
+    };
+    let mut run = client(&serving, TOKEN);
+    run.args(["run", "acp", "hello"]);
+    let out = wait(run.spawn().unwrap(), Duration::from_secs(60));
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("could not be started"), "{stderr}");
+    // The caller's projection names neither the program nor the host's paths.
+    assert!(
+        !stderr.contains("broken-acp-agent") && !stderr.contains(&search),
+        "{stderr}"
+    );
+    // The log is written as the run fails; give the server a moment to flush it.
+    let start = Instant::now();
+    let logged = loop {
+        let logged = std::fs::read_to_string(&log).unwrap();
+        if logged.contains("execution failed") || start.elapsed() > Duration::from_secs(10) {
+            break logged;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        logged.contains("WARN")
+            && logged.contains("spawning program `broken-acp-agent`")
+            && logged.contains(&format!("PATH searched: {search}"))
+            && logged.contains(&agent.display().to_string())
+            && logged.contains("os error 2"),
+        "{logged}"
+    );
+}
+
 #[test]
 fn ctrl_c_at_the_prompt_cancels_the_run() {
     let dir = scratch("cancel-prompt");

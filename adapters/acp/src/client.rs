@@ -718,6 +718,37 @@ impl Drop for Reaper {
     }
 }
 
+/// What the operator needs to know of a failed spawn: the program, where it was looked for
+/// (the search path the child's lookup used: its own `PATH` when the agent sets or passes
+/// one, else this process's), the working directory and the OS error. Diagnostic only: the
+/// caller's projection says "could not be started".
+fn spawn_failure(agent: &AcpAgent, program: &str, err: &std::io::Error) -> String {
+    let path = agent
+        .set_env
+        .get("PATH")
+        .map(std::ffi::OsString::from)
+        .or_else(|| std::env::var_os("PATH"))
+        .unwrap_or_default();
+    let searched = if program.contains('/') {
+        "not searched: the program is a path".to_owned()
+    } else if path.is_empty() {
+        "PATH is empty".to_owned()
+    } else {
+        format!("PATH searched: {}", path.to_string_lossy())
+    };
+    let found = match harness_core::program::resolve(program, &agent.cwd, &path) {
+        Ok(file) => format!(
+            "; it resolves to {}, which the OS would not run",
+            file.display()
+        ),
+        Err(why) => format!("; {}", why.category()),
+    };
+    format!(
+        "spawning program `{program}` in {} ({searched}){found}: {err}",
+        agent.cwd.display()
+    )
+}
+
 /// Completes once an agent's process group is reaped: see [`AgentProcess::stop`].
 #[derive(Debug, Clone)]
 pub(crate) struct Reaped(watch::Receiver<bool>);
@@ -768,7 +799,7 @@ impl AgentProcess {
                 ErrorCategory::Unavailable,
                 "the ACP agent could not be started",
             )
-            .with_diagnostic(format!("spawning {program:?}: {e}"))
+            .with_diagnostic(spawn_failure(agent, program, &e))
         })?;
         let pgid = child.id();
         let stdio = (child.stdin.take(), child.stdout.take(), child.stderr.take());

@@ -779,6 +779,16 @@ impl Driver {
                 .await;
         }
         self.cleanup().await;
+        // The operator's record of why: the diagnostic never reaches a client, so without
+        // this line it reaches no one when the application does not read the outcome.
+        tracing::warn!(
+            execution_id = %self.shared.id,
+            code = %err.code(),
+            category = err.category().as_str(),
+            diagnostic = err.diagnostic().unwrap_or(""),
+            "execution failed: {}",
+            err.message()
+        );
         self.record(Outcome::Failed(err.clone()));
         let _done = running.fail(err);
     }

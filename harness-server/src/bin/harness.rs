@@ -57,7 +57,10 @@ and reused across restarts; `harness token --rotate` makes a new one.
 Example:
   harness serve --config harness.toml --listen 127.0.0.1:8700
 
-Exit codes: 0 stopped by Ctrl-C or SIGTERM; 2 the configuration is refused.")]
+The log (warnings and above, a failed execution's diagnostic among them) goes to stderr;
+$HARNESS_LOG chooses more or less, as `info` or `warn,harness_acp=debug`.
+
+Exit codes: 0 stopped by Ctrl-C or SIGTERM; 2 the configuration (or $HARNESS_LOG) is refused.")]
     Serve {
         /// The configuration file [default: ./harness.toml, else $HARNESS_CONFIG].
         #[arg(long, value_name = "PATH")]
@@ -438,10 +441,40 @@ fn token(principal: &str, rotate: bool, config: Option<PathBuf>) -> Result<ExitC
     Ok(ExitCode::SUCCESS)
 }
 
+/// The operator's log: on stderr, warnings and above unless `$HARNESS_LOG` says otherwise
+/// (`tracing_subscriber`'s target syntax: `info`, `warn,harness_acp=debug`). Diagnostics,
+/// which never reach a client, reach the operator here.
+fn install_log() -> Result<(), Failure> {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    let filter: tracing_subscriber::filter::Targets = match std::env::var("HARNESS_LOG") {
+        Ok(spec) if !spec.trim().is_empty() => spec.parse().map_err(|e| {
+            usage(format!(
+                "HARNESS_LOG={spec:?} is not a log filter ({e}); write a level (`info`) or \
+                 targets with levels (`warn,harness_acp=debug`)"
+            ))
+        })?,
+        _ => tracing_subscriber::filter::Targets::new()
+            .with_default(tracing_subscriber::filter::LevelFilter::WARN),
+    };
+    // Another subscriber already installed (a test harness) keeps its place.
+    let _ = tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(false)
+                .with_filter(filter),
+        )
+        .try_init();
+    Ok(())
+}
+
 async fn serve(
     config: Option<PathBuf>,
     listen: Option<std::net::SocketAddr>,
 ) -> Result<ExitCode, Failure> {
+    install_log()?;
     let (config, read) = load_config(config)?;
     let listen = listen.unwrap_or_else(|| config.listen());
     let limits = config.connection_limits()?;
