@@ -7,7 +7,7 @@
 //!
 //! 1. Throughput: one execution streaming N deltas (100,000), one reader consuming them, the
 //!    bare `AdapterService` against `HarnessStack::defaults_for` over it (tracing, metrics,
-//!    idempotency, preflight, capacity, retry, redaction), alternating, median of 5 rounds.
+//!    idempotency, preflight, capacity, retry, redaction), alternating, median of 11 rounds.
 //!    Aim: the stack keeps at least 0.8 of the bare throughput.
 //! 2. Start to first event: the time from the call to the first `message.delta`, median over
 //!    many executions, bare against stack, and the overhead in microseconds (aim: 10 us
@@ -97,7 +97,7 @@ fn main() {
     let (deltas, rounds, starts) = if quick() {
         (10_000, 3, 200)
     } else {
-        (100_000, 5, 2_000)
+        (100_000, 11, 2_000)
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -126,6 +126,11 @@ fn main() {
                 bare_samples.push(stream_round(&bare, deltas).await);
             }
         }
+        let rounds_ratios: Vec<String> = bare_samples
+            .iter()
+            .zip(&stack_samples)
+            .map(|(b, s)| format!("{:.2}", b.as_secs_f64() / s.as_secs_f64()))
+            .collect();
         let bare_t = median(bare_samples);
         let stack_t = median(stack_samples);
         let rate = |t: Duration| f64::from(deltas) / t.as_secs_f64();
@@ -141,6 +146,10 @@ fn main() {
             "  default stack        {:>12.0} deltas/s  ({:.1} ns/delta)",
             rate(stack_t),
             stack_t.as_secs_f64() * 1e9 / f64::from(deltas)
+        );
+        println!(
+            "  per-round ratios stack/bare: [{}]",
+            rounds_ratios.join(", ")
         );
         println!(
             "  ratio stack/bare: {ratio:.3}  (aim >= 0.8)  {}",

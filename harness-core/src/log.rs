@@ -13,9 +13,10 @@
 //! Events are stored once and shared (`Arc<Event>`), so readers never copy payloads and the
 //! writer never waits for a reader: a slow reader only falls behind, it neither blocks the
 //! writer nor loses an event. Code that must act *as* events are appended, or at the end of
-//! an execution, without a task of its own registers an observer
-//! ([`LogReader::observe`], [`LogReader::on_terminal`]): the writer calls it right after each
-//! append and drops it after the terminal event. Which lifecycle transitions are legal is not the log's business:
+//! an execution, without a task of its own registers an observer ([`LogReader::observe`]:
+//! the writer calls it right after each append and drops it after the terminal event) or,
+//! when only the end matters, a terminal hook ([`LogReader::on_terminal`]: called once, and
+//! nothing per event). Which lifecycle transitions are legal is not the log's business:
 //! the typestate [`lifecycle`](crate::lifecycle) makes illegal ones unrepresentable.
 //!
 //! What stays in memory:
@@ -281,6 +282,20 @@ struct Shared {
     /// always notifies (see [`Shared::notify`]).
     observed: AtomicBool,
     observers: Mutex<Observers>,
+    /// Set before a terminal hook first reads the log, as `observed` is for observers.
+    hooked: AtomicBool,
+    /// The terminal hooks waiting for the terminal event ([`LogReader::on_terminal`]): kept
+    /// apart from the observers, so that they cost nothing per event.
+    hooks: Mutex<Vec<TerminalHook>>,
+}
+
+/// A function waiting for the terminal event.
+type TerminalHook = Box<dyn FnOnce(&Event) + Send>;
+
+/// Calls `hook` with `terminal`; a panic in it is caught (the writer's thread must not
+/// unwind through the driver).
+fn fire(hook: TerminalHook, terminal: &Event) {
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook(terminal)));
 }
 
 /// The observers of one log and a reusable buffer of the events they have not seen yet.
@@ -337,12 +352,65 @@ impl Shared {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Hands every observer the events appended since it last saw one. Called by the writer
-    /// after each append, outside the state lock.
+    fn hooks(&self) -> MutexGuard<'_, Vec<TerminalHook>> {
+        // A hook's panic is caught outside the lock, so the list is never left half-updated.
+        self.hooks.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The terminal event, once it is appended.
+    fn terminal_event(&self) -> Option<Arc<Event>> {
+        let state = self.lock();
+        if state.terminal {
+            state.events.last().cloned()
+        } else {
+            None
+        }
+    }
+
+    /// Runs what waits for appended events: the observers, then (after the terminal event)
+    /// the terminal hooks. Called by the writer after each append, outside the state lock.
     fn notify(&self) {
-        if !self.observed.load(Ordering::SeqCst) {
+        if self.observed.load(Ordering::SeqCst) {
+            self.feed_observers();
+        }
+        if self.hooked.load(Ordering::SeqCst) {
+            self.fire_hooks();
+        }
+    }
+
+    /// Calls each terminal hook once, when the terminal event is appended.
+    fn fire_hooks(&self) {
+        let mut hooks = self.hooks();
+        if hooks.is_empty() {
             return;
         }
+        let Some(terminal) = self.terminal_event() else {
+            return;
+        };
+        let hooks = std::mem::take(&mut *hooks);
+        for hook in hooks {
+            fire(hook, &terminal);
+        }
+    }
+
+    /// Registers a terminal hook, or calls it at once after the end (see
+    /// [`LogReader::on_terminal`]).
+    fn on_terminal(&self, hook: TerminalHook) {
+        let mut hooks = self.hooks();
+        // Before reading: a writer that appends the terminal event after the read below then
+        // sees the flag and waits on the hooks' lock, behind this registration.
+        self.hooked.store(true, Ordering::SeqCst);
+        match self.terminal_event() {
+            Some(terminal) => {
+                drop(hooks);
+                fire(hook, &terminal);
+            }
+            None => hooks.push(hook),
+        }
+    }
+
+    /// Hands every observer the events appended since it last saw one.
+    fn feed_observers(&self) {
         let mut observers = self.observers();
         let Observers { list, scratch } = &mut *observers;
         let Some(from) = list.iter().map(|o| o.next).min() else {
@@ -409,6 +477,8 @@ impl EventLog {
                 next_waiter: AtomicU64::new(0),
                 observed: AtomicBool::new(false),
                 observers: Mutex::new(Observers::default()),
+                hooked: AtomicBool::new(false),
+                hooks: Mutex::new(Vec::new()),
             }),
         }
     }
@@ -569,6 +639,8 @@ impl Drop for EventLog {
         // hold (readers may keep the log itself alive much longer).
         let list = std::mem::take(&mut self.shared.observers().list);
         drop(list);
+        let hooks = std::mem::take(&mut *self.shared.hooks());
+        drop(hooks);
     }
 }
 
@@ -737,18 +809,15 @@ impl LogReader {
         self.shared.observe(Box::new(observer));
     }
 
-    /// Calls `f` once with the terminal event, right after it is appended (at once if it
-    /// already was); see [`observe`](Self::observe). If the writer is dropped without a
-    /// terminal event, `f` is dropped uncalled.
+    /// Calls `f` once with the terminal event, right after it is appended (after the
+    /// observers have seen it), or at once if it already was. If the writer is dropped
+    /// without a terminal event, `f` is dropped uncalled. As for an observer, `f` runs on
+    /// the writer's thread and a panic in it is caught.
+    ///
+    /// Unlike an observer, a terminal hook costs nothing per event: what only acts at the
+    /// end of an execution (a capacity permit, a span) does not sit on the event stream.
     pub fn on_terminal(&self, f: impl FnOnce(&Event) + Send + 'static) {
-        let mut f = Some(f);
-        self.observe(move |event: &Event| {
-            if event.kind().is_terminal()
-                && let Some(f) = f.take()
-            {
-                f(event);
-            }
-        });
+        self.shared.on_terminal(Box::new(f));
     }
 
     /// How many events the log holds.

@@ -1041,3 +1041,57 @@ fn a_writer_dropped_without_a_terminal_event_drops_its_observers_uncalled() {
     assert_eq!(fired.load(Ordering::SeqCst), 0);
     assert_eq!(reader.len(), 1);
 }
+
+/// Terminal hooks registered from many threads while the writer appends and ends the log:
+/// each runs exactly once, with the terminal event, whichever side wins the race.
+#[test]
+fn terminal_hooks_registered_concurrently_with_the_end_each_run_exactly_once() {
+    const HOOKS: usize = 16;
+    for round in 0..200_u64 {
+        let log = EventLog::new(ExecutionId::generate());
+        let reader = log.reader();
+        let fired: Arc<Vec<AtomicUsize>> =
+            Arc::new((0..HOOKS).map(|_| AtomicUsize::new(0)).collect());
+        let registering: Vec<_> = (0..HOOKS)
+            .map(|i| {
+                let reader = reader.clone();
+                let fired = Arc::clone(&fired);
+                std::thread::spawn(move || {
+                    if (i as u64 + round) % 3 == 0 {
+                        std::thread::yield_now();
+                    }
+                    reader.on_terminal(move |e| {
+                        assert!(e.kind().is_terminal());
+                        fired[i].fetch_add(1, Ordering::SeqCst);
+                    });
+                })
+            })
+            .collect();
+        for i in 0..(round % 8) {
+            log.append(text(i)).unwrap();
+        }
+        log.append(terminal((round % 3) as u8)).unwrap();
+        for t in registering {
+            t.join().unwrap();
+        }
+        let counts: Vec<usize> = fired.iter().map(|c| c.load(Ordering::SeqCst)).collect();
+        assert!(counts.iter().all(|&c| c == 1), "round {round}: {counts:?}");
+    }
+}
+
+/// A panicking terminal hook neither stops the others nor unwinds into the writer.
+#[test]
+fn a_panicking_terminal_hook_leaves_the_writer_and_the_other_hooks_alone() {
+    let log = EventLog::new(ExecutionId::generate());
+    let reader = log.reader();
+    let fired = Arc::new(AtomicUsize::new(0));
+    reader.on_terminal(|_| panic!("a hook that fails"));
+    let f = Arc::clone(&fired);
+    reader.on_terminal(move |_| {
+        f.fetch_add(1, Ordering::SeqCst);
+    });
+    log.append(text(0)).unwrap();
+    assert_eq!(fired.load(Ordering::SeqCst), 0, "not before the end");
+    log.append(terminal(0)).unwrap();
+    assert_eq!(fired.load(Ordering::SeqCst), 1);
+}
