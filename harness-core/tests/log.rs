@@ -1057,7 +1057,7 @@ fn terminal_hooks_registered_concurrently_with_the_end_each_run_exactly_once() {
                 let reader = reader.clone();
                 let fired = Arc::clone(&fired);
                 std::thread::spawn(move || {
-                    if (i as u64 + round) % 3 == 0 {
+                    if (i as u64 + round).is_multiple_of(3) {
                         std::thread::yield_now();
                     }
                     reader.on_terminal(move |e| {
