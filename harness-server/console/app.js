@@ -982,8 +982,8 @@ const ARTIFACT_MAX = 1 << 20;
 
 /**
  * The address of an artifact's bytes when this page may read them: this server's own, but
- * never its API or the console (the address is the agent's to choose, and the token goes
- * with the request).
+ * never its API or the console (the address is the agent's to choose). The request carries
+ * no token.
  */
 function readable(uri) {
   try {
@@ -1046,7 +1046,9 @@ async function showArtifact(a) {
     return;
   }
   try {
-    const response = await fetch(url, { headers: { Authorization: `Bearer ${token}` }, signal: AbortSignal.timeout(15000) });
+    // Without the token: the address is the agent's to choose, and a path of this origin
+    // may be another application's behind the same proxy.
+    const response = await fetch(url, { credentials: "omit", signal: AbortSignal.timeout(15000) });
     if (!response.ok) throw new Error(`HTTP ${response.status}`);
     const blob = await capped(response, ARTIFACT_MAX);
     const type = (a.mediaType || blob.type || "").toLowerCase();

@@ -361,7 +361,7 @@ try {
   out.steps.followUp.tool = await page.textContent("#tools .status");
 
   // The artifact viewer: text, JSON indented, an image, a diff (bytes on this server, read
-  // with the token), and an address elsewhere shown, not fetched.
+  // without the token), and an address elsewhere shown, not fetched.
   const files = {
     "/files/report.txt": ["text/plain", "The report, in plain text.\nSecond line."],
     "/files/data.json": ["application/json", '{"b":[1,2],"a":{"c":"d"}}'],
@@ -372,7 +372,7 @@ try {
   const fetched = [];
   await page.route(`${url}/files/**`, async (r) => {
     const path = new URL(r.request().url()).pathname;
-    fetched.push({ path, auth: r.request().headers().authorization === `Bearer ${token}` });
+    fetched.push({ path, auth: r.request().headers().authorization !== undefined });
     const [type, body] = path === "/files/picture.png"
       ? ["image/png", Buffer.from(pictureBase64, "base64")]
       : path === "/files/huge.txt" ? ["text/plain", "x".repeat(2 * 1024 * 1024)] : files[path];
