@@ -6,7 +6,7 @@
 //! defines; a name reached through a re-export (`pub use`, globs included) counts against the
 //! file that defines it, so a facade `mod.rs` that only re-exports its parts is not a circle.
 //! Test code (`#[cfg(test)]` items and `tests.rs` files) may import anything, as may doc
-//! comments; paths inside macro invocations are not seen.
+//! comments and doc-only imports (`#[cfg(doc)]`); paths inside macro invocations are not seen.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
@@ -59,11 +59,13 @@ struct Crate {
     files: BTreeMap<ModPath, File>,
 }
 
+/// Whether an item is test code or there for the docs only (`#[cfg(test)]`, `#[cfg(doc)]`):
+/// neither is an import of the code.
 fn is_test(attrs: &[syn::Attribute]) -> bool {
     attrs.iter().any(|a| {
         a.path().is_ident("cfg")
             && a.parse_args::<syn::Meta>()
-                .is_ok_and(|m| m.path().is_ident("test"))
+                .is_ok_and(|m| m.path().is_ident("test") || m.path().is_ident("doc"))
     })
 }
 

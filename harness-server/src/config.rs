@@ -468,13 +468,7 @@ impl Config {
                     agent.cwd.display()
                 )));
             }
-            let path = agent
-                .set_env
-                .get("PATH")
-                .map(std::ffi::OsString::from)
-                .or_else(|| std::env::var_os("PATH"))
-                .unwrap_or_default();
-            find_program(program, &agent.cwd, &path)
+            find_program(program, &agent.cwd, &agent.search_path())
                 .map_err(|e| invalid(format!("{what} cannot be started: {e}")))?;
         }
         Ok(())

@@ -723,12 +723,7 @@ impl Drop for Reaper {
 /// one, else this process's), the working directory and the OS error. Diagnostic only: the
 /// caller's projection says "could not be started".
 fn spawn_failure(agent: &AcpAgent, program: &str, err: &std::io::Error) -> String {
-    let path = agent
-        .set_env
-        .get("PATH")
-        .map(std::ffi::OsString::from)
-        .or_else(|| std::env::var_os("PATH"))
-        .unwrap_or_default();
+    let path = agent.search_path();
     let searched = if program.contains('/') {
         "not searched: the program is a path".to_owned()
     } else if path.is_empty() {

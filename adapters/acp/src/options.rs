@@ -454,6 +454,17 @@ pub(crate) struct SessionSetup {
 }
 
 impl AcpAgent {
+    /// The search path the agent's program is looked up on: the `PATH` the agent is given
+    /// (`setEnv`), else this process's (the lookup of a child without its own uses it).
+    #[must_use]
+    pub fn search_path(&self) -> std::ffi::OsString {
+        self.set_env
+            .get("PATH")
+            .map(std::ffi::OsString::from)
+            .or_else(|| std::env::var_os("PATH"))
+            .unwrap_or_default()
+    }
+
     /// The agent `command` run in `cwd`, with an empty environment.
     #[must_use]
     pub fn new(

@@ -5,6 +5,9 @@ use super::approval::DecisionKind;
 use super::ids::ActionType;
 use super::ids::{FieldName, Revision};
 use super::support::no_fields;
+// Named by the docs only (their text is published in the JSON Schemas, links unrewritten).
+#[cfg(doc)]
+use super::validation::{ValidatedApproval, ValidatedForm};
 use crate::id::{ActionId, IdempotencyKey, ToolCallId};
 
 // ---------------------------------------------------------------------------------------------
@@ -16,8 +19,8 @@ use crate::id::{ActionId, IdempotencyKey, ToolCallId};
 /// It summarizes the outcome but **does not carry form values or edited arguments**: those are
 /// caller data and may hold secrets (a password field, a token in an argument), while events
 /// are replayed to every reader of the execution and kept as long as the deployment retains
-/// the log. The adapter receives the full answer through [`ValidatedForm::into_answer`](super::ValidatedForm::into_answer) /
-/// [`ValidatedApproval::into_answer`](super::ValidatedApproval::into_answer); the resolution records which fields were answered and
+/// the log. The adapter receives the full answer through [`ValidatedForm::into_answer`] /
+/// [`ValidatedApproval::into_answer`]; the resolution records which fields were answered and
 /// which decision each call received. A reject reason is kept: it is a short message the
 /// caller writes for the agent, not data the agent acts on.
 ///
