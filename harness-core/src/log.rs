@@ -380,14 +380,17 @@ impl Shared {
 
     /// Calls each terminal hook once, when the terminal event is appended.
     fn fire_hooks(&self) {
-        let mut hooks = self.hooks();
-        if hooks.is_empty() {
-            return;
-        }
-        let Some(terminal) = self.terminal_event() else {
-            return;
+        let (hooks, terminal) = {
+            let mut hooks = self.hooks();
+            if hooks.is_empty() {
+                return;
+            }
+            let Some(terminal) = self.terminal_event() else {
+                return;
+            };
+            (std::mem::take(&mut *hooks), terminal)
         };
-        let hooks = std::mem::take(&mut *hooks);
+        // Outside the lock: a hook may register another (which then runs at once).
         for hook in hooks {
             fire(hook, &terminal);
         }

@@ -1095,3 +1095,24 @@ fn a_panicking_terminal_hook_leaves_the_writer_and_the_other_hooks_alone() {
     log.append(terminal(0)).unwrap();
     assert_eq!(fired.load(Ordering::SeqCst), 1);
 }
+
+/// A terminal hook that registers another one from inside: the inner one runs at once (the
+/// log has ended), and nothing deadlocks.
+#[test]
+fn a_terminal_hook_may_register_another_from_inside() {
+    let log = EventLog::new(ExecutionId::generate());
+    let reader = log.reader();
+    let (done, ran) = std::sync::mpsc::channel();
+    let inner = reader.clone();
+    reader.on_terminal(move |_| {
+        inner.on_terminal(move |e| {
+            done.send(e.seq().get()).unwrap();
+        });
+    });
+    let writer = std::thread::spawn(move || {
+        log.append(text(0)).unwrap();
+        log.append(terminal(0)).unwrap();
+    });
+    assert_eq!(ran.recv_timeout(Duration::from_secs(5)), Ok(2));
+    writer.join().unwrap();
+}
