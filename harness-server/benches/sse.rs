@@ -9,7 +9,12 @@
 //!    frame read off the socket, median and p99, for deltas 2 ms apart;
 //! 3. the server's memory per idle SSE connection (its RSS before and after 2,000 of them);
 //! 4. how many concurrent streams the server holds (aim >= 10,000): each connection gets its
-//!    first frames and stays open.
+//!    first frames and stays open;
+//! 5. executions started per second: `POST /v1/executions` one after another from one
+//!    client, against `oneshot` on the same stack and store kind in-process (alternating
+//!    rounds, the ratio's median);
+//! 6. fan-out: one execution of 10,000 deltas read by 100 SSE clients at once, events
+//!    delivered per second in all, against one in-process reader of the same script.
 //!
 //! ```sh
 //! cargo bench -p harness-server --bench sse
@@ -63,7 +68,8 @@ impl Serving {
     }
 }
 
-/// `harness serve` on a memory store, in its own process.
+/// `harness serve` on a memory store, in its own process, its connection caps raised past the
+/// 10,000 streams of part 4 (all from this one address).
 fn serve() -> Serving {
     let dir = std::env::temp_dir().join(format!("harness-bench-sse-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -71,7 +77,7 @@ fn serve() -> Serving {
     std::fs::write(
         &config,
         format!(
-            "body_limit = 16777216\n[store]\nkind = \"memory\"\n[[tokens]]\nprincipal = \"bench\"\nsha256 = \"{}\"\n",
+            "body_limit = 16777216\n[connections]\nmax = 20000\nmax_per_peer = 20000\n[store]\nkind = \"memory\"\n[[tokens]]\nprincipal = \"bench\"\nsha256 = \"{}\"\n",
             harness_server::auth::digest(TOKEN)
         ),
     )
@@ -176,6 +182,38 @@ async fn in_process(script: Script) -> (usize, Duration) {
     (n, began.elapsed())
 }
 
+/// `n` executions started one after another in-process, on the same stack and store kind as
+/// the server's, each awaited to its handle only (the server's `201` comes at acceptance
+/// too, not at the execution's end).
+async fn in_process_starts(script: Script, n: usize) -> (usize, Duration) {
+    let adapter = ScriptedAdapter::quickstart();
+    let stack = HarnessStack::defaults_for(&adapter).unwrap();
+    let service = stack.durable_service(
+        adapter,
+        Arc::new(MemoryStore::new()),
+        ReplicaId::new("bench"),
+    );
+    let options = ScriptedOptions::with_script(script).to_value();
+    let began = Instant::now();
+    // At most 64 in flight (the oldest is awaited, usually long ended), so the stack's
+    // capacity of 256 running executions never refuses one when starts outrun the runs.
+    let mut running = std::collections::VecDeque::new();
+    for _ in 0..n {
+        let execution = service
+            .clone()
+            .oneshot(ExecutionRequest::new("bench").with_options(options.clone()))
+            .await
+            .unwrap();
+        running.push_back(execution);
+        if running.len() > 64
+            && let Some(oldest) = running.pop_front()
+        {
+            oldest.outcome().await;
+        }
+    }
+    (n, began.elapsed())
+}
+
 /// An idle SSE connection: the request written, the first `frames` frames read, then held.
 async fn idle_stream(address: &str, id: &str, frames: usize) -> tokio::net::TcpStream {
     let mut socket = tokio::net::TcpStream::connect(address).await.unwrap();
@@ -232,6 +270,58 @@ async fn main() {
         "  ratio SSE / in-process: median {:.2}, lowest {:.2} (aim >= 0.5)",
         ratios[ratios.len() / 2],
         ratios[0]
+    );
+
+    // 5. Starts per second.
+    const STARTS: usize = 1_000;
+    let hello = || Script::builder().text("hello").complete("ok").build();
+    let mut start_ratios = Vec::new();
+    for round in 1..=ROUNDS {
+        let (in_n, in_time) = in_process_starts(hello(), STARTS).await;
+        let began = Instant::now();
+        for _ in 0..STARTS {
+            start(&http, &serving.url, hello()).await;
+        }
+        let http_time = began.elapsed();
+        let (in_rate, http_rate) = (rate(in_n, in_time), rate(STARTS, http_time));
+        println!(
+            "  starts round {round}: in-process {in_rate:.0}/s, over HTTP {http_rate:.0}/s: ratio {:.2}",
+            http_rate / in_rate
+        );
+        start_ratios.push(http_rate / in_rate);
+    }
+    start_ratios.sort_by(f64::total_cmp);
+    println!(
+        "  ratio HTTP starts / in-process starts: median {:.2}, lowest {:.2}",
+        start_ratios[start_ratios.len() / 2],
+        start_ratios[0]
+    );
+
+    // 6. Fan-out to 100 clients.
+    const FAN: usize = 100;
+    const FAN_DELTAS: usize = 10_000;
+    let (in_n, in_time) = in_process(deltas(FAN_DELTAS, None)).await;
+    let id = start(&http, &serving.url, deltas(FAN_DELTAS, None)).await;
+    let began = Instant::now();
+    let readers: Vec<_> = (0..FAN)
+        .map(|_| {
+            let http = http.clone();
+            let url = serving.url.clone();
+            let id = id.clone();
+            tokio::spawn(async move { sse(&http, &url, &id, |_| {}).await })
+        })
+        .collect();
+    let mut delivered = 0;
+    for reader in readers {
+        delivered += reader.await.unwrap();
+    }
+    let fan_time = began.elapsed();
+    println!(
+        "fan-out: {FAN} SSE clients read one execution of {FAN_DELTAS} deltas: {delivered} \
+         events in {fan_time:?} ({:.0}/s in all); one in-process reader {:.0}/s: ratio {:.2}",
+        rate(delivered, fan_time),
+        rate(in_n, in_time),
+        rate(delivered, fan_time) / rate(in_n, in_time)
     );
 
     // `cargo bench --bench sse -- throughput` stops here (for profiling the first part).
