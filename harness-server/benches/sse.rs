@@ -31,7 +31,7 @@ use harness_core::id::Cursor;
 use harness_core::service::ExecutionRequest;
 use harness_core::store::{MemoryStore, ReplicaId};
 use harness_core::time::Timestamp;
-use harness_layers::stack::HarnessStack;
+use harness_layers::stack::{HarnessStack, StackService};
 use harness_scripted::{Script, ScriptedAdapter, ScriptedOptions};
 use harness_server::client::SseParser;
 use serde_json::{Value, json};
@@ -161,15 +161,20 @@ async fn sse(http: &reqwest::Client, url: &str, id: &str, mut each: impl FnMut(&
     n
 }
 
-/// The in-process run: the same stack and store kind, read from the handle.
-async fn in_process(script: Script) -> (usize, Duration) {
+/// The server's stack and store kind, in this process.
+fn in_process_service() -> StackService {
     let adapter = ScriptedAdapter::quickstart();
     let stack = HarnessStack::defaults_for(&adapter).unwrap();
-    let service = stack.durable_service(
+    stack.durable_service(
         adapter,
         Arc::new(MemoryStore::new()),
         ReplicaId::new("bench"),
-    );
+    )
+}
+
+/// The in-process run: the same stack and store kind, read from the handle.
+async fn in_process(script: Script) -> (usize, Duration) {
+    let service = in_process_service();
     let began = Instant::now();
     let execution = service
         .oneshot(
@@ -186,13 +191,7 @@ async fn in_process(script: Script) -> (usize, Duration) {
 /// the server's, each awaited to its handle only (the server's `201` comes at acceptance
 /// too, not at the execution's end).
 async fn in_process_starts(script: Script, n: usize) -> (usize, Duration) {
-    let adapter = ScriptedAdapter::quickstart();
-    let stack = HarnessStack::defaults_for(&adapter).unwrap();
-    let service = stack.durable_service(
-        adapter,
-        Arc::new(MemoryStore::new()),
-        ReplicaId::new("bench"),
-    );
+    let service = in_process_service();
     let options = ScriptedOptions::with_script(script).to_value();
     let began = Instant::now();
     // At most 64 in flight (the oldest is awaited, usually long ended), so the stack's
