@@ -367,13 +367,14 @@ impl Shared {
         }
     }
 
-    /// Runs what waits for appended events: the observers, then (after the terminal event)
-    /// the terminal hooks. Called by the writer after each append, outside the state lock.
-    fn notify(&self) {
+    /// Runs what waits for appended events: the observers, then, when the append `ended`
+    /// the log, the terminal hooks (so a batch of content never touches their lock). Called
+    /// by the writer after each append, outside the state lock.
+    fn notify(&self, ended: bool) {
         if self.observed.load(Ordering::SeqCst) {
             self.feed_observers();
         }
-        if self.hooked.load(Ordering::SeqCst) {
+        if ended && self.hooked.load(Ordering::SeqCst) {
             self.fire_hooks();
         }
     }
@@ -529,7 +530,7 @@ impl EventLog {
             (event, std::mem::take(&mut state.waiters))
         };
         // Observers first: a parked reader woken by this event finds its hooks already run.
-        shared.notify();
+        shared.notify(event.kind().is_terminal());
         wake(waiters);
         Ok(event)
     }
@@ -572,7 +573,8 @@ impl EventLog {
             (count, waiters)
         };
         if count > 0 {
-            shared.notify();
+            // Content never ends the log.
+            shared.notify(false);
         }
         wake(waiters);
         Ok(count)
@@ -583,7 +585,7 @@ impl EventLog {
     /// is this log's execution's next event (a page read twice is skipped, not duplicated).
     pub(crate) fn append_stored(&self, event: Event) -> bool {
         let shared = &*self.shared;
-        let waiters = {
+        let (waiters, ended) = {
             let mut state = shared.lock();
             let index = state.events.len();
             if state.terminal
@@ -596,9 +598,9 @@ impl EventLog {
             let event = Arc::new(event);
             state.derive(&event);
             state.events.push(event);
-            std::mem::take(&mut state.waiters)
+            (std::mem::take(&mut state.waiters), state.terminal)
         };
-        shared.notify();
+        shared.notify(ended);
         wake(waiters);
         true
     }
