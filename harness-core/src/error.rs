@@ -321,6 +321,15 @@ codes! {
     REQUEST_TOO_LARGE: Some(C::Configuration);
     /// The request carries no valid credential for the server.
     CREDENTIAL_INVALID: Some(C::Authentication);
+    /// No sandbox could be made for an agent the operator runs in one (its backend is missing
+    /// or cannot create namespaces here, or a limit needs a cgroup the host does not give):
+    /// nothing ran, and nothing runs unsandboxed instead.
+    SANDBOX_UNAVAILABLE: Some(C::Unavailable);
+    /// A sandboxed agent reached its profile's limit of memory, processes or output bytes:
+    /// the sandbox was torn down with everything in it.
+    SANDBOX_LIMIT: Some(C::Capacity);
+    /// A sandboxed agent outlived its profile's wall time: the sandbox was torn down.
+    SANDBOX_WALL_TIME: Some(C::Timeout);
     /// A tool failed in its own way (the default code of a bounded failure).
     TOOL_FAILED: None;
     /// A tool's arguments did not match its input schema; the tool was not called.

@@ -1,0 +1,350 @@
+//! [`SandboxProfile`]: what an operator lets a sandboxed agent see, reach and use.
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use harness_core::error::{ErrorCategory, ErrorCode, HarnessError};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// The backend that makes the sandbox.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Backend {
+    /// Debian's `bwrap`: every namespace unshared (user, mount, PID, network, IPC, UTS,
+    /// cgroup), no capabilities, a new session, nested user namespaces disabled, torn down with
+    /// its parent.
+    #[default]
+    Bubblewrap,
+}
+
+/// An operator's sandbox profile: owned by the operator (in `harness.toml`'s
+/// `[sandbox.profiles.<name>]`), never by a caller.
+///
+/// A profile that names only its backend is the strictest that still runs an ordinary
+/// program: the system's read-only directories (`/usr` and the `/bin`, `/lib` links or
+/// directories, and the few files of `/etc` a program needs), the workspace (the agent's
+/// working directory) read-write at its own path, the agent's program read-only, a fresh
+/// `/tmp` and `/dev`, its own `/proc`, no network, no host environment, and the default
+/// [`SandboxLimits`].
+///
+/// ```
+/// use harness_sandbox::SandboxProfile;
+/// let strict: SandboxProfile = serde_json::from_value(serde_json::json!({"backend": "bubblewrap"})).unwrap();
+/// assert!(strict.network.allow.is_empty());
+/// assert_eq!(strict.limits.processes, 256);
+///
+/// let err = serde_json::from_value::<SandboxProfile>(serde_json::json!({
+///     "backend": "bubblewrap", "image": "evil:latest"
+/// })).unwrap_err();
+/// assert!(err.to_string().contains("unknown field `image`"));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[non_exhaustive]
+pub struct SandboxProfile {
+    /// The backend.
+    #[serde(default)]
+    pub backend: Backend,
+    /// More host paths the agent may read (its runtime, say `/opt/node`), bound read-only at
+    /// the same path: absolute, existing, and never `/` or a parent of the workspace.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read_only: Vec<PathBuf>,
+    /// What the agent may reach over the network.
+    #[serde(default)]
+    pub network: NetworkPolicy,
+    /// Names of the environment variables an agent run in this profile may be given (by its
+    /// own configuration: copied from the host or set by the operator). Anything else the
+    /// agent's configuration names is refused when the agent is configured; nothing of the
+    /// control plane's environment is inherited.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<String>,
+    /// The limits.
+    #[serde(default)]
+    pub limits: SandboxLimits,
+}
+
+/// What a sandbox may reach: nothing unless listed.
+///
+/// Each allowed endpoint on the loopback interface (`127.0.0.1:4010`, `localhost:4010`,
+/// `[::1]:4010`) is reachable inside the sandbox at the same address: the control plane
+/// listens there, inside the sandbox's own network namespace, and relays each connection to
+/// the host's endpoint. Nothing else reaches the host's network (there is no route out of the
+/// sandbox's namespace).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[non_exhaustive]
+pub struct NetworkPolicy {
+    /// The endpoints the agent may connect to; empty (the default): none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow: Vec<Endpoint>,
+}
+
+/// A `host:port` on the loopback interface an agent may connect to.
+///
+/// ```
+/// use harness_sandbox::Endpoint;
+/// let endpoint: Endpoint = "127.0.0.1:4010".parse().unwrap();
+/// assert_eq!(endpoint.to_string(), "127.0.0.1:4010");
+/// assert!("api.example.com:443".parse::<Endpoint>().unwrap_err().contains("loopback"));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Endpoint {
+    /// The loopback address.
+    pub ip: IpAddr,
+    /// The port.
+    pub port: u16,
+}
+
+impl FromStr for Endpoint {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (host, port) = s
+            .rsplit_once(':')
+            .ok_or_else(|| format!("`{s}` is not a `host:port`"))?;
+        let port: u16 = port
+            .parse()
+            .ok()
+            .filter(|p| *p != 0)
+            .ok_or_else(|| format!("`{s}`: the port must be 1 to 65535"))?;
+        let ip = match host.trim_start_matches('[').trim_end_matches(']') {
+            "localhost" => IpAddr::V4(Ipv4Addr::LOCALHOST),
+            other => other.parse::<IpAddr>().map_err(|_| {
+                format!(
+                    "`{s}`: only loopback endpoints (127.0.0.1, localhost or [::1]) can be \
+                     allowed; a host elsewhere is not reachable from a sandbox"
+                )
+            })?,
+        };
+        if !ip.is_loopback() {
+            return Err(format!(
+                "`{s}`: only loopback endpoints (127.0.0.1, localhost or [::1]) can be allowed"
+            ));
+        }
+        Ok(Self { ip, port })
+    }
+}
+
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.ip {
+            IpAddr::V4(ip) => write!(f, "{ip}:{}", self.port),
+            IpAddr::V6(ip) => write!(f, "[{ip}]:{}", self.port),
+        }
+    }
+}
+
+impl Serialize for Endpoint {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Endpoint {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// The limits of one sandbox. `0` means no limit for each.
+///
+/// | limit | default | enforced by | on breach |
+/// |---|---|---|---|
+/// | `wallTimeMs` | 3,600,000 (an hour) | the control plane's clock | torn down, `timeout` `SANDBOX_WALL_TIME` |
+/// | `memoryBytes` | 4 GiB | the sandbox's memory cgroup | the kernel kills the hog; torn down, `capacity` `SANDBOX_LIMIT` |
+/// | `processes` | 256 | the sandbox's pids cgroup | forks fail; torn down, `capacity` `SANDBOX_LIMIT` |
+/// | `openFiles` | 1,024 | `RLIMIT_NOFILE` | opens fail with `EMFILE` (the agent goes on) |
+/// | `outputBytes` | 256 MiB | the control plane counting stdout and stderr | torn down, `capacity` `SANDBOX_LIMIT` |
+///
+/// Memory and process limits need a cgroup the control plane can create (cgroup v1's
+/// `memory` and `pids` hierarchies, writable: the control plane runs as root); where there is
+/// none, a profile with either limit is refused when its sandbox would start
+/// (`SANDBOX_UNAVAILABLE`), never run without it. Set both to `0` to run without cgroups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[non_exhaustive]
+pub struct SandboxLimits {
+    /// Milliseconds the sandbox may live.
+    #[serde(default = "default_wall_time")]
+    pub wall_time_ms: u64,
+    /// Bytes of memory its processes may use together.
+    #[serde(default = "default_memory")]
+    pub memory_bytes: u64,
+    /// Processes (and threads) that may live in it at once.
+    #[serde(default = "default_processes")]
+    pub processes: u64,
+    /// Files each of its processes may hold open.
+    #[serde(default = "default_open_files")]
+    pub open_files: u64,
+    /// Bytes the agent may write on stdout and stderr together.
+    #[serde(default = "default_output")]
+    pub output_bytes: u64,
+}
+
+const fn default_wall_time() -> u64 {
+    3_600_000
+}
+const fn default_memory() -> u64 {
+    4 << 30
+}
+const fn default_processes() -> u64 {
+    256
+}
+const fn default_open_files() -> u64 {
+    1024
+}
+const fn default_output() -> u64 {
+    256 << 20
+}
+
+impl Default for SandboxLimits {
+    fn default() -> Self {
+        Self {
+            wall_time_ms: default_wall_time(),
+            memory_bytes: default_memory(),
+            processes: default_processes(),
+            open_files: default_open_files(),
+            output_bytes: default_output(),
+        }
+    }
+}
+
+impl SandboxLimits {
+    /// The wall time, if limited.
+    #[must_use]
+    pub fn wall_time(&self) -> Option<Duration> {
+        (self.wall_time_ms > 0).then(|| Duration::from_millis(self.wall_time_ms))
+    }
+
+    /// Whether a cgroup is needed (a memory or process limit).
+    #[must_use]
+    pub fn need_cgroup(&self) -> bool {
+        self.memory_bytes > 0 || self.processes > 0
+    }
+}
+
+/// Paths a profile may never bind: the host's secrets and the control plane's state are not
+/// made visible by listing a parent.
+const NEVER: [&str; 4] = ["/", "/root", "/home", "/etc"];
+
+impl SandboxProfile {
+    /// The strictest profile of a backend.
+    #[must_use]
+    pub fn new(backend: Backend) -> Self {
+        Self {
+            backend,
+            ..Self::default()
+        }
+    }
+
+    /// Adds a read-only path.
+    #[must_use]
+    pub fn read_only(mut self, path: impl Into<PathBuf>) -> Self {
+        self.read_only.push(path.into());
+        self
+    }
+
+    /// Allows an endpoint.
+    #[must_use]
+    pub fn allow(mut self, endpoint: Endpoint) -> Self {
+        self.network.allow.push(endpoint);
+        self
+    }
+
+    /// Allows an environment variable's name.
+    #[must_use]
+    pub fn allow_env(mut self, name: impl Into<String>) -> Self {
+        self.env.push(name.into());
+        self
+    }
+
+    /// Sets the limits.
+    #[must_use]
+    pub fn limits(mut self, limits: SandboxLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Checks the profile for a workspace: each read-only path absolute, existing, not one of
+    /// `/`, `/root`, `/home` or `/etc` and not holding the workspace; the workspace absolute
+    /// and existing. The error (`configuration`) names the path and why.
+    ///
+    /// # Errors
+    ///
+    /// A `configuration` error naming what is wrong.
+    pub fn check(&self, workspace: &Path) -> Result<(), HarnessError> {
+        if !workspace.is_absolute() || !workspace.is_dir() {
+            return Err(invalid(format!(
+                "the workspace {} must be an absolute path to an existing directory",
+                workspace.display()
+            )));
+        }
+        for path in &self.read_only {
+            if !path.is_absolute() {
+                return Err(invalid(format!(
+                    "readOnly path `{}` must be absolute",
+                    path.display()
+                )));
+            }
+            if NEVER.iter().any(|never| path == Path::new(never)) {
+                return Err(invalid(format!(
+                    "readOnly path `{}` would show the host's own files; list the \
+                     directories the agent needs instead",
+                    path.display()
+                )));
+            }
+            if workspace.starts_with(path) {
+                return Err(invalid(format!(
+                    "readOnly path `{}` holds the workspace {}: it would show other \
+                     workspaces beside it",
+                    path.display(),
+                    workspace.display()
+                )));
+            }
+            if !path.exists() {
+                return Err(invalid(format!(
+                    "readOnly path `{}` does not exist",
+                    path.display()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks that an agent's environment names only allowed variables.
+    ///
+    /// # Errors
+    ///
+    /// A `configuration` error naming the first variable not in [`env`](Self::env).
+    pub fn check_env<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> Result<(), HarnessError> {
+        for name in names {
+            if !ALWAYS_ENV.contains(&name) && !self.env.iter().any(|allowed| allowed == name) {
+                return Err(invalid(format!(
+                    "environment variable `{name}` is not allowed in the sandbox profile: add \
+                     it to the profile's `env` if the agent may see it"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Variables any sandboxed program may be given: none of them carries a credential.
+pub(crate) const ALWAYS_ENV: [&str; 6] = ["PATH", "HOME", "LANG", "LC_ALL", "TERM", "TZ"];
+
+pub(crate) fn invalid(message: String) -> HarnessError {
+    HarnessError::new(ErrorCategory::Configuration, message)
+}
+
+/// A `SANDBOX_UNAVAILABLE` error with the diagnostic.
+pub(crate) fn unavailable(message: &'static str, diagnostic: String) -> HarnessError {
+    HarnessError::new(ErrorCategory::Unavailable, message)
+        .with_code(ErrorCode::SANDBOX_UNAVAILABLE)
+        .with_retryable(false)
+        .with_diagnostic(diagnostic)
+}
