@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use rustix::io::{FdFlags, fcntl_setfd};
 use rustix::pipe::{PipeFlags, pipe_with};
-use rustix::process::{Pid, Resource, Rlimit, pidfd_open, PidfdFlags};
+use rustix::process::{Pid, PidfdFlags, Resource, Rlimit, pidfd_open};
 use tokio::io::AsyncReadExt as _;
 use tokio::process::{Child, Command};
 
@@ -29,7 +29,9 @@ pub const SANDBOX_UID: u32 = 1000;
 const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Directories of the host's system, read-only: a symlink (a merged `/usr`) is made a link.
-const SYSTEM_DIRS: [&str; 7] = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"];
+const SYSTEM_DIRS: [&str; 7] = [
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
+];
 
 /// The files of `/etc` an ordinary program needs, read-only where the host has them.
 const ETC: [&str; 9] = [
@@ -182,9 +184,11 @@ impl Sandbox {
                 )
             })?;
         let mut sandboxed = self.spawn(Launch::new(program, workspace)).await?;
-        let status = sandboxed.child.wait().await.map_err(|e| {
-            unavailable("no sandbox could be made on this host", e.to_string())
-        })?;
+        let status = sandboxed
+            .child
+            .wait()
+            .await
+            .map_err(|e| unavailable("no sandbox could be made on this host", e.to_string()))?;
         if status.success() {
             Ok(())
         } else {
@@ -213,7 +217,10 @@ impl Sandbox {
     /// `configuration` for a launch the profile refuses (a variable it does not allow, a
     /// workspace or path it cannot bind); `SANDBOX_UNAVAILABLE` when the sandbox cannot be
     /// made (no cgroup for its limits, `bwrap` failed), with the reason in the diagnostic.
-    pub async fn spawn(&self, launch: Launch) -> Result<Sandboxed, harness_core::error::HarnessError> {
+    pub async fn spawn(
+        &self,
+        launch: Launch,
+    ) -> Result<Sandboxed, harness_core::error::HarnessError> {
         let profile = &self.inner.profile;
         profile.check(&launch.workspace)?;
         profile.check_env(launch.env.iter().map(|(name, _)| name.as_str()))?;
@@ -225,7 +232,8 @@ impl Sandbox {
         }
         let fail = |diagnostic: String| unavailable("the sandbox could not be made", diagnostic);
         let cgroups = Cgroups::create(&profile.limits).map_err(fail)?;
-        let etc = EtcFiles::write().map_err(|e| fail(format!("writing the sandbox's /etc: {e}")))?;
+        let etc =
+            EtcFiles::write().map_err(|e| fail(format!("writing the sandbox's /etc: {e}")))?;
 
         let (info_read, info_write) =
             pipe_with(PipeFlags::CLOEXEC).map_err(|e| fail(format!("pipe: {e}")))?;
@@ -249,7 +257,9 @@ impl Sandbox {
             .process_group(0)
             .kill_on_drop(true);
         let child = {
-            let _window = SPAWNING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let _window = SPAWNING
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             // bwrap reads its instructions from these two ends: inheritable only for the
             // spawn.
             let inheritable = fcntl_setfd(&info_write, FdFlags::empty())
@@ -259,12 +269,7 @@ impl Sandbox {
                 .and_then(|()| command.spawn());
             drop(info_write);
             drop(block_read);
-            spawned.map_err(|e| {
-                fail(format!(
-                    "spawning {}: {e}",
-                    self.inner.bwrap.display()
-                ))
-            })?
+            spawned.map_err(|e| fail(format!("spawning {}: {e}", self.inner.bwrap.display())))?
         };
         let mut child = child;
         match tokio::time::timeout(
@@ -301,11 +306,10 @@ impl Sandbox {
         block: OwnedFd,
     ) -> Result<(u32, OwnedFd, Vec<tokio::task::JoinHandle<()>>), String> {
         let init = read_child_pid(info).await?;
-        let pid = Pid::from_raw(i32::try_from(init).map_err(|_| "pid out of range")?)
-            .ok_or("pid 0")?;
+        let pid =
+            Pid::from_raw(i32::try_from(init).map_err(|_| "pid out of range")?).ok_or("pid 0")?;
         // A handle on the init that a reused pid cannot alias: the sandbox is killed through it.
-        let pidfd =
-            pidfd_open(pid, PidfdFlags::empty()).map_err(|e| format!("pidfd_open: {e}"))?;
+        let pidfd = pidfd_open(pid, PidfdFlags::empty()).map_err(|e| format!("pidfd_open: {e}"))?;
         cgroups.enter(init)?;
         let limits = &self.inner.profile.limits;
         if limits.open_files > 0 {
@@ -400,7 +404,9 @@ impl EtcFiles {
         let uid = SANDBOX_UID;
         std::fs::write(
             files.dir.join("passwd"),
-            format!("sandbox:x:{uid}:{uid}:sandbox:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/:/usr/sbin/nologin\n"),
+            format!(
+                "sandbox:x:{uid}:{uid}:sandbox:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/:/usr/sbin/nologin\n"
+            ),
         )?;
         std::fs::write(
             files.dir.join("group"),

@@ -75,7 +75,9 @@ impl Breach {
             Self::Output(bytes) => (
                 ErrorCategory::Capacity,
                 ErrorCode::SANDBOX_LIMIT,
-                format!("the sandboxed agent wrote more than its sandbox's {bytes} bytes of output"),
+                format!(
+                    "the sandboxed agent wrote more than its sandbox's {bytes} bytes of output"
+                ),
             ),
         };
         HarnessError::new(category, message)
@@ -124,7 +126,11 @@ impl Guard {
 
     fn record(&self, breach: Breach) {
         if self.breach.set(breach).is_ok() {
-            tracing::warn!(?breach, init = self.init, "a sandbox reached a limit: torn down");
+            tracing::warn!(
+                ?breach,
+                init = self.init,
+                "a sandbox reached a limit: torn down"
+            );
             self.kill();
             self.breached.send_replace(true);
         }

@@ -321,7 +321,10 @@ impl SandboxProfile {
     /// # Errors
     ///
     /// A `configuration` error naming the first variable not in [`env`](Self::env).
-    pub fn check_env<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> Result<(), HarnessError> {
+    pub fn check_env<'a>(
+        &self,
+        names: impl IntoIterator<Item = &'a str>,
+    ) -> Result<(), HarnessError> {
         for name in names {
             if !ALWAYS_ENV.contains(&name) && !self.env.iter().any(|allowed| allowed == name) {
                 return Err(invalid(format!(

@@ -92,7 +92,8 @@ async fn the_host_is_out_of_sight_and_out_of_reach() {
     assert!(ok, "{out}\n{err}");
     for denied in ["/root", "/etc/shadow", "/home", "secret.txt", "harness.db"] {
         assert!(
-            out.lines().any(|l| l.starts_with("no ") && l.contains(denied)),
+            out.lines()
+                .any(|l| l.starts_with("no ") && l.contains(denied)),
             "{denied} was readable:\n{out}"
         );
     }
@@ -115,8 +116,14 @@ async fn the_host_is_out_of_sight_and_out_of_reach() {
         .parse()
         .unwrap();
     assert!(procs <= 8, "{procs} processes visible:\n{out}");
-    let comms: Vec<&str> = out.lines().filter_map(|l| l.strip_prefix("comm ")).collect();
-    assert!(comms.contains(&"bwrap"), "the sandbox's init is seen: {comms:?}");
+    let comms: Vec<&str> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("comm "))
+        .collect();
+    assert!(
+        comms.contains(&"bwrap"),
+        "the sandbox's init is seen: {comms:?}"
+    );
     assert!(!comms.iter().any(|c| c.starts_with("escape")), "{comms:?}");
     assert!(out.contains("host sandbox"), "{out}");
     assert!(out.contains("env PATH=/usr/bin:/bin PWD="), "{out}");
@@ -227,7 +234,12 @@ async fn a_program_that_never_exits_is_stopped_at_the_wall_time() {
     let workspace = Dir::new("forever");
     let mut limits = limits();
     limits.wall_time_ms = 300;
-    let got = breach(limits, sh(&workspace.0, "trap '' TERM; while :; do sleep 1; done"), false).await;
+    let got = breach(
+        limits,
+        sh(&workspace.0, "trap '' TERM; while :; do sleep 1; done"),
+        false,
+    )
+    .await;
     assert_eq!(got, Breach::WallTime(300));
     assert_eq!(got.error().code().as_str(), "SANDBOX_WALL_TIME");
 }
@@ -275,7 +287,9 @@ async fn dropping_the_sandbox_leaves_no_process_behind() {
     assert_eq!(&line, b"started\n");
     assert!(tagged(&tag).len() >= 2, "the children run");
     drop(guard);
-    let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await.unwrap();
+    let _ = tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while !tagged(&tag).is_empty() && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
@@ -290,7 +304,11 @@ async fn a_launch_the_profile_does_not_allow_is_refused_before_anything_runs() {
         .spawn(sh(&workspace.0, "true").env("AWS_SECRET_ACCESS_KEY", "x"))
         .await
         .unwrap_err();
-    assert!(err.message().contains("AWS_SECRET_ACCESS_KEY"), "{}", err.message());
+    assert!(
+        err.message().contains("AWS_SECRET_ACCESS_KEY"),
+        "{}",
+        err.message()
+    );
     let err = Sandbox::new(SandboxProfile::default().read_only("/root"))
         .unwrap()
         .spawn(sh(&workspace.0, "true"))
@@ -303,5 +321,9 @@ async fn a_launch_the_profile_does_not_allow_is_refused_before_anything_runs() {
         .spawn(sh(&workspace.0, "true"))
         .await
         .unwrap_err();
-    assert!(err.message().contains("holds the workspace"), "{}", err.message());
+    assert!(
+        err.message().contains("holds the workspace"),
+        "{}",
+        err.message()
+    );
 }

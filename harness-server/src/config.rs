@@ -88,6 +88,9 @@ pub struct Config {
     /// MCP servers for the model loop's executions.
     #[serde(default)]
     pub mcp: Option<McpConfig>,
+    /// The operator's sandbox profiles, which agents name (`sandbox = "<name>"`).
+    #[serde(default)]
+    pub sandbox: Option<SandboxConfig>,
     /// The directory of the file read, against which relative paths were resolved.
     #[serde(skip)]
     base: Option<PathBuf>,
@@ -170,6 +173,74 @@ pub struct ScriptedConfig {
     /// The operator's run limits for this instance's executions.
     #[serde(default)]
     pub limits: Option<RunLimits>,
+}
+
+/// `[sandbox]`: profiles by name (`[sandbox.profiles.<name>]`), each a
+/// [`SandboxProfile`](harness_sandbox::SandboxProfile); an ACP agent runs in one when its table
+/// says `sandbox = "<name>"`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct SandboxConfig {
+    /// The profiles by name.
+    #[serde(default)]
+    pub profiles: BTreeMap<String, harness_sandbox::SandboxProfile>,
+}
+
+/// An ACP agent's table, with its `sandbox = "<name>"` resolved against `[sandbox.profiles]`:
+/// the profile is the operator's, so an unknown name is refused naming the known ones.
+fn acp_agent(
+    name: &str,
+    value: &toml::Value,
+    sandboxes: Option<&SandboxConfig>,
+) -> Result<AcpAgent, HarnessError> {
+    let what = format!("acp agent `{name}`");
+    let mut value = value.clone();
+    let profile = match value.as_table_mut().and_then(|t| t.remove("sandbox")) {
+        None => None,
+        Some(toml::Value::String(profile)) => Some(profile),
+        Some(other) => {
+            return Err(invalid(format!(
+                "{what}: `sandbox` names a profile of `[sandbox.profiles]`, a string, not {}",
+                other.type_str()
+            )));
+        }
+    };
+    let agent = AcpAgent::from_value(&json_of(&value, &what)?)
+        .map_err(|e| invalid(format!("{what}: {}", e.public().message)))?;
+    let Some(profile) = profile else {
+        return Ok(agent);
+    };
+    let profiles = sandboxes.map(|s| &s.profiles);
+    let Some(found) = profiles.and_then(|p| p.get(&profile)) else {
+        let known: Vec<&str> = profiles
+            .map(|p| p.keys().map(String::as_str).collect())
+            .unwrap_or_default();
+        return Err(invalid(format!(
+            "{what}: no sandbox profile `{profile}` (the profiles are the tables of \
+             `[sandbox.profiles]`: {})",
+            if known.is_empty() {
+                "there are none".to_owned()
+            } else {
+                known.join(", ")
+            }
+        )));
+    };
+    let sandbox = harness_sandbox::Sandbox::new(found.clone()).map_err(|e| {
+        invalid(format!(
+            "{what}: sandbox profile `{profile}`: {}: {}",
+            e.message(),
+            e.diagnostic().unwrap_or_default()
+        ))
+    })?;
+    let agent = agent.in_sandbox(sandbox);
+    agent.check().map_err(|e| {
+        invalid(format!(
+            "{what} in sandbox profile `{profile}`: {}",
+            e.message()
+        ))
+    })?;
+    Ok(agent)
 }
 
 /// `[acp]`.
@@ -457,8 +528,13 @@ impl Config {
         };
         for (name, value) in &acp.agents {
             let what = format!("acp agent `{name}`");
-            let agent = AcpAgent::from_value(&json_of(value, &what)?)
-                .map_err(|e| invalid(format!("{what}: {}", e.public().message)))?;
+            let agent = acp_agent(name, value, self.sandbox.as_ref())?;
+            if let Some(sandbox) = &agent.sandbox {
+                sandbox
+                    .profile()
+                    .check(&agent.cwd)
+                    .map_err(|e| invalid(format!("{what} cannot be sandboxed: {}", e.message())))?;
+            }
             let Some(program) = agent.command.first() else {
                 continue;
             };
@@ -651,7 +727,12 @@ impl Config {
             ));
         }
         if let Some(acp) = &self.acp {
-            instances.push(Instance::new_acp(acp, store, replica)?);
+            instances.push(Instance::new_acp(
+                acp,
+                self.sandbox.as_ref(),
+                store,
+                replica,
+            )?);
         }
         if let Some(openai) = &self.openai {
             instances.push(Instance::new_openai(
@@ -719,17 +800,14 @@ impl Instance {
 
     fn new_acp<S>(
         acp: &AcpConfig,
+        sandboxes: Option<&SandboxConfig>,
         store: &Arc<S>,
         replica: &ReplicaId,
     ) -> Result<Self, HarnessError>
     where
         S: harness_core::store::ExecutionStore + harness_core::session::ThreadStateStore + 'static,
     {
-        let agent = |name: &str, value: &toml::Value| -> Result<AcpAgent, HarnessError> {
-            let what = format!("acp agent `{name}`");
-            AcpAgent::from_value(&json_of(value, &what)?)
-                .map_err(|e| invalid(format!("{what}: {}", e.public().message)))
-        };
+        let agent = |name: &str, value: &toml::Value| acp_agent(name, value, sandboxes);
         let default = default_of(&acp.agents, harness_acp::DEFAULT_AGENT, "[acp.agents]")?;
         let mut adapter = AcpAdapter::new(agent(default.0, default.1)?)?;
         for (name, value) in &acp.agents {
@@ -795,6 +873,50 @@ mod tests {
             "{memory}[openai.endpoints.local]\nbaseUrl = \"http://127.0.0.1:1/v1\"\nmodel = \"m\"\n[[mcp.servers]]\nname = \"remote\"\ntransport = {{ http = {{ url = \"http://127.0.0.1:1/mcp\" }} }}\n"
         ))
         .unwrap();
+        config.server(BearerTokens::new()).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn agents_name_the_operators_sandbox_profiles() {
+        let memory = "[store]\nkind = \"memory\"\n";
+        let agent = "[acp.agents.default]\ncommand = [\"/usr/bin/true\"]\ncwd = \"/tmp\"\n";
+        let message = refused(&format!("{memory}{agent}sandbox = \"strict\"\n")).await;
+        assert!(
+            message.contains("no sandbox profile `strict`") && message.contains("there are none"),
+            "{message}"
+        );
+        let profiles = "[sandbox.profiles.strict]\nbackend = \"bubblewrap\"\n\
+                        [sandbox.profiles.net]\nnetwork = { allow = [\"127.0.0.1:4010\"] }\n";
+        let message = refused(&format!("{memory}{agent}sandbox = \"other\"\n{profiles}")).await;
+        assert!(message.contains("net, strict"), "{message}");
+        // A variable the profile does not allow never reaches the sandbox.
+        let message = refused(&format!(
+            "{memory}{agent}sandbox = \"strict\"\nsetEnv = {{ GITHUB_TOKEN = \"x\" }}\n{profiles}"
+        ))
+        .await;
+        assert!(message.contains("GITHUB_TOKEN"), "{message}");
+        // A profile is the operator's table, checked field by field.
+        let err = Config::from_toml(&format!(
+            "{memory}[sandbox.profiles.pod]\nbackend = \"bubblewrap\"\nimage = \"evil\"\n"
+        ))
+        .unwrap_err();
+        assert!(err.to_string().contains("image"), "{err}");
+        let err = Config::from_toml(&format!(
+            "{memory}[sandbox.profiles.out]\nnetwork = {{ allow = [\"example.com:443\"] }}\n"
+        ))
+        .unwrap_err();
+        assert!(err.to_string().contains("loopback"), "{err}");
+
+        let config =
+            Config::from_toml(&format!("{memory}{agent}sandbox = \"net\"\n{profiles}")).unwrap();
+        config.check_programs().unwrap();
+        let acp = config.acp.as_ref().unwrap();
+        let parsed = acp_agent("default", &acp.agents["default"], config.sandbox.as_ref()).unwrap();
+        let sandbox = parsed.sandbox.expect("sandboxed");
+        assert_eq!(
+            sandbox.profile().network.allow[0].to_string(),
+            "127.0.0.1:4010"
+        );
         config.server(BearerTokens::new()).await.unwrap();
     }
 

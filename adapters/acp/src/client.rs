@@ -57,6 +57,7 @@ use agent_client_protocol::v1::schema::{
 };
 use futures_util::{FutureExt as _, future};
 use harness_core::error::{ErrorCategory, HarnessError};
+use harness_sandbox::{Launch, Sandbox, SandboxGuard};
 use rustix::process::{Pid, Signal};
 use serde::Deserialize as _;
 use serde_json::Value;
@@ -221,11 +222,26 @@ struct Wire {
     fault: Mutex<Option<HarnessError>>,
     /// The `protocolVersion` of the agent's `initialize` response, as sent.
     agent_version: Mutex<Option<Value>>,
+    /// The sandbox the agent runs in, if any: a limit it reached is the run's fault.
+    sandbox: std::sync::OnceLock<SandboxGuard>,
 }
 
 impl Wire {
+    /// The first fault, else the limit the agent's sandbox reached (which killed the agent,
+    /// so every path that reports its end reports the breach).
     fn fault(&self) -> Option<HarnessError> {
-        lock(&self.fault).clone()
+        let recorded = lock(&self.fault).clone();
+        recorded.or_else(|| {
+            let breach = self.sandbox.get()?.breach()?;
+            Some(self.record_fault(breach.error()))
+        })
+    }
+
+    /// Counts output the agent wrote against its sandbox's limit.
+    fn output(&self, bytes: usize) {
+        if let Some(sandbox) = self.sandbox.get() {
+            sandbox.count_output(bytes);
+        }
     }
 
     fn record_fault(&self, err: HarnessError) -> HarnessError {
@@ -744,6 +760,41 @@ fn spawn_failure(agent: &AcpAgent, program: &str, err: &std::io::Error) -> Strin
     )
 }
 
+/// Starts the agent in the operator's sandbox: its program resolved on the agent's search
+/// path (the sandbox runs an absolute path), its environment as an unsandboxed agent's
+/// (what `env` names, from this process, then `setEnv`), all of it allowed by the profile.
+async fn spawn_sandboxed(
+    agent: &AcpAgent,
+    sandbox: &Sandbox,
+    program: &str,
+    args: &[String],
+) -> Result<harness_sandbox::Sandboxed, HarnessError> {
+    let resolved = harness_core::program::resolve(program, &agent.cwd, &agent.search_path())
+        .map_err(|why| {
+            HarnessError::new(
+                ErrorCategory::Unavailable,
+                "the ACP agent could not be started",
+            )
+            .with_diagnostic(format!(
+                "resolving `{program}` for the sandbox in {}: {}",
+                agent.cwd.display(),
+                why.category()
+            ))
+        })?;
+    let mut launch = Launch::new(resolved, &agent.cwd);
+    launch.args.extend(args.iter().map(Into::into));
+    for name in &agent.env {
+        if let Some(value) = std::env::var_os(name) {
+            launch = launch.env(name.clone(), value);
+        }
+    }
+    for (name, value) in &agent.set_env {
+        launch.env.retain(|(n, _)| n != name);
+        launch = launch.env(name.clone(), value);
+    }
+    sandbox.spawn(launch).await
+}
+
 /// Completes once an agent's process group is reaped: see [`AgentProcess::stop`].
 #[derive(Debug, Clone)]
 pub(crate) struct Reaped(watch::Receiver<bool>);
@@ -773,29 +824,39 @@ impl AgentProcess {
             .command
             .split_first()
             .ok_or_else(|| HarnessError::new(ErrorCategory::Configuration, "empty command"))?;
-        let mut command = Command::new(program);
-        command
-            .args(args)
-            .current_dir(&agent.cwd)
-            .env_clear()
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true);
-        for name in &agent.env {
-            if let Some(value) = std::env::var_os(name) {
-                command.env(name, value);
+        let wire = Arc::new(Wire::default());
+        let mut child = match &agent.sandbox {
+            None => {
+                let mut command = Command::new(program);
+                command
+                    .args(args)
+                    .current_dir(&agent.cwd)
+                    .env_clear()
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .process_group(0)
+                    .kill_on_drop(true);
+                for name in &agent.env {
+                    if let Some(value) = std::env::var_os(name) {
+                        command.env(name, value);
+                    }
+                }
+                command.envs(&agent.set_env);
+                command.spawn().map_err(|e| {
+                    HarnessError::new(
+                        ErrorCategory::Unavailable,
+                        "the ACP agent could not be started",
+                    )
+                    .with_diagnostic(spawn_failure(agent, program, &e))
+                })?
             }
-        }
-        command.envs(&agent.set_env);
-        let mut child = command.spawn().map_err(|e| {
-            HarnessError::new(
-                ErrorCategory::Unavailable,
-                "the ACP agent could not be started",
-            )
-            .with_diagnostic(spawn_failure(agent, program, &e))
-        })?;
+            Some(sandbox) => {
+                let sandboxed = spawn_sandboxed(agent, sandbox, program, args).await?;
+                let _ = wire.sandbox.set(sandboxed.guard);
+                sandboxed.child
+            }
+        };
         let pgid = child.id();
         let stdio = (child.stdin.take(), child.stdout.take(), child.stderr.take());
         let guard = KillGroup {
@@ -811,11 +872,10 @@ impl AgentProcess {
                 "the ACP agent's stdio was not piped",
             ));
         };
-        let (stderr_buf, stderr_task) = keep_stderr(stderr);
+        let (stderr_buf, stderr_task) = keep_stderr(stderr, Arc::clone(&wire));
         // Aborted on every path out of here that does not hand it to the agent.
         let stderr_task = AbortOnDrop(Some(stderr_task));
 
-        let wire = Arc::new(Wire::default());
         let replay = Arc::new(Mutex::new(Replay::default()));
         let backlog = Arc::new(Backlog::new(Arc::clone(&stats)));
         let transport = acp::Lines::new(
@@ -1495,6 +1555,9 @@ fn line_stream(
                     .take(MAX_LINE as u64)
                     .read_until(b'\n', &mut bytes)
                     .await;
+                if let Ok(n) = read {
+                    wire.output(n);
+                }
                 let fault = match read {
                     Ok(0) => return None,
                     Ok(_) if bytes.last() != Some(&b'\n') && bytes.len() >= MAX_LINE => {
@@ -1537,7 +1600,10 @@ fn line_stream(
     })
 }
 
-fn keep_stderr(stderr: tokio::process::ChildStderr) -> (Arc<Mutex<VecDeque<u8>>>, JoinHandle<()>) {
+fn keep_stderr(
+    stderr: tokio::process::ChildStderr,
+    wire: Arc<Wire>,
+) -> (Arc<Mutex<VecDeque<u8>>>, JoinHandle<()>) {
     let buf = Arc::new(Mutex::new(VecDeque::with_capacity(STDERR_LIMIT)));
     let keep = Arc::clone(&buf);
     let read = async move {
@@ -1547,6 +1613,7 @@ fn keep_stderr(stderr: tokio::process::ChildStderr) -> (Arc<Mutex<VecDeque<u8>>>
             if n == 0 {
                 break;
             }
+            wire.output(n);
             let mut buf = lock(&keep);
             buf.extend(chunk.iter().take(n));
             let excess = buf.len().saturating_sub(STDERR_LIMIT);

@@ -19,6 +19,7 @@ use std::time::Duration;
 use harness_core::error::{ErrorCategory, ErrorCode, HarnessError};
 use harness_core::manifest::ValidatorCell;
 use harness_macros::AdapterOptions;
+use harness_sandbox::Sandbox;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -184,6 +185,12 @@ pub struct AcpAgent {
     /// nothing shows that the trace goes on inside it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub trace_context: bool,
+    /// The operator's sandbox the agent runs in (see [`in_sandbox`](Self::in_sandbox)); `None`:
+    /// the agent runs as a plain child process. Not part of the serialized form: a
+    /// configuration file names a profile (`sandbox = "<name>"`), which the server resolves.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub sandbox: Option<Sandbox>,
 }
 
 /// An MCP server forwarded to an ACP agent, which starts or reaches it itself.
@@ -341,6 +348,7 @@ impl fmt::Debug for AcpAgent {
             .field("mcp_servers", &self.mcp_servers)
             .field("elicitation", &self.elicitation)
             .field("trace_context", &self.trace_context)
+            .field("sandbox", &self.sandbox.as_ref().map(Sandbox::profile))
             .finish()
     }
 }
@@ -488,6 +496,7 @@ impl AcpAgent {
             mcp_servers: Vec::new(),
             elicitation: false,
             trace_context: false,
+            sandbox: None,
         }
     }
 
@@ -636,6 +645,28 @@ impl AcpAgent {
         self
     }
 
+    /// Runs the agent in `sandbox`, an operator's profile: the agent sees its `cwd` (the
+    /// workspace) and what the profile shows, reaches what the profile allows, and is torn
+    /// down at the profile's limits. Every variable the agent is given (`env`, `setEnv`) must
+    /// be allowed by the profile ([`check`](Self::check) refuses the rest).
+    /// `runtime.sandbox_isolation` is then reported native, with the profile's terms as
+    /// constraints.
+    ///
+    /// ```
+    /// use harness_acp::AcpAgent;
+    /// use harness_sandbox::{Sandbox, SandboxProfile};
+    /// let sandbox = Sandbox::with_bwrap(SandboxProfile::default(), "/usr/bin/bwrap");
+    /// let agent = AcpAgent::new(["/usr/bin/my-agent"], "/srv/ws").in_sandbox(sandbox.clone());
+    /// agent.check().unwrap();
+    /// let leaky = agent.set_env("AWS_SECRET_ACCESS_KEY", "x");
+    /// assert!(leaky.check().unwrap_err().message().contains("AWS_SECRET_ACCESS_KEY"));
+    /// ```
+    #[must_use]
+    pub fn in_sandbox(mut self, sandbox: Sandbox) -> Self {
+        self.sandbox = Some(sandbox);
+        self
+    }
+
     /// The cancel grace period.
     #[must_use]
     pub fn cancel_grace(&self) -> Duration {
@@ -680,6 +711,13 @@ impl AcpAgent {
             return Err(invalid_agent(&format!(
                 "`setEnv` sets {name:?} to a value with a NUL byte"
             )));
+        }
+        if let Some(sandbox) = &self.sandbox {
+            let names = self.env.iter().chain(self.set_env.keys());
+            sandbox
+                .profile()
+                .check_env(names.map(String::as_str))
+                .map_err(|e| invalid_agent(e.message()))?;
         }
         let mut names = std::collections::BTreeSet::new();
         for server in &self.mcp_servers {

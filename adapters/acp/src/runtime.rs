@@ -412,6 +412,16 @@ fn session_for(
             period",
     ),
     capability(
+        "runtime.sandbox_isolation",
+        native,
+        explanation = "an agent the operator runs in a sandbox profile (AcpAgent::in_sandbox; \
+            `sandbox = \"<name>\"` in harness.toml) runs in a bubblewrap sandbox: every \
+            namespace unshared, only its workspace and the profile's read-only paths, only \
+            the profile's loopback endpoints, torn down at the profile's limits; evaluate \
+            reports it unsupported for an agent without one",
+        constraints(when = "the operator runs the agent in a sandbox profile"),
+    ),
+    capability(
         "runtime.bounded_cleanup",
         native,
         explanation = "cleanup terminates, then kills, the agent's whole process group",
@@ -671,6 +681,45 @@ fn multi_turn_unsupported(conversation: Option<&Conversation>) -> HarnessError {
     .with_code(ErrorCode::CAPABILITY_UNSUPPORTED)
 }
 
+/// `runtime.sandbox_isolation` for an agent: native with what its profile enforces as
+/// constraints, or unsupported without a sandbox.
+fn sandbox_isolation(sandbox: Option<&harness_sandbox::Sandbox>) -> Capability {
+    let Some(sandbox) = sandbox else {
+        return Capability::unsupported(
+            "the operator runs this agent as a plain child process, with the server's \
+             filesystem, network and process table: no sandbox profile (AcpAgent::in_sandbox)",
+        );
+    };
+    let profile = sandbox.profile();
+    let allow: Vec<String> = profile
+        .network
+        .allow
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    let limits = &profile.limits;
+    Capability::native()
+        .with_explanation(
+            "the agent runs in the operator's bubblewrap sandbox: every namespace unshared, \
+             its workspace read-write and the system read-only, nothing else of the host",
+        )
+        .with_constraint("backend", "bubblewrap")
+        .with_constraint(
+            "network",
+            if allow.is_empty() {
+                "none"
+            } else {
+                "allowlist"
+            },
+        )
+        .with_constraint("networkAllow", allow)
+        .with_constraint("wallTimeMs", limits.wall_time_ms)
+        .with_constraint("memoryBytes", limits.memory_bytes)
+        .with_constraint("processes", limits.processes)
+        .with_constraint("openFiles", limits.open_files)
+        .with_constraint("outputBytes", limits.output_bytes)
+}
+
 impl HarnessAdapter for AcpAdapter {
     /// Ready when every agent's command resolves to an executable file and its working
     /// directory is there; nothing is started.
@@ -727,6 +776,10 @@ impl HarnessAdapter for AcpAdapter {
                     ),
                 );
             }
+            report.declare(
+                CapabilityKey::RuntimeSandboxIsolation,
+                sandbox_isolation(profile.agent.sandbox.as_ref()),
+            );
             if !setup.ask {
                 report.declare(
                     CapabilityKey::InterruptToolApproval,

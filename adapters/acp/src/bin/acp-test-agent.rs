@@ -60,6 +60,7 @@
 //! | `modes` | `session/new` (and `session/load`, which it serves from history as `echo` does) answers with modes `auto` (current), `ask` and `yolo` and config options `model` (select: `m1` current, `m2`) and `fast` (boolean, false); serves `session/set_mode` and `session/set_config_option` (unknown ids: `-32602`); a turn says `mode=<mode> model=<model> fast=<fast>`, then, in mode `ask`, asks for `t1` as `approval` does (message `approved` / `rejected`), elsewhere runs `t1` without asking (a completed `tool_call`); `end_turn` |
 //! | `flusher` | at `initialize`, spawns a child (`acp-test-agent flush TAG...`, same process group) that, like the model process of a real harness, writes its state only when told to stop; a turn says `flushing child`; the agent itself exits at once on `SIGTERM` |
 //! | `mcp` | negotiates `mcpCapabilities.http`; a turn says `mcp: ` and the MCP servers its session got at `session/new`, `; `-separated: `<name> stdio <command> <args...> env <names>` or `<name> http <url> headers <names>`; `end_turn` |
+//! | `escape` | a hostile agent, for sandbox tests: each whitespace-separated probe of the prompt is tried and reported as a message chunk `<probe> <result>\n`: `read:<path>` and `write:<path>` (`ok` / `denied (<kind>)`), `connect:<port>` on 127.0.0.1 (`ok` / `refused (<kind>)`), `procs` (how many processes `/proc` shows), `env` (the variables' names), `bomb` (forks `sh -c 'sleep 300'` until a fork fails), `hog` (allocates 16 MiB blocks until stopped), `forever`; with `bomb` or `forever`, the turn then waits for `session/cancel`, else `end_turn` |
 //! | `sleep` | (not an agent) what `ignore-cancel` spawns: ignores `SIGTERM`, sleeps 300 s |
 //! | `flush` | (not an agent) what `flusher` spawns: on `SIGTERM`, waits 300 ms, then writes `<cwd>/flushed.txt` and exits |
 //!
@@ -148,6 +149,7 @@ enum Mode {
     Modes,
     Flusher,
     Mcp,
+    Escape,
     Sleep,
     Flush,
 }
@@ -201,6 +203,7 @@ impl Mode {
             "modes" => Self::Modes,
             "flusher" => Self::Flusher,
             "mcp" => Self::Mcp,
+            "escape" => Self::Escape,
             "sleep" => Self::Sleep,
             "flush" => Self::Flush,
             _ => return None,
@@ -1051,6 +1054,19 @@ impl TestAgent {
                 turn.say(&format!("emitting {}", self.tags_and(text)))?;
                 StopReason::EndTurn
             }
+            Mode::Escape => {
+                for probe in text.split_whitespace() {
+                    turn.say(&format!("{}\n", escape(probe)))?;
+                }
+                if text
+                    .split_whitespace()
+                    .any(|p| matches!(p, "bomb" | "forever"))
+                {
+                    cancel.notified().await;
+                    return Ok(StopReason::Cancelled);
+                }
+                StopReason::EndTurn
+            }
             Mode::Flood => flood(turn).await?,
             Mode::DoubleAsk => {
                 let mut asked = Vec::new();
@@ -1363,6 +1379,70 @@ async fn flood(turn: &TurnCx<'_>) -> Result<StopReason, Error> {
 }
 
 /// Holds a responder forever: dropping it would answer the request with an error.
+/// One probe of mode `escape`, tried from wherever the agent runs; what it saw.
+fn escape(probe: &str) -> String {
+    let (what, arg) = probe.split_once(':').unwrap_or((probe, ""));
+    let result = match what {
+        "read" => match std::fs::read(arg) {
+            Ok(_) => "ok".to_owned(),
+            Err(_) if std::fs::read_dir(arg).is_ok() => "ok".to_owned(),
+            Err(e) => format!("denied ({})", e.kind()),
+        },
+        "write" => match std::fs::write(arg, "escaped") {
+            Ok(()) => "ok".to_owned(),
+            Err(e) => format!("denied ({})", e.kind()),
+        },
+        "connect" => {
+            let address = std::net::SocketAddr::from(([127, 0, 0, 1], arg.parse().unwrap_or(0)));
+            match std::net::TcpStream::connect_timeout(&address, Duration::from_secs(2)) {
+                Ok(_) => "ok".to_owned(),
+                Err(e) => format!("refused ({})", e.kind()),
+            }
+        }
+        "procs" => std::fs::read_dir("/proc")
+            .map(|dir| {
+                dir.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+                    .count()
+                    .to_string()
+            })
+            .unwrap_or_else(|e| e.to_string()),
+        "env" => std::env::vars()
+            .map(|(k, _)| k)
+            .collect::<Vec<_>>()
+            .join(","),
+        // Forks until forks fail, keeping every child.
+        "bomb" => {
+            let mut children = Vec::new();
+            loop {
+                match std::process::Command::new("/bin/sh")
+                    .args(["-c", "sleep 300"])
+                    .spawn()
+                {
+                    Ok(child) => children.push(child),
+                    Err(e) => break format!("forked {} then {}", children.len(), e.kind()),
+                }
+                if children.len() > 100_000 {
+                    break "never stopped".to_owned();
+                }
+            }
+        }
+        // Touches memory until the kernel stops it.
+        "hog" => {
+            let mut hog: Vec<Vec<u8>> = Vec::new();
+            loop {
+                hog.push(vec![1_u8; 16 << 20]);
+                if hog.len() > 4096 {
+                    break "never stopped".to_owned();
+                }
+            }
+        }
+        "forever" => "waiting".to_owned(),
+        _ => "unknown probe".to_owned(),
+    };
+    format!("{probe} {result}")
+}
+
 async fn never_answer<T: JsonRpcResponse>(responder: Responder<T>) -> Outcome {
     std::future::pending::<()>().await;
     drop(responder);
