@@ -35,6 +35,7 @@ use tower::{Service, ServiceExt};
 /// One case's world: the mock model, the workspace, the adapter behind the default stack.
 struct World {
     harness: Harness,
+    sandboxed: bool,
     mark: String,
     workspace: PathBuf,
     adapter: AcpAdapter,
@@ -42,16 +43,22 @@ struct World {
 }
 
 impl World {
-    fn new(harness: Harness, case: &str) -> Self {
+    /// The harness as a plain child process, or in the operator's sandbox.
+    fn new(harness: Harness, case: &str, sandboxed: bool) -> Self {
         let mark = marker(case);
         let workspace = workspace(&mark);
         let scratch = workspace.with_extension("home");
         std::fs::create_dir_all(&scratch).unwrap();
         let mock = Mock::start(&fixtures(harness), &scratch);
-        let agent = harness.agent(&mark, &mock, &scratch, workspace.clone());
+        let agent = if sandboxed {
+            harness.sandboxed_agent(&mark, &mock, workspace.clone())
+        } else {
+            harness.agent(&mark, &mock, &scratch, workspace.clone())
+        };
         let adapter = AcpAdapter::new(agent).expect("a valid agent configuration");
         Self {
             harness,
+            sandboxed,
             mark,
             workspace,
             adapter,
@@ -77,10 +84,35 @@ impl World {
     }
 
     fn report(&self, case: &str, verdict: &str, figures: &str) {
+        let sandbox = if self.sandboxed { " (sandboxed)" } else { "" };
         println!(
-            "matrix: {} | {case} | {verdict} | {figures}",
+            "matrix: {}{sandbox} | {case} | {verdict} | {figures}",
             self.harness.name()
         );
+    }
+
+    /// Every process of the harness's tree runs in a PID namespace of its own, the
+    /// sandbox's (`NSpid` lists its id there after the host's), but `bwrap` itself, which
+    /// the adapter started.
+    fn assert_contained(&self) {
+        let mut outside = Vec::new();
+        let mut inside = 0;
+        for pid in common::real::processes_marked(&self.mark) {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+            let nspid = status
+                .lines()
+                .find(|l| l.starts_with("NSpid:"))
+                .unwrap_or("");
+            if nspid.split_whitespace().count() >= 3 {
+                inside += 1;
+            } else {
+                let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+                outside.push(comm.trim().to_owned());
+            }
+        }
+        assert_eq!(outside, ["bwrap"], "only bwrap runs outside the sandbox");
+        // bwrap's init and at least the harness.
+        assert!(inside >= 2, "{inside} processes in the sandbox");
     }
 
     async fn done(self) {
@@ -104,8 +136,8 @@ fn ms(d: Duration) -> u128 {
     d.as_millis()
 }
 
-async fn text_case(harness: Harness) {
-    let world = World::new(harness, "text");
+async fn text_case(harness: Harness, sandboxed: bool) {
+    let world = World::new(harness, "text", sandboxed);
     let begun = Instant::now();
     let execution = world.start(ExecutionRequest::new("say hello")).await;
     let (mut initialized, mut first_text) = (None, None);
@@ -167,11 +199,14 @@ async fn to_approval(world: &World) -> (ExecutionHandle, harness_core::action::A
     let shown = format!("{} {}", call.tool(), call.arguments());
     assert!(shown.contains("approved.txt"), "{shown}");
     assert!(!world.created(), "nothing ran before the approval");
+    if world.sandboxed {
+        world.assert_contained();
+    }
     ((execution), (**action).clone())
 }
 
-async fn approve_case(harness: Harness) {
-    let world = World::new(harness, "approve");
+async fn approve_case(harness: Harness, sandboxed: bool) {
+    let world = World::new(harness, "approve", sandboxed);
     let (execution, action) = to_approval(&world).await;
     let ActionKind::ToolApproval(approval) = &action.kind else {
         unreachable!()
@@ -193,8 +228,8 @@ async fn approve_case(harness: Harness) {
     world.done().await;
 }
 
-async fn reject_case(harness: Harness) {
-    let world = World::new(harness, "reject");
+async fn reject_case(harness: Harness, sandboxed: bool) {
+    let world = World::new(harness, "reject", sandboxed);
     let (execution, action) = to_approval(&world).await;
     let ActionKind::ToolApproval(approval) = &action.kind else {
         unreachable!()
@@ -224,8 +259,8 @@ async fn reject_case(harness: Harness) {
     world.done().await;
 }
 
-async fn cancel_stream_case(harness: Harness) {
-    let world = World::new(harness, "cancel-stream");
+async fn cancel_stream_case(harness: Harness, sandboxed: bool) {
+    let world = World::new(harness, "cancel-stream", sandboxed);
     let execution = world
         .start(ExecutionRequest::new("tell a long story"))
         .await;
@@ -259,8 +294,8 @@ async fn cancel_stream_case(harness: Harness) {
     world.done().await;
 }
 
-async fn cancel_approval_case(harness: Harness) {
-    let world = World::new(harness, "cancel-approval");
+async fn cancel_approval_case(harness: Harness, sandboxed: bool) {
+    let world = World::new(harness, "cancel-approval", sandboxed);
     let (execution, _action) = to_approval(&world).await;
     let asked = Instant::now();
     let _request = execution.cancel(CancelReason::new("the user stopped it"));
@@ -294,8 +329,8 @@ fn minute() -> u64 {
         / 60
 }
 
-async fn follow_up_case(harness: Harness) {
-    let world = World::new(harness, "follow-up");
+async fn follow_up_case(harness: Harness, sandboxed: bool) {
+    let world = World::new(harness, "follow-up", sandboxed);
     let conversation: ConversationId = "conv_follow_up".parse().unwrap();
     let request =
         |message: &str| ExecutionRequest::new(message).with_conversation(conversation.clone());
@@ -360,32 +395,62 @@ macro_rules! cases {
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn text() {
-                text_case($harness).await;
+                text_case($harness, false).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn approve() {
-                approve_case($harness).await;
+                approve_case($harness, false).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn reject() {
-                reject_case($harness).await;
+                reject_case($harness, false).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn cancel_mid_stream() {
-                cancel_stream_case($harness).await;
+                cancel_stream_case($harness, false).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn cancel_awaiting_approval() {
-                cancel_approval_case($harness).await;
+                cancel_approval_case($harness, false).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn follow_up() {
-                follow_up_case($harness).await;
+                follow_up_case($harness, false).await;
+            }
+
+            /// The same cases with the harness in the operator's sandbox.
+            mod sandboxed {
+                use super::*;
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn text() {
+                    text_case($harness, true).await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn approve() {
+                    approve_case($harness, true).await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn reject() {
+                    reject_case($harness, true).await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn cancel_mid_stream() {
+                    cancel_stream_case($harness, true).await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn follow_up() {
+                    follow_up_case($harness, true).await;
+                }
             }
         }
     )*};

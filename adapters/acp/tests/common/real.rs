@@ -7,6 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use harness_acp::AcpAgent;
+use harness_sandbox::{Sandbox, SandboxProfile};
 use serde_json::{Value, json};
 
 /// The environment variable every agent process (and each child it spawns) inherits: how
@@ -287,6 +288,28 @@ stream_max_retries = 0
             agent = agent.set_env(name, value);
         }
         agent
+    }
+}
+
+impl Harness {
+    /// [`agent`](Self::agent) in a bubblewrap sandbox, as an operator would run it for
+    /// callers: its HOME inside the workspace (the only place it may write), the installed
+    /// harnesses read-only, the mock model its only endpoint, and exactly the variables its
+    /// configuration sets.
+    pub fn sandboxed_agent(self, mark: &str, mock: &Mock, workspace: PathBuf) -> AcpAgent {
+        let home = workspace.join(".home");
+        std::fs::create_dir_all(&home).unwrap();
+        let agent = self.agent(mark, mock, &home, workspace);
+        let mut profile = SandboxProfile::default().read_only(modules()).allow(
+            mock.url
+                .trim_start_matches("http://")
+                .parse()
+                .expect("a loopback mock"),
+        );
+        for name in agent.env.iter().chain(agent.set_env.keys()) {
+            profile = profile.allow_env(name.clone());
+        }
+        agent.in_sandbox(Sandbox::new(profile).expect("bwrap is installed"))
     }
 }
 
