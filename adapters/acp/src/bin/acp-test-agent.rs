@@ -61,6 +61,7 @@
 //! | `flusher` | at `initialize`, spawns a child (`acp-test-agent flush TAG...`, same process group) that, like the model process of a real harness, writes its state only when told to stop; a turn says `flushing child`; the agent itself exits at once on `SIGTERM` |
 //! | `mcp` | negotiates `mcpCapabilities.http`; a turn says `mcp: ` and the MCP servers its session got at `session/new`, `; `-separated: `<name> stdio <command> <args...> env <names>` or `<name> http <url> headers <names>`; `end_turn` |
 //! | `escape` | a hostile agent, for sandbox tests: each whitespace-separated probe of the prompt is tried and reported as a message chunk `<probe> <result>\n`: `read:<path>` and `write:<path>` (`ok` / `denied (<kind>)`), `connect:<port>` on 127.0.0.1 (`ok` / `refused (<kind>)`), `procs` (how many processes `/proc` shows), `env` (the variables' names), `bomb` (forks `sh -c 'sleep 300'` until a fork fails), `hog` (allocates 16 MiB blocks until stopped), `forever`; with `bomb` or `forever`, the turn then waits for `session/cancel`, else `end_turn` |
+//! | `burst` | as many message chunks `x` as the prompt's number (at most 10,000,000), then `end_turn`: a throughput source |
 //! | `sleep` | (not an agent) what `ignore-cancel` spawns: ignores `SIGTERM`, sleeps 300 s |
 //! | `flush` | (not an agent) what `flusher` spawns: on `SIGTERM`, waits 300 ms, then writes `<cwd>/flushed.txt` and exits |
 //!
@@ -150,6 +151,7 @@ enum Mode {
     Flusher,
     Mcp,
     Escape,
+    Burst,
     Sleep,
     Flush,
 }
@@ -204,6 +206,7 @@ impl Mode {
             "flusher" => Self::Flusher,
             "mcp" => Self::Mcp,
             "escape" => Self::Escape,
+            "burst" => Self::Burst,
             "sleep" => Self::Sleep,
             "flush" => Self::Flush,
             _ => return None,
@@ -1052,6 +1055,13 @@ impl TestAgent {
             }
             Mode::Emit => {
                 turn.say(&format!("emitting {}", self.tags_and(text)))?;
+                StopReason::EndTurn
+            }
+            Mode::Burst => {
+                let n: usize = text.trim().parse().unwrap_or(0).min(10_000_000);
+                for _ in 0..n {
+                    turn.say("x")?;
+                }
                 StopReason::EndTurn
             }
             Mode::Escape => {
