@@ -251,6 +251,7 @@ impl Sandbox {
             .args(&args)
             .env_clear()
             .envs(launch.env.iter().map(|(k, v)| (k, v)))
+            .envs(proxy_env(profile))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -316,7 +317,7 @@ impl Sandbox {
             limit(pid, Resource::Nofile, limits.open_files)?;
         }
         limit(pid, Resource::Core, 0)?;
-        let forwards = net::forward(init, &self.inner.profile.network.allow)
+        let forwards = net::forward(init, &self.inner.profile.network)
             .map_err(|e| format!("opening the sandbox's network forwards: {e}"))?;
         let _ = &launch;
         let mut block = std::fs::File::from(block);
@@ -325,6 +326,24 @@ impl Sandbox {
             .map_err(|e| format!("releasing the sandbox: {e}"))?;
         Ok((init, pidfd, forwards))
     }
+}
+
+/// The variables that name the sandbox's HTTP proxy to the program, when its profile has
+/// proxy targets; loopback stays direct (its relays).
+fn proxy_env(profile: &SandboxProfile) -> Vec<(&'static str, String)> {
+    if profile.network.proxy.is_empty() {
+        return Vec::new();
+    }
+    let url = format!("http://127.0.0.1:{}", crate::profile::PROXY_PORT);
+    let direct = "localhost,127.0.0.1,::1".to_owned();
+    vec![
+        ("HTTP_PROXY", url.clone()),
+        ("HTTPS_PROXY", url.clone()),
+        ("http_proxy", url.clone()),
+        ("https_proxy", url),
+        ("NO_PROXY", direct.clone()),
+        ("no_proxy", direct),
+    ]
 }
 
 fn limit(pid: Pid, resource: Resource, value: u64) -> Result<(), String> {

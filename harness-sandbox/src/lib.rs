@@ -17,8 +17,8 @@
 //!   paths, the workspace read-write at its own path (the working directory), the program
 //!   read-only, a fresh `/tmp`, `/dev` and `/proc`. Nothing else of the host exists: no
 //!   `HOME`, no `/root`, no other workspace, no database.
-//! - **Network**: none, but for each allowed loopback endpoint a relay to the host's
-//!   (see [`NetworkPolicy`]).
+//! - **Network**: none, but for each allowed loopback endpoint a relay to the host's, and for
+//!   the profile's proxy targets an HTTP proxy (see [`NetworkPolicy`]).
 //! - **Environment**: exactly the launch's variables, each allowed by the profile.
 //! - **Limits** ([`SandboxLimits`]): wall time, memory and processes (cgroups), open files
 //!   (`RLIMIT_NOFILE`), output bytes; a breach tears the sandbox down with a classified error
@@ -40,9 +40,10 @@
 //!
 //! # Decisions where the spec is silent
 //!
-//! - Only loopback endpoints can be allowed: an agent reaches its model server through a
-//!   relay at the same address inside the sandbox, and nothing resolves or routes to anywhere
-//!   else. An HTTP proxy for hosts elsewhere is not offered yet.
+//! - Two ways out, both served by the control plane from the host's side: relays of loopback
+//!   endpoints at the same address (a model server on the host), and an HTTP proxy for named
+//!   targets (a model provider's API), which most agents honour through `HTTPS_PROXY`. A
+//!   program that ignores the proxy variables reaches nothing: there is no route.
 //! - A profile's memory and process limits are kept by cgroup v1 controllers; where the
 //!   control plane cannot create those cgroups, the sandbox is refused
 //!   (`SANDBOX_UNAVAILABLE`), never run without its limits.
@@ -55,7 +56,10 @@ mod cgroup;
 mod guard;
 mod net;
 mod profile;
+mod proxy;
 
 pub use bubblewrap::{Launch, SANDBOX_UID, Sandbox};
 pub use guard::{Breach, SandboxGuard, Sandboxed};
-pub use profile::{Backend, Endpoint, NetworkPolicy, SandboxLimits, SandboxProfile};
+pub use profile::{
+    Backend, Endpoint, NetworkPolicy, PROXY_PORT, ProxyTarget, SandboxLimits, SandboxProfile,
+};

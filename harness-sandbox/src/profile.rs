@@ -67,20 +67,128 @@ pub struct SandboxProfile {
     pub limits: SandboxLimits,
 }
 
-/// What a sandbox may reach: nothing unless listed.
+/// What a sandbox may reach: nothing unless listed. The sandbox has a network namespace of its
+/// own with only a loopback interface: there is no route out of it, and no name resolves
+/// there but `localhost`.
 ///
-/// Each allowed endpoint on the loopback interface (`127.0.0.1:4010`, `localhost:4010`,
-/// `[::1]:4010`) is reachable inside the sandbox at the same address: the control plane
-/// listens there, inside the sandbox's own network namespace, and relays each connection to
-/// the host's endpoint. Nothing else reaches the host's network (there is no route out of the
-/// sandbox's namespace).
+/// - Each endpoint of `allow`, on the host's loopback interface (`127.0.0.1:4010`,
+///   `localhost:4010`, `[::1]:4010`), is reachable inside the sandbox at the same address:
+///   the control plane listens there, inside the sandbox's namespace, and relays each
+///   connection to the host's endpoint.
+/// - Each target of `proxy` (`api.example.com:443`, any host by name or address) is reachable
+///   through the control plane's HTTP proxy, which listens inside the sandbox at
+///   `127.0.0.1:3128` ([`PROXY_PORT`]) and is named to the program by `HTTP_PROXY`,
+///   `HTTPS_PROXY` (and their lower-case forms; `NO_PROXY` keeps loopback direct). It takes
+///   `CONNECT host:port` (HTTPS, any TLS: the proxy never sees inside) and plain HTTP requests
+///   in absolute form, resolves and connects on the host's side, and answers anything else
+///   `403 Forbidden`, logging each refusal (`harness_sandbox::proxy`, warn).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[non_exhaustive]
 pub struct NetworkPolicy {
-    /// The endpoints the agent may connect to; empty (the default): none.
+    /// Loopback endpoints relayed at the same address; empty (the default): none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow: Vec<Endpoint>,
+    /// Targets reached through the HTTP proxy; empty (the default): no proxy.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub proxy: Vec<ProxyTarget>,
+}
+
+/// The port the HTTP proxy listens on inside a sandbox whose profile has `proxy` targets.
+pub const PROXY_PORT: u16 = 3128;
+
+/// A `host:port` the sandbox's HTTP proxy lets through: a DNS name or an IP address, and a
+/// port. Names compare without regard to case.
+///
+/// ```
+/// use harness_sandbox::ProxyTarget;
+/// let target: ProxyTarget = "API.example.com:443".parse().unwrap();
+/// assert_eq!(target.to_string(), "api.example.com:443");
+/// assert!(target.admits("api.EXAMPLE.com", 443));
+/// assert!(!target.admits("api.example.com", 80));
+/// assert!("api.example.com".parse::<ProxyTarget>().is_err());
+/// assert!("evil.com/x:443".parse::<ProxyTarget>().is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ProxyTarget {
+    host: String,
+    port: u16,
+}
+
+impl ProxyTarget {
+    /// Whether a request for `host:port` is let through.
+    #[must_use]
+    pub fn admits(&self, host: &str, port: u16) -> bool {
+        self.port == port
+            && self
+                .host
+                .eq_ignore_ascii_case(host.trim_start_matches('[').trim_end_matches(']'))
+    }
+
+    /// The host.
+    #[must_use]
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// The port.
+    #[must_use]
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+}
+
+impl FromStr for ProxyTarget {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (host, port) = s
+            .rsplit_once(':')
+            .ok_or_else(|| format!("`{s}` is not a `host:port`"))?;
+        let port: u16 = port
+            .parse()
+            .ok()
+            .filter(|p| *p != 0)
+            .ok_or_else(|| format!("`{s}`: the port must be 1 to 65535"))?;
+        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        let name_ok = !bare.is_empty()
+            && bare.len() <= 253
+            && bare
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
+        if bare.parse::<IpAddr>().is_err() && !name_ok {
+            return Err(format!(
+                "`{s}`: the host must be a DNS name (letters, digits, `-` and `.`) or an IP address"
+            ));
+        }
+        Ok(Self {
+            host: bare.to_ascii_lowercase(),
+            port,
+        })
+    }
+}
+
+impl fmt::Display for ProxyTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{}:{}", self.host, self.port)
+        }
+    }
+}
+
+impl Serialize for ProxyTarget {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for ProxyTarget {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
 }
 
 /// A `host:port` on the loopback interface an agent may connect to.
@@ -256,6 +364,13 @@ impl SandboxProfile {
         self
     }
 
+    /// Lets a target through the sandbox's HTTP proxy.
+    #[must_use]
+    pub fn proxy(mut self, target: ProxyTarget) -> Self {
+        self.network.proxy.push(target);
+        self
+    }
+
     /// Allows an environment variable's name.
     #[must_use]
     pub fn allow_env(mut self, name: impl Into<String>) -> Self {
@@ -282,6 +397,14 @@ impl SandboxProfile {
             return Err(invalid(format!(
                 "the workspace {} must be an absolute path to an existing directory",
                 workspace.display()
+            )));
+        }
+        if !self.network.proxy.is_empty()
+            && let Some(clash) = self.network.allow.iter().find(|e| e.port == PROXY_PORT)
+        {
+            return Err(invalid(format!(
+                "network.allow `{clash}` takes port {PROXY_PORT}, where the sandbox's HTTP \
+                 proxy listens for the profile's `proxy` targets"
             )));
         }
         for path in &self.read_only {

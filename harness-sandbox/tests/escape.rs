@@ -327,3 +327,71 @@ async fn a_launch_the_profile_does_not_allow_is_refused_before_anything_runs() {
         err.message()
     );
 }
+
+/// An HTTP server on the host's loopback that answers every request `200 hello <path>`.
+fn http_server() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        use std::io::{BufRead as _, Write as _};
+        for stream in listener.incoming().flatten() {
+            let mut reader = std::io::BufReader::new(stream);
+            let mut line = String::new();
+            let _ = reader.read_line(&mut line);
+            let path = line.split(' ').nth(1).unwrap_or("?").to_owned();
+            loop {
+                let mut field = String::new();
+                if reader.read_line(&mut field).unwrap_or(0) <= 2 {
+                    break;
+                }
+            }
+            let body = format!("hello {path}");
+            let _ = write!(
+                reader.get_mut(),
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    port
+}
+
+#[tokio::test]
+async fn the_proxy_lets_through_exactly_its_targets() {
+    let workspace = Dir::new("proxy");
+    let allowed = http_server();
+    let other = http_server();
+    let profile = SandboxProfile::default().proxy(format!("localhost:{allowed}").parse().unwrap());
+    let sandbox = Sandbox::new(profile).unwrap();
+    // curl (installed by .ci/install-curl.sh) through the proxy the sandbox names in
+    // HTTP_PROXY: plain HTTP in absolute form, then a CONNECT tunnel (-p); then a target the
+    // profile does not list, both ways; then straight to the host's port, without the proxy.
+    let script = format!(
+        "curl -sS --noproxy '' -x \"$HTTP_PROXY\" http://localhost:{allowed}/plain; echo; \
+         curl -sS -p --noproxy '' -x \"$HTTP_PROXY\" http://LOCALHOST:{allowed}/tunnel; echo; \
+         echo \"refused $(curl -s -o /dev/null -w '%{{http_code}}' --noproxy '' -x \"$HTTP_PROXY\" http://localhost:{other}/)\"; \
+         echo \"tunnel-refused $(curl -s -p -o /dev/null -w '%{{http_connect}}' --noproxy '' -x \"$HTTP_PROXY\" http://localhost:{other}/)\"; \
+         echo \"direct $(curl -s -o /dev/null -w '%{{http_code}}' --noproxy '*' --max-time 3 http://127.0.0.1:{allowed}/)\"; \
+         echo \"env $HTTPS_PROXY $NO_PROXY\""
+    );
+    let (out, err, _) = run(&sandbox, sh(&workspace.0, &script)).await;
+    assert!(out.contains("hello /plain\n"), "{out}\n{err}");
+    assert!(out.contains("hello /tunnel\n"), "{out}\n{err}");
+    assert!(out.contains("refused 403"), "{out}\n{err}");
+    assert!(out.contains("tunnel-refused 403"), "{out}\n{err}");
+    assert!(
+        out.contains("direct 000"),
+        "no route to the host's port: {out}\n{err}"
+    );
+    assert!(
+        out.contains("env http://127.0.0.1:3128 localhost,127.0.0.1,::1"),
+        "{out}"
+    );
+    // A profile without proxy targets has no proxy.
+    let (out, _, _) = run(
+        &strict(),
+        sh(&workspace.0, "echo \"proxy=${HTTP_PROXY:-none}\"; curl -s -o /dev/null -w '%{http_code}' -x http://127.0.0.1:3128 http://localhost/"),
+    )
+    .await;
+    assert_eq!(out, "proxy=none\n000", "{out}");
+}

@@ -697,6 +697,12 @@ fn sandbox_isolation(sandbox: Option<&harness_sandbox::Sandbox>) -> Capability {
         .iter()
         .map(ToString::to_string)
         .collect();
+    let proxy: Vec<String> = profile
+        .network
+        .proxy
+        .iter()
+        .map(ToString::to_string)
+        .collect();
     let limits = &profile.limits;
     Capability::native()
         .with_explanation(
@@ -706,13 +712,14 @@ fn sandbox_isolation(sandbox: Option<&harness_sandbox::Sandbox>) -> Capability {
         .with_constraint("backend", "bubblewrap")
         .with_constraint(
             "network",
-            if allow.is_empty() {
+            if allow.is_empty() && proxy.is_empty() {
                 "none"
             } else {
                 "allowlist"
             },
         )
         .with_constraint("networkAllow", allow)
+        .with_constraint("networkProxy", proxy)
         .with_constraint("wallTimeMs", limits.wall_time_ms)
         .with_constraint("memoryBytes", limits.memory_bytes)
         .with_constraint("processes", limits.processes)

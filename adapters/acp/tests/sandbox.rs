@@ -114,7 +114,9 @@ async fn a_hostile_agent_sees_and_reaches_only_what_its_profile_allows() {
 #[tokio::test]
 async fn the_capability_report_says_what_the_profile_enforces() {
     let mark = marker("report");
-    let profile = SandboxProfile::default().allow("127.0.0.1:4010".parse().unwrap());
+    let profile = SandboxProfile::default()
+        .allow("127.0.0.1:4010".parse().unwrap())
+        .proxy("api.example.com:443".parse().unwrap());
     let adapter = adapter_for(sandboxed(profile, &mark));
     let report = adapter
         .evaluate(&AgentConfig::default(), &DeploymentContext::default())
@@ -128,6 +130,10 @@ async fn the_capability_report_says_what_the_profile_enforces() {
     assert_eq!(
         constraints["networkAllow"],
         serde_json::json!(["127.0.0.1:4010"])
+    );
+    assert_eq!(
+        constraints["networkProxy"],
+        serde_json::json!(["api.example.com:443"])
     );
     assert_eq!(constraints["processes"], 256);
 
