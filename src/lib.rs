@@ -1,4 +1,6 @@
 #![warn(missing_docs)]
+// docs.rs: a badge naming the feature on each item that needs one.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![doc = include_str!("../README.md")]
 
 pub use harness_core::{

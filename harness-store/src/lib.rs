@@ -6,6 +6,8 @@
 //!
 //! The contract is [`ExecutionStore`](harness_core::store::ExecutionStore), in harness-core.
 #![warn(missing_docs)]
+// docs.rs: a badge naming the feature on each item that needs one.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod common;
 #[cfg(feature = "postgres")]
