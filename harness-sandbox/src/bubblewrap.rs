@@ -3,7 +3,7 @@
 
 use std::ffi::OsString;
 use std::io::Write as _;
-use std::os::fd::{AsRawFd as _, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -239,12 +239,28 @@ impl Sandbox {
             pipe_with(PipeFlags::CLOEXEC).map_err(|e| fail(format!("pipe: {e}")))?;
         let (block_read, block_write) =
             pipe_with(PipeFlags::CLOEXEC).map_err(|e| fail(format!("pipe: {e}")))?;
+        // The filter is written whole before bwrap starts (it is far smaller than a pipe's
+        // buffer), and the write end closed: bwrap reads it to its end.
+        let seccomp = match crate::seccomp::program() {
+            Some(program) => {
+                let (read, write) =
+                    pipe_with(PipeFlags::CLOEXEC).map_err(|e| fail(format!("pipe: {e}")))?;
+                std::fs::File::from(write)
+                    .write_all(&program)
+                    .map_err(|e| fail(format!("writing the seccomp filter: {e}")))?;
+                Some(read)
+            }
+            None => None,
+        };
         let args = arguments(
             profile,
             &launch,
             &etc,
-            info_write.as_raw_fd(),
-            block_read.as_raw_fd(),
+            Fds {
+                info: info_write.as_raw_fd(),
+                block: block_read.as_raw_fd(),
+                seccomp: seccomp.as_ref().map(AsRawFd::as_raw_fd),
+            },
         );
         let mut command = Command::new(&self.inner.bwrap);
         command
@@ -264,12 +280,17 @@ impl Sandbox {
             // bwrap reads its instructions from these two ends: inheritable only for the
             // spawn.
             let inheritable = fcntl_setfd(&info_write, FdFlags::empty())
-                .and_then(|()| fcntl_setfd(&block_read, FdFlags::empty()));
+                .and_then(|()| fcntl_setfd(&block_read, FdFlags::empty()))
+                .and_then(|()| match &seccomp {
+                    Some(fd) => fcntl_setfd(fd, FdFlags::empty()),
+                    None => Ok(()),
+                });
             let spawned = inheritable
                 .map_err(std::io::Error::from)
                 .and_then(|()| command.spawn());
             drop(info_write);
             drop(block_read);
+            drop(seccomp);
             spawned.map_err(|e| fail(format!("spawning {}: {e}", self.inner.bwrap.display())))?
         };
         let mut child = child;
@@ -445,14 +466,16 @@ impl Drop for EtcFiles {
     }
 }
 
+/// The descriptors bwrap reads its instructions from.
+#[derive(Clone, Copy)]
+struct Fds {
+    info: i32,
+    block: i32,
+    seccomp: Option<i32>,
+}
+
 /// bwrap's arguments for a launch, up to and including the program's own.
-fn arguments(
-    profile: &SandboxProfile,
-    launch: &Launch,
-    etc: &EtcFiles,
-    info_fd: i32,
-    block_fd: i32,
-) -> Vec<OsString> {
+fn arguments(profile: &SandboxProfile, launch: &Launch, etc: &EtcFiles, fds: Fds) -> Vec<OsString> {
     let mut args: Vec<OsString> = Vec::new();
     let mut push = |items: &[&dyn AsRef<std::ffi::OsStr>]| {
         args.extend(items.iter().map(|item| item.as_ref().to_owned()));
@@ -509,7 +532,10 @@ fn arguments(
     if !visible.iter().any(|dir| launch.program.starts_with(dir)) {
         push(&[&"--ro-bind", &launch.program, &launch.program]);
     }
-    let (info, block) = (info_fd.to_string(), block_fd.to_string());
+    let (info, block) = (fds.info.to_string(), fds.block.to_string());
+    if let Some(seccomp) = fds.seccomp {
+        push(&[&"--seccomp", &seccomp.to_string()]);
+    }
     // The root bwrap builds on is a tmpfs: read-only, so only `/tmp` and the workspace take
     // writes.
     push(&[&"--remount-ro", &"/"]);

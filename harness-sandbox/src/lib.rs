@@ -11,6 +11,9 @@
 //! - **Namespaces**: user, mount, PID, network, IPC, UTS and cgroup, all new; the program runs
 //!   as uid/gid [`SANDBOX_UID`] with no capability, in a new session (no terminal to inject
 //!   into), unable to make user namespaces of its own, and dies with the control plane.
+//! - **System calls**: a seccomp filter denies (`EPERM`) tracing other processes, the kernel
+//!   keyrings, modules, `kexec`, BPF, perf events, `userfaultfd`, handle-based opens, mounts,
+//!   namespaces, io_uring, the host's clock and the like; on x86_64 every x32 call.
 //! - **Filesystem**: the system's read-only directories (`/usr`, the `/bin` and `/lib` links or
 //!   directories, the few files of `/etc` a program needs, and a `/etc/passwd`, `/etc/group`
 //!   and `/etc/hosts` that name only the sandbox user and loopback), the profile's read-only
@@ -57,6 +60,7 @@ mod guard;
 mod net;
 mod profile;
 mod proxy;
+mod seccomp;
 
 pub use bubblewrap::{Launch, SANDBOX_UID, Sandbox};
 pub use guard::{Breach, SandboxGuard, Sandboxed};

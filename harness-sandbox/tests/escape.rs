@@ -395,3 +395,46 @@ async fn the_proxy_lets_through_exactly_its_targets() {
     .await;
     assert_eq!(out, "proxy=none\n000", "{out}");
 }
+
+/// The seccomp filter, tried with perl's `syscall`: each call fails `EPERM` (1) before the
+/// kernel looks at its arguments, an x32 call too; `getpid` still works.
+#[cfg(target_arch = "x86_64")]
+#[tokio::test]
+async fn the_kernels_machinery_is_out_of_reach() {
+    let workspace = Dir::new("seccomp");
+    // x86_64 numbers: ptrace 101, keyctl 250, add_key 248, bpf 321, perf_event_open 298,
+    // unshare 272, setns 308, mount 165, io_uring_setup 425, userfaultfd 323,
+    // open_by_handle_at 304; getpid 39, and getpid's x32 number (bit 30 set).
+    let calls = [
+        ("ptrace", 101),
+        ("keyctl", 250),
+        ("add_key", 248),
+        ("bpf", 321),
+        ("perf_event_open", 298),
+        ("unshare", 272),
+        ("setns", 308),
+        ("mount", 165),
+        ("io_uring_setup", 425),
+        ("userfaultfd", 323),
+        ("open_by_handle_at", 304),
+        ("x32_getpid", 0x4000_0000 + 39),
+        ("getpid", 39),
+    ];
+    let numbers: Vec<String> = calls.iter().map(|(_, n)| n.to_string()).collect();
+    let probe = Launch::new("/usr/bin/perl", &workspace.0).arg("-e").arg(
+        "for my $n (@ARGV) { $! = 0; my $r = syscall($n, 0, 0, 0, 0, 0); \
+             print $r == -1 ? 'errno ' . ($! + 0) : 'ok', \"\\n\" }",
+    );
+    let probe = numbers.iter().fold(probe, |launch, n| launch.arg(n));
+    let (out, err, ok) = run(&strict(), probe).await;
+    assert!(ok, "{out}\n{err}");
+    let results: Vec<&str> = out.lines().collect();
+    assert_eq!(results.len(), calls.len(), "{out}\n{err}");
+    for ((name, _), result) in calls.iter().zip(&results) {
+        if *name == "getpid" {
+            assert_eq!(*result, "ok", "{name}");
+        } else {
+            assert_eq!(*result, "errno 1", "{name} was not denied");
+        }
+    }
+}
