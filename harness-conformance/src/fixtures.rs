@@ -320,6 +320,18 @@ pub static FIXTURES: &[Fixture] = &[
         "with the redaction layer on, a secret planted in the request or produced by the adapter reaches no event, public error or span field"
     ),
     fixture!(
+        "sandbox.escape",
+        Observability,
+        [RuntimeSandboxIsolation],
+        "from inside its sandbox the agent cannot read or write outside its workspace or reach a host port its profile does not allow"
+    ),
+    fixture!(
+        "sandbox.limits",
+        Observability,
+        [RuntimeSandboxIsolation],
+        "a fork bomb inside the sandbox ends the run failed with capacity, bounded, one terminal"
+    ),
+    fixture!(
         "observability.leaks.tasks",
         Observability,
         [],
@@ -676,6 +688,8 @@ async fn body<Kn: Knobs>(knobs: &Kn, id: &str) -> Result<Verdict, Skip> {
         "faults.malformed_events" => malformed(knobs, req(knobs, Behaviour::MalformedOrder)?).await,
         "faults.timeout" => timeout(knobs, req(knobs, Behaviour::Hang)?).await,
         "observability.no_leaked_credential" => no_leaked_credential(knobs).await,
+        "sandbox.escape" => sandbox_escape(knobs).await?,
+        "sandbox.limits" => sandbox_limits(knobs, req(knobs, Behaviour::ForkBomb)?).await,
         "observability.metrics" => {
             observe::isolated(knobs.bounds().grace, |obs| observe::metrics(knobs, obs))
         }
@@ -1475,6 +1489,103 @@ async fn faults_error<Kn: Knobs>(
         return Ok("the diagnostic stayed out of every event and the public error".to_owned());
     }
     Ok(format!("run.failed with {category:?}"))
+}
+
+/// `sandbox.escape`: the suite plants a file outside any workspace and opens a listener on
+/// the host's loopback; the agent, asked to read the one, write beside it and connect to the
+/// other, must report each denied, and the suite checks the host saw none of it.
+async fn sandbox_escape<Kn: Knobs>(knobs: &Kn) -> Result<Verdict, Skip> {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "harness-conformance-escape-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, SeqCst)
+    ));
+    let planted = || -> std::io::Result<std::net::TcpListener> {
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(dir.join("secret.txt"), CANARY)?;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        listener.set_nonblocking(true)?;
+        Ok(listener)
+    };
+    let listener = match planted() {
+        Ok(listener) => listener,
+        Err(e) => return Ok(Err(format!("the suite could not set up its probes: {e}"))),
+    };
+    let behaviour = Behaviour::Escape {
+        read: dir.join("secret.txt"),
+        write: dir.join("written-from-inside"),
+        connect: listener.local_addr().map(|a| a.port()).unwrap_or(0),
+    };
+    let probes = behaviour.escape_probes();
+    let request = req(knobs, behaviour)?;
+    let verdict = escape_verdict(knobs, request, &probes, &dir, &listener).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(verdict)
+}
+
+async fn escape_verdict<Kn: Knobs>(
+    knobs: &Kn,
+    request: ExecutionRequest,
+    probes: &[String],
+    dir: &std::path::Path,
+    listener: &std::net::TcpListener,
+) -> Verdict {
+    let b = knobs.bounds();
+    let obs = probe::run_to_end(&probe::service(knobs.adapter(), b), request, b).await?;
+    obs.check_log()?;
+    if !matches!(obs.outcome, Outcome::Succeeded(_)) {
+        return Err(format!("the probing run ended {}", obs.ended()));
+    }
+    let text: String = obs
+        .events
+        .iter()
+        .filter_map(|e| match e.payload() {
+            EventPayload::MessageDelta(d) => Some(d.text.as_str()),
+            _ => None,
+        })
+        .collect();
+    for probe in probes {
+        let Some(result) = text
+            .lines()
+            .find_map(|line| line.strip_prefix(probe.as_str())?.strip_prefix(' '))
+        else {
+            return Err(format!("the agent did not report the probe {probe}"));
+        };
+        if !result.starts_with("denied") {
+            return Err(format!(
+                "{probe}: the agent reported `{result}` from inside its sandbox"
+            ));
+        }
+    }
+    if dir.join("written-from-inside").exists() {
+        return Err("a file appeared outside the workspace".to_owned());
+    }
+    if listener.accept().is_ok() {
+        return Err("the host's listener took a connection from the sandbox".to_owned());
+    }
+    Ok(format!(
+        "{} probes denied from inside; nothing reached the host",
+        probes.len()
+    ))
+}
+
+/// `sandbox.limits`: a fork bomb must end the run `capacity`, within the run bound.
+async fn sandbox_limits<Kn: Knobs>(knobs: &Kn, request: ExecutionRequest) -> Verdict {
+    let b = knobs.bounds();
+    let obs = probe::run_to_end(&probe::service(knobs.adapter(), b), request, b).await?;
+    obs.check_log()?;
+    let Outcome::Failed(err) = &obs.outcome else {
+        return Err(format!("the fork bomb's run ended {}", obs.ended()));
+    };
+    if err.category() != ErrorCategory::Capacity {
+        return Err(format!(
+            "failed with {:?} ({}), expected capacity",
+            err.category(),
+            err.code().as_str()
+        ));
+    }
+    Ok(format!("run.failed capacity/{}", err.code().as_str()))
 }
 
 async fn panic_sanitized<Kn: Knobs>(knobs: &Kn, request: ExecutionRequest) -> Verdict {

@@ -149,6 +149,18 @@
 //! Those fixtures' runtimes are shut down when they end, waiting at most [`Bounds::grace`]
 //! for work the adapter left behind (blocking tasks included).
 //!
+//! The sandbox's fixtures sit in group 12 too (the contract's list has no group of its own
+//! for it; resource containment is closest to its leak checks), tied to
+//! `runtime.sandbox_isolation`, so an adapter that does not claim it is checked at preflight:
+//!
+//! - `sandbox.escape`: the suite plants a file in a directory of its own (outside any
+//!   workspace) and opens a listener on the host's `127.0.0.1`; the agent, asked
+//!   ([`Behaviour::Escape`]) to read the file, write beside it and connect to the listener,
+//!   must report each probe denied, the run must succeed, and the suite checks that no file
+//!   appeared and the listener took no connection;
+//! - `sandbox.limits`: a fork bomb ([`Behaviour::ForkBomb`]) must end the run `run.failed`
+//!   with category `capacity`, within [`Bounds::run`].
+//!
 //! The [`Report`] names the adapter and its implementation version, the contract version, the
 //! suite version and every fixture's outcome, with an evidence id derived from its content.
 //! What a passing fixture records names nothing that changes from run to run (execution,
@@ -258,6 +270,43 @@ pub enum Behaviour {
     /// Call [`tools::WHOAMI`], whose provider takes the caller's credential, then succeed.
     /// For `mcp.caller_credential_isolation`.
     CredentialTool,
+    /// Try each escape the suite set up, from where the adapter's agent runs, and report
+    /// each as one line of message text, `<probe> ok` when it succeeded or `<probe> denied`
+    /// (a reason may follow) when it did not; then succeed. The probes, in this order:
+    /// `read:<read>` (a file the suite planted outside any workspace), `write:<write>` (a
+    /// path beside it), `connect:<connect>` (a listener the suite opened on the host's
+    /// `127.0.0.1`, which no sandbox profile of the knobs may allow). For
+    /// `runtime.sandbox_isolation`.
+    Escape {
+        /// The file to read.
+        read: std::path::PathBuf,
+        /// The file to create.
+        write: std::path::PathBuf,
+        /// The port to connect to.
+        connect: u16,
+    },
+    /// Start processes until something stops it, never ending by itself: the sandbox's
+    /// process limit must end the run. For `runtime.sandbox_isolation`.
+    ForkBomb,
+}
+
+impl Behaviour {
+    /// The probes of [`Behaviour::Escape`], as the lines of its report begin.
+    #[must_use]
+    pub fn escape_probes(&self) -> Vec<String> {
+        match self {
+            Self::Escape {
+                read,
+                write,
+                connect,
+            } => vec![
+                format!("read:{}", read.display()),
+                format!("write:{}", write.display()),
+                format!("connect:{connect}"),
+            ],
+            _ => Vec::new(),
+        }
+    }
 }
 
 impl fmt::Display for Behaviour {
@@ -286,6 +335,8 @@ impl fmt::Display for Behaviour {
             Self::ToolSlow => f.write_str("ToolSlow"),
             Self::ProviderTool => f.write_str("ProviderTool"),
             Self::CredentialTool => f.write_str("CredentialTool"),
+            Self::Escape { .. } => f.write_str("Escape"),
+            Self::ForkBomb => f.write_str("ForkBomb"),
         }
     }
 }

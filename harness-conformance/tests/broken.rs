@@ -92,6 +92,9 @@ enum Fault {
     /// As [`Fault::NarrowsReasoning`], but only the first `evaluate` of an adapter answers:
     /// every later one never does.
     EvaluateHangsAfterFirst,
+    /// `runtime.sandbox_isolation` declared native; the probes run in the control plane's
+    /// own process (reading, writing, connecting all succeed) and a fork bomb meets no limit.
+    ClaimsSandbox,
 }
 
 /// Ends the blocking work of [`Fault::BlocksForever`] runs (for good: the test releases it
@@ -148,6 +151,9 @@ impl Broken {
             K::ObservabilityRedaction,
         ] {
             builder = builder.capability(key, Capability::native());
+        }
+        if fault == Fault::ClaimsSandbox {
+            builder = builder.capability(K::RuntimeSandboxIsolation, Capability::native());
         }
         Self {
             fault,
@@ -370,6 +376,29 @@ impl HarnessRuntime for BrokenRuntime {
                 token.cancelled().await;
                 Err(HarnessError::new(ErrorCategory::Cancelled, "cancelled"))
             }));
+        }
+        if let Some(probes) = message.strip_prefix("escape:") {
+            // No sandbox: each probe is tried here, and reported as it went.
+            let report: String = probes
+                .split(' ')
+                .map(|probe| {
+                    let (what, arg) = probe.split_once(':').unwrap_or((probe, ""));
+                    let ok = match what {
+                        "read" => std::fs::read(arg).is_ok(),
+                        "write" => std::fs::write(arg, "escaped").is_ok(),
+                        "connect" => {
+                            std::net::TcpStream::connect(("127.0.0.1", arg.parse().unwrap_or(0)))
+                                .is_ok()
+                        }
+                        _ => false,
+                    };
+                    format!("{probe} {}\n", if ok { "ok" } else { "denied" })
+                })
+                .collect();
+            return self.finish(vec![text(&report), done()]);
+        }
+        if message == "bomb" {
+            return self.finish(vec![text("no limit here"), done()]);
         }
         if let Some(diagnostic) = message.strip_prefix("fail:") {
             let mut msg = "the provider failed".to_owned();
@@ -610,6 +639,10 @@ impl Knobs for BrokenKnobs {
             Behaviour::EmitSecret { secret } => format!("secret:{secret}"),
             Behaviour::Remember { marker } => format!("remember:{marker}"),
             Behaviour::Recall => "recall".to_owned(),
+            escape @ Behaviour::Escape { .. } => {
+                format!("escape:{}", escape.escape_probes().join(" "))
+            }
+            Behaviour::ForkBomb => "bomb".to_owned(),
             _ => return None,
         };
         Some(ExecutionRequest::new(message))
@@ -680,6 +713,15 @@ async fn fails(fault: Fault, id: &str, reason: &str) -> Report {
         other => panic!("{id} did not fail for {fault:?}: {other:?}"),
     }
     report
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claimed_sandbox_that_contains_nothing_is_caught() {
+    let report = fails(Fault::ClaimsSandbox, "sandbox.escape", "reported `ok`").await;
+    assert_fails_saying(
+        report.result("sandbox.limits").unwrap(),
+        "ended Succeeded",
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

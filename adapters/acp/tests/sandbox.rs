@@ -99,7 +99,7 @@ async fn a_hostile_agent_sees_and_reaches_only_what_its_profile_allows() {
         "{report}"
     );
     assert!(
-        saw(&report, &format!("connect:{refused_port}")).starts_with("refused"),
+        saw(&report, &format!("connect:{refused_port}")).starts_with("denied"),
         "{report}"
     );
     // bwrap's init and the agent: none of the host's processes.

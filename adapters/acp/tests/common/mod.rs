@@ -1,6 +1,7 @@
 //! Helpers shared by the ACP adapter's tests.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod knobs;
 pub mod real;
 
 use std::path::PathBuf;
