@@ -41,6 +41,10 @@
 //! # Ok(()) }
 //! ```
 //!
+//! A profile with backend `kubernetes` is for a cluster instead: [`kubernetes::manifests`]
+//! makes it the Pod and NetworkPolicy of a sandbox. Only the manifests exist yet: nothing
+//! applies them, and [`Sandbox::spawn`] refuses such a profile (`SANDBOX_UNAVAILABLE`).
+//!
 //! # Decisions where the spec is silent
 //!
 //! - Two ways out, both served by the control plane from the host's side: relays of loopback
@@ -57,6 +61,7 @@
 mod bubblewrap;
 mod cgroup;
 mod guard;
+pub mod kubernetes;
 mod net;
 mod profile;
 mod proxy;
@@ -64,6 +69,7 @@ mod seccomp;
 
 pub use bubblewrap::{Launch, SANDBOX_UID, Sandbox};
 pub use guard::{Breach, SandboxGuard, Sandboxed};
+pub use kubernetes::{Egress, KubernetesProfile};
 pub use profile::{
     Backend, Endpoint, NetworkPolicy, PROXY_PORT, ProxyTarget, SandboxLimits, SandboxProfile,
 };

@@ -19,6 +19,11 @@ pub enum Backend {
     /// its parent.
     #[default]
     Bubblewrap,
+    /// A Pod and NetworkPolicy per sandbox on the operator's cluster, from the profile's
+    /// [`kubernetes`](SandboxProfile::kubernetes) table: see [`crate::kubernetes`]. Its
+    /// manifests are built and checked; a local [`Sandbox::spawn`](crate::Sandbox::spawn) is
+    /// refused (`SANDBOX_UNAVAILABLE`).
+    Kubernetes,
 }
 
 /// An operator's sandbox profile: owned by the operator (in `harness.toml`'s
@@ -65,6 +70,9 @@ pub struct SandboxProfile {
     /// The limits.
     #[serde(default)]
     pub limits: SandboxLimits,
+    /// The cluster's settings, with backend `kubernetes` (and only then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes: Option<crate::kubernetes::KubernetesProfile>,
 }
 
 /// What a sandbox may reach: nothing unless listed. The sandbox has a network namespace of its
@@ -350,6 +358,16 @@ impl SandboxProfile {
         }
     }
 
+    /// The strictest Kubernetes profile with these cluster settings.
+    #[must_use]
+    pub fn kubernetes(settings: crate::kubernetes::KubernetesProfile) -> Self {
+        Self {
+            backend: Backend::Kubernetes,
+            kubernetes: Some(settings),
+            ..Self::default()
+        }
+    }
+
     /// Adds a read-only path.
     #[must_use]
     pub fn read_only(mut self, path: impl Into<PathBuf>) -> Self {
@@ -387,12 +405,24 @@ impl SandboxProfile {
 
     /// Checks the profile for a workspace: each read-only path absolute, existing, not one of
     /// `/`, `/root`, `/home` or `/etc` and not holding the workspace; the workspace absolute
-    /// and existing. The error (`configuration`) names the path and why.
+    /// and existing. The error (`configuration`) names the path and why. A Kubernetes
+    /// profile makes no local sandbox: it is refused here (`SANDBOX_UNAVAILABLE`).
     ///
     /// # Errors
     ///
-    /// A `configuration` error naming what is wrong.
+    /// A `configuration` error naming what is wrong; `SANDBOX_UNAVAILABLE` for a Kubernetes
+    /// profile.
     pub fn check(&self, workspace: &Path) -> Result<(), HarnessError> {
+        match (self.backend, &self.kubernetes) {
+            (Backend::Kubernetes, _) => return Err(crate::kubernetes::no_local_sandbox()),
+            (_, Some(_)) => {
+                return Err(invalid(
+                    "the `kubernetes` table is only for a profile with backend = \"kubernetes\""
+                        .to_owned(),
+                ));
+            }
+            (_, None) => {}
+        }
         if !workspace.is_absolute() || !workspace.is_dir() {
             return Err(invalid(format!(
                 "the workspace {} must be an absolute path to an existing directory",
