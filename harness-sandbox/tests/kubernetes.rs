@@ -710,6 +710,9 @@ async fn spawning_a_kubernetes_profile_locally_is_refused() {
             .contains("not implemented yet"),
         "{err:?}"
     );
+    // What the server checks each sandboxed agent with when it starts: refused the same way.
+    let err = full().check(&std::env::temp_dir()).unwrap_err();
+    assert_eq!(err.code(), &ErrorCode::SANDBOX_UNAVAILABLE, "{err:?}");
 }
 
 // The README's example is a profile that reads and builds.
