@@ -718,10 +718,7 @@ async fn fails(fault: Fault, id: &str, reason: &str) -> Report {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claimed_sandbox_that_contains_nothing_is_caught() {
     let report = fails(Fault::ClaimsSandbox, "sandbox.escape", "reported `ok`").await;
-    assert_fails_saying(
-        report.result("sandbox.limits").unwrap(),
-        "ended Succeeded",
-    );
+    assert_fails_saying(report.result("sandbox.limits").unwrap(), "ended Succeeded");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

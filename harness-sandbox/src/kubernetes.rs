@@ -78,9 +78,9 @@
 //!
 //! # Decisions where the spec is silent
 //!
-//! - The profile's `network.allow` (loopback endpoints relayed by the control plane) and
-//!   `readOnly` (host paths) mean nothing on a cluster: a Kubernetes profile with either is
-//!   refused, naming it. Its network is `kubernetes.egress`, by cluster address or pod labels
+//! - The profile's `network.allow` (loopback endpoints relayed by the control plane),
+//!   `network.proxy` (the local sandbox's HTTP proxy) and `readOnly` (host paths) mean
+//!   nothing on a cluster: a Kubernetes profile with any of them is refused, naming it. Its network is `kubernetes.egress`, by cluster address or pod labels
 //!   (never a host name: a NetworkPolicy cannot match one); what it reads is in its image.
 //! - The sandbox's name is a DNS-1123 label (it is also a label value) and names both the Pod
 //!   and the NetworkPolicy; the execution id must be a label value.
@@ -275,6 +275,12 @@ fn check<'a>(
             "network.allow `{endpoint}`: loopback endpoints are relayed only into a local \
              sandbox; a Kubernetes profile lists what it may reach in kubernetes.egress, by \
              cluster address or pod labels"
+        )));
+    }
+    if let Some(target) = profile.network.proxy.first() {
+        return Err(invalid(format!(
+            "network.proxy `{target}`: the HTTP proxy serves only a local sandbox; a \
+             Kubernetes profile lists what it may reach in kubernetes.egress"
         )));
     }
     settings::dns_label("the sandbox's name", &launch.name).map_err(invalid)?;

@@ -490,6 +490,19 @@ fn loopback_endpoints_are_refused_pointing_at_egress() {
 }
 
 #[test]
+fn proxy_targets_are_refused_pointing_at_egress() {
+    let profile = minimal().proxy("api.example.com:443".parse().unwrap());
+    let err = kubernetes::manifests(&profile, &launch_minimal()).unwrap_err();
+    assert!(
+        err.message()
+            .contains("network.proxy `api.example.com:443`")
+            && err.message().contains("kubernetes.egress"),
+        "{}",
+        err.message()
+    );
+}
+
+#[test]
 fn invalid_settings_are_refused_naming_the_field() {
     for (extra, named) in [
         (

@@ -691,6 +691,12 @@ fn sandbox_isolation(sandbox: Option<&harness_sandbox::Sandbox>) -> Capability {
         );
     };
     let profile = sandbox.profile();
+    if profile.backend != harness_sandbox::Backend::Bubblewrap {
+        return Capability::unsupported(
+            "the agent's sandbox profile names a backend that cannot start an agent here \
+             (a Kubernetes profile only builds manifests yet): nothing runs",
+        );
+    }
     let allow: Vec<String> = profile
         .network
         .allow
