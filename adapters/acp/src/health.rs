@@ -1,5 +1,6 @@
 //! The adapter's health: every agent's command resolvable and executable, its working
-//! directory there, checked without starting anything.
+//! directory there, and its sandbox profile (if any) usable on this host, checked without
+//! starting anything.
 //!
 //! Decisions where the spec is silent: the command is looked up on the `PATH` the agent
 //! would be started with (its own, when the operator copies or sets one, else the
@@ -48,6 +49,20 @@ pub(crate) fn agents<'a>(profiles: impl Iterator<Item = (&'a str, &'a AcpAgent)>
             );
             return HarnessHealth::not_ready(format!("agent `{name}`: {}", why.category()));
         }
+        // A sandbox whose profile no longer fits the host (a read-only path gone, the
+        // workspace moved) would refuse every start.
+        if let Some(sandbox) = &agent.sandbox
+            && let Err(why) = sandbox.profile().check(&agent.cwd)
+        {
+            tracing::warn!(
+                agent = name,
+                reason = why.message(),
+                "an ACP agent's sandbox cannot be made"
+            );
+            return HarnessHealth::not_ready(format!(
+                "agent `{name}`: its sandbox profile cannot be used"
+            ));
+        }
     }
     HarnessHealth::ready()
 }
@@ -78,6 +93,24 @@ mod tests {
         let mut hidden = agent("sh");
         hidden.set_env.insert("PATH".into(), "/no/such/dir".into());
         assert_eq!(resolve(&hidden), Err(NotRunnable::CommandNotFound));
+    }
+
+    #[test]
+    fn a_sandbox_that_no_longer_fits_the_host_is_not_ready() {
+        let profile = harness_sandbox::SandboxProfile::default();
+        let sandbox = harness_sandbox::Sandbox::with_bwrap(profile.clone(), "/usr/bin/bwrap");
+        let fits = agent("sh").in_sandbox(sandbox);
+        assert!(agents([("coder", &fits)].into_iter()).ready);
+        let gone = harness_sandbox::Sandbox::with_bwrap(
+            profile.read_only("/no/such/runtime-3f9c1d"),
+            "/usr/bin/bwrap",
+        );
+        let health = agents([("coder", &agent("sh").in_sandbox(gone))].into_iter());
+        assert!(!health.ready);
+        assert_eq!(
+            health.reason.unwrap(),
+            "agent `coder`: its sandbox profile cannot be used"
+        );
     }
 
     #[test]
