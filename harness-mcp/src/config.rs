@@ -120,6 +120,12 @@ pub struct McpServer {
     /// How long starting or connecting, and listing the tools, may take, in milliseconds.
     #[serde(default = "default_connect")]
     pub connect_timeout_ms: u64,
+    /// The operator's sandbox a stdio server runs in (see [`in_sandbox`](Self::in_sandbox));
+    /// `None`: a plain child process. Not part of the serialized form: a configuration file
+    /// names a profile (`sandbox = "<name>"`), which the server resolves.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub sandbox: Option<harness_sandbox::Sandbox>,
 }
 
 fn default_connect() -> u64 {
@@ -164,7 +170,18 @@ impl McpServer {
             tools: BTreeMap::new(),
             caller_credential: None,
             connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
+            sandbox: None,
         }
+    }
+
+    /// Runs a stdio server in `sandbox`, an operator's profile: the server sees its `cwd`
+    /// (required) read-write and what the profile shows, reaches what the profile allows,
+    /// and is torn down at the profile's limits; every variable it is given must be allowed
+    /// by the profile. The tools' calls still go through their handles in the control plane.
+    #[must_use]
+    pub fn in_sandbox(mut self, sandbox: harness_sandbox::Sandbox) -> Self {
+        self.sandbox = Some(sandbox);
+        self
     }
 
     /// Copies the host variable `name` to a stdio server (nothing else is inherited).
@@ -280,6 +297,23 @@ impl McpServer {
                         )));
                     }
                 }
+                if let Some(sandbox) = &self.sandbox {
+                    if cwd.is_none() {
+                        return Err(invalid(format!(
+                            "MCP server `{name}` runs in a sandbox: give it a `cwd`, the \
+                             workspace it sees (nothing else of the host is there)"
+                        )));
+                    }
+                    let credential = match &self.caller_credential {
+                        Some(CallerCredential::Env(var)) => Some(var),
+                        _ => None,
+                    };
+                    let names = env.iter().chain(set_env.keys()).chain(credential);
+                    sandbox
+                        .profile()
+                        .check_env(names.map(String::as_str))
+                        .map_err(|e| invalid(format!("MCP server `{name}`: {}", e.message())))?;
+                }
                 if matches!(self.caller_credential, Some(CallerCredential::Header(_))) {
                     return Err(invalid(format!(
                         "MCP server `{name}` runs over stdio: its caller credential goes in an \
@@ -288,6 +322,12 @@ impl McpServer {
                 }
             }
             McpTransport::Http { url, headers } => {
+                if self.sandbox.is_some() {
+                    return Err(invalid(format!(
+                        "MCP server `{name}` is reached over HTTP: there is no process of ours \
+                         to sandbox (only a stdio server runs in a sandbox)"
+                    )));
+                }
                 if !(url.starts_with("http://") || url.starts_with("https://")) {
                     return Err(invalid(format!(
                         "MCP server `{name}`: url {url:?} is not an http:// or https:// URL"

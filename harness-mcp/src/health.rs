@@ -71,6 +71,20 @@ pub(crate) async fn check(server: &McpServer) -> HarnessHealth {
                     here.as_path()
                 }
             };
+            let sandbox = server
+                .sandbox
+                .as_ref()
+                .map(|sandbox| sandbox.profile().check(cwd));
+            if let Some(Err(why)) = sandbox {
+                tracing::warn!(
+                    server = %name,
+                    reason = why.message(),
+                    "an MCP server's sandbox cannot be made"
+                );
+                return HarnessHealth::not_ready(format!(
+                    "MCP server `{name}`: its sandbox profile cannot be used"
+                ));
+            }
             match harness_core::program::resolve(program, cwd, &search_path(env, set_env)) {
                 Ok(_) => HarnessHealth::ready(),
                 Err(why) => {

@@ -128,6 +128,8 @@ impl ToolProvider for McpProvider {
 struct Connection {
     service: RunningService<RoleClient, ClientConfig>,
     tools: Vec<Tool>,
+    /// A sandboxed stdio server's sandbox, torn down with the connection.
+    _sandbox: Option<harness_sandbox::Sandboxed>,
 }
 
 impl Connection {
@@ -151,8 +153,66 @@ impl Connection {
             ClientCapabilities::default(),
             Implementation::new("harness", env!("CARGO_PKG_VERSION")),
         );
+        // A sandboxed server's bwrap and guard: they live as long as the connection.
+        let mut kept: Option<harness_sandbox::Sandboxed> = None;
         let opening = async {
             let service = match &server.transport {
+                McpTransport::Stdio {
+                    command,
+                    cwd,
+                    env,
+                    set_env,
+                } if server.sandbox.is_some() => {
+                    let sandbox = server.sandbox.as_ref().expect("matched on it");
+                    let (workspace, program) = match cwd {
+                        Some(cwd) => (cwd, &command[0]),
+                        None => return Err(unavailable("has no workspace", "no cwd".to_owned())),
+                    };
+                    let search = set_env
+                        .get("PATH")
+                        .map(std::ffi::OsString::from)
+                        .or_else(|| std::env::var_os("PATH"))
+                        .unwrap_or_default();
+                    let resolved = harness_core::program::resolve(program, workspace, &search)
+                        .map_err(|why| {
+                            unavailable("could not be started", why.category().to_owned())
+                        })?;
+                    let mut launch = harness_sandbox::Launch::new(resolved, workspace);
+                    launch.args.extend(command[1..].iter().map(Into::into));
+                    for var in env {
+                        if let Some(value) = std::env::var_os(var) {
+                            launch = launch.env(var.clone(), value);
+                        }
+                    }
+                    for (var, value) in set_env {
+                        launch.env.retain(|(n, _)| n != var);
+                        launch = launch.env(var.clone(), value);
+                    }
+                    if let (Some(CallerCredential::Env(var)), Some(credential)) =
+                        (&server.caller_credential, credential)
+                    {
+                        launch.env.retain(|(n, _)| n != var);
+                        launch = launch.env(var.clone(), credential.expose());
+                    }
+                    let mut sandboxed = sandbox.spawn(launch).await.map_err(|e| {
+                        unavailable(
+                            "could not be started in its sandbox",
+                            format!("{}: {}", e.message(), e.diagnostic().unwrap_or_default()),
+                        )
+                    })?;
+                    let (Some(stdout), Some(stdin)) =
+                        (sandboxed.child.stdout.take(), sandboxed.child.stdin.take())
+                    else {
+                        return Err(unavailable("could not be started", "no stdio".to_owned()));
+                    };
+                    // The server's stderr is not read: dropped, so a full pipe never blocks it.
+                    drop(sandboxed.child.stderr.take());
+                    kept = Some(sandboxed);
+                    client
+                        .serve((stdout, stdin))
+                        .await
+                        .map_err(|e| unavailable("did not initialize", e.to_string()))?
+                }
                 McpTransport::Stdio {
                     command,
                     cwd,
@@ -223,10 +283,14 @@ impl Connection {
                 tracing::warn!(server = %name, offered = tools.len(), "an MCP server offers more tools than are listed");
                 tools.truncate(MAX_TOOLS);
             }
-            Ok(Self { service, tools })
+            Ok((service, tools))
         };
         match tokio::time::timeout(timeout, opening).await {
-            Ok(opened) => opened,
+            Ok(opened) => opened.map(|(service, tools)| Self {
+                service,
+                tools,
+                _sandbox: kept,
+            }),
             Err(_) => Err(unavailable(
                 &format!(
                     "did not start and list its tools within {} ms",

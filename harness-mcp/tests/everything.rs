@@ -532,3 +532,88 @@ mod model_loop {
         serde_json::from_str(&body[start..=end]).unwrap()
     }
 }
+
+/// A stdio server in the operator's sandbox (bubblewrap, installed by
+/// `.ci/install-bubblewrap.sh`): its tools are served from inside, it sees only the variables
+/// it was given, and every process of its tree but bwrap runs in the sandbox's PID namespace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandboxed_stdio_server_serves_its_tools_from_inside() {
+    use harness_sandbox::{Sandbox, SandboxProfile};
+    let mark = format!("sandboxed-{}", ExecutionId::generate());
+    let workspace = std::env::temp_dir().join(format!("harness-mcp-{mark}"));
+    std::fs::create_dir_all(&workspace).unwrap();
+    let modules = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/servers/node_modules");
+    let profile = SandboxProfile::default()
+        .read_only(modules)
+        .allow_env("HARNESS_TEST_MARK");
+    let sandbox = Sandbox::new(profile).expect("bwrap is installed");
+    // Without a workspace, or with a variable the profile does not allow, it is refused.
+    let err = McpProvider::new(stdio_server("everything").in_sandbox(sandbox.clone())).unwrap_err();
+    assert!(err.message().contains("cwd"), "{}", err.message());
+    let err = McpProvider::new(
+        stdio_server("everything")
+            .in_dir(&workspace)
+            .set_env("GITHUB_TOKEN", "x")
+            .in_sandbox(sandbox.clone()),
+    )
+    .unwrap_err();
+    assert!(err.message().contains("GITHUB_TOKEN"), "{}", err.message());
+
+    let server = stdio_server("everything")
+        .set_env("HARNESS_TEST_MARK", &mark)
+        .in_dir(&workspace)
+        .in_sandbox(sandbox);
+    let set = ToolSet::new()
+        .provider(McpProvider::new(server).unwrap())
+        .unwrap();
+    let resolved = resolve(&set, None).await;
+    assert!(
+        resolved.unavailable.is_empty(),
+        "{:?}",
+        resolved.unavailable
+    );
+    let echo = handle(&resolved, "everything.echo");
+    assert_eq!(
+        success(echo.invoke(json!({"message": "hi"}), ctx()).await),
+        json!("Echo: hi")
+    );
+    let env = success(
+        handle(&resolved, "everything.get_env")
+            .invoke(json!({}), ctx())
+            .await,
+    );
+    let env = env.to_string();
+    assert!(env.contains(&mark), "{env}");
+    assert!(
+        !env.contains("CARGO"),
+        "the host's environment leaked: {env}"
+    );
+
+    // The server's tree, found by the variable it was given.
+    let needle = format!("HARNESS_TEST_MARK={mark}");
+    let mut inside = 0;
+    let mut outside = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
+            continue;
+        };
+        if !environ.split(|b| *b == 0).any(|v| v == needle.as_bytes()) {
+            continue;
+        }
+        let status = std::fs::read_to_string(entry.path().join("status")).unwrap_or_default();
+        let nspid = status
+            .lines()
+            .find(|l| l.starts_with("NSpid:"))
+            .unwrap_or("");
+        if nspid.split_whitespace().count() >= 3 {
+            inside += 1;
+        } else {
+            outside.push(std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default());
+        }
+    }
+    assert!(inside >= 1, "the server runs in the sandbox");
+    assert_eq!(outside, ["bwrap\n"], "only bwrap runs outside the sandbox");
+    drop(resolved);
+    drop(set);
+    let _ = std::fs::remove_dir_all(&workspace);
+}

@@ -187,29 +187,24 @@ pub struct SandboxConfig {
     pub profiles: BTreeMap<String, harness_sandbox::SandboxProfile>,
 }
 
-/// An ACP agent's table, with its `sandbox = "<name>"` resolved against `[sandbox.profiles]`:
-/// the profile is the operator's, so an unknown name is refused naming the known ones.
-fn acp_agent(
-    name: &str,
+/// Takes `sandbox = "<name>"` out of an agent's or an MCP server's table and resolves it
+/// against `[sandbox.profiles]`: the profile is the operator's, so an unknown name is refused
+/// naming the known ones.
+fn take_sandbox(
     value: &toml::Value,
+    what: &str,
     sandboxes: Option<&SandboxConfig>,
-) -> Result<AcpAgent, HarnessError> {
-    let what = format!("acp agent `{name}`");
+) -> Result<(toml::Value, Option<harness_sandbox::Sandbox>), HarnessError> {
     let mut value = value.clone();
     let profile = match value.as_table_mut().and_then(|t| t.remove("sandbox")) {
-        None => None,
-        Some(toml::Value::String(profile)) => Some(profile),
+        None => return Ok((value, None)),
+        Some(toml::Value::String(profile)) => profile,
         Some(other) => {
             return Err(invalid(format!(
                 "{what}: `sandbox` names a profile of `[sandbox.profiles]`, a string, not {}",
                 other.type_str()
             )));
         }
-    };
-    let agent = AcpAgent::from_value(&json_of(&value, &what)?)
-        .map_err(|e| invalid(format!("{what}: {}", e.public().message)))?;
-    let Some(profile) = profile else {
-        return Ok(agent);
     };
     let profiles = sandboxes.map(|s| &s.profiles);
     let Some(found) = profiles.and_then(|p| p.get(&profile)) else {
@@ -233,13 +228,26 @@ fn acp_agent(
             e.diagnostic().unwrap_or_default()
         ))
     })?;
+    Ok((value, Some(sandbox)))
+}
+
+/// An ACP agent's table, its sandbox resolved (see [`take_sandbox`]).
+fn acp_agent(
+    name: &str,
+    value: &toml::Value,
+    sandboxes: Option<&SandboxConfig>,
+) -> Result<AcpAgent, HarnessError> {
+    let what = format!("acp agent `{name}`");
+    let (value, sandbox) = take_sandbox(value, &what, sandboxes)?;
+    let agent = AcpAgent::from_value(&json_of(&value, &what)?)
+        .map_err(|e| invalid(format!("{what}: {}", e.public().message)))?;
+    let Some(sandbox) = sandbox else {
+        return Ok(agent);
+    };
     let agent = agent.in_sandbox(sandbox);
-    agent.check().map_err(|e| {
-        invalid(format!(
-            "{what} in sandbox profile `{profile}`: {}",
-            e.message()
-        ))
-    })?;
+    agent
+        .check()
+        .map_err(|e| invalid(format!("{what} in its sandbox: {}", e.message())))?;
     Ok(agent)
 }
 
@@ -738,6 +746,7 @@ impl Config {
             instances.push(Instance::new_openai(
                 openai,
                 self.mcp.as_ref(),
+                self.sandbox.as_ref(),
                 store,
                 replica,
             )?);
@@ -750,6 +759,7 @@ impl Instance {
     fn new_openai<S>(
         openai: &OpenAiConfig,
         mcp: Option<&McpConfig>,
+        sandboxes: Option<&SandboxConfig>,
         store: &Arc<S>,
         replica: &ReplicaId,
     ) -> Result<Self, HarnessError>
@@ -780,8 +790,13 @@ impl Instance {
             .enumerate()
         {
             let what = format!("MCP server {}", n + 1);
-            let server = McpServer::from_value(&json_of(value, &what)?)
+            let (value, sandbox) = take_sandbox(value, &what, sandboxes)?;
+            let server = McpServer::from_value(&json_of(&value, &what)?)
                 .map_err(|e| invalid(format!("{what}: {}", e.public().message)))?;
+            let server = match sandbox {
+                Some(sandbox) => server.in_sandbox(sandbox),
+                None => server,
+            };
             tools = tools
                 .provider(McpProvider::new(server)?)
                 .map_err(|e| invalid(format!("{what}: {e}")))?;
@@ -889,6 +904,30 @@ mod tests {
                         [sandbox.profiles.net]\nnetwork = { allow = [\"127.0.0.1:4010\"] }\n";
         let message = refused(&format!("{memory}{agent}sandbox = \"other\"\n{profiles}")).await;
         assert!(message.contains("net, strict"), "{message}");
+        // An MCP server of the model loop runs in one too; over HTTP there is nothing to
+        // sandbox.
+        let openai =
+            "[openai.endpoints.default]\nbaseUrl = \"http://127.0.0.1:1/v1\"\nmodel = \"m\"\n";
+        let message = refused(&format!(
+            "{memory}{openai}[[mcp.servers]]\nname = \"remote\"\nsandbox = \"strict\"\n\
+             transport = {{ http = {{ url = \"http://127.0.0.1:1/mcp\" }} }}\n{profiles}"
+        ))
+        .await;
+        assert!(message.contains("over HTTP"), "{message}");
+        let message = refused(&format!(
+            "{memory}{openai}[[mcp.servers]]\nname = \"local\"\nsandbox = \"strict\"\n\
+             transport = {{ stdio = {{ command = [\"/usr/bin/true\"] }} }}\n{profiles}"
+        ))
+        .await;
+        assert!(message.contains("cwd"), "{message}");
+        Config::from_toml(&format!(
+            "{memory}{openai}[[mcp.servers]]\nname = \"local\"\nsandbox = \"strict\"\n\
+             transport = {{ stdio = {{ command = [\"/usr/bin/true\"], cwd = \"/tmp\" }} }}\n{profiles}"
+        ))
+        .unwrap()
+        .server(BearerTokens::new())
+        .await
+        .unwrap();
         // A variable the profile does not allow never reaches the sandbox.
         let message = refused(&format!(
             "{memory}{agent}sandbox = \"strict\"\nsetEnv = {{ GITHUB_TOKEN = \"x\" }}\n{profiles}"
