@@ -146,18 +146,24 @@ impl ProxyTarget {
     }
 }
 
+/// `host:port` split at its last colon, the port 1 to 65535.
+fn host_port(s: &str) -> Result<(&str, u16), String> {
+    let (host, port) = s
+        .rsplit_once(':')
+        .ok_or_else(|| format!("`{s}` is not a `host:port`"))?;
+    let port: u16 = port
+        .parse()
+        .ok()
+        .filter(|p| *p != 0)
+        .ok_or_else(|| format!("`{s}`: the port must be 1 to 65535"))?;
+    Ok((host, port))
+}
+
 impl FromStr for ProxyTarget {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let (host, port) = s
-            .rsplit_once(':')
-            .ok_or_else(|| format!("`{s}` is not a `host:port`"))?;
-        let port: u16 = port
-            .parse()
-            .ok()
-            .filter(|p| *p != 0)
-            .ok_or_else(|| format!("`{s}`: the port must be 1 to 65535"))?;
+        let (host, port) = host_port(s)?;
         let bare = host.trim_start_matches('[').trim_end_matches(']');
         let name_ok = !bare.is_empty()
             && bare.len() <= 253
@@ -219,14 +225,7 @@ impl FromStr for Endpoint {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let (host, port) = s
-            .rsplit_once(':')
-            .ok_or_else(|| format!("`{s}` is not a `host:port`"))?;
-        let port: u16 = port
-            .parse()
-            .ok()
-            .filter(|p| *p != 0)
-            .ok_or_else(|| format!("`{s}`: the port must be 1 to 65535"))?;
+        let (host, port) = host_port(s)?;
         let ip = match host.trim_start_matches('[').trim_end_matches(']') {
             "localhost" => IpAddr::V4(Ipv4Addr::LOCALHOST),
             other => other.parse::<IpAddr>().map_err(|_| {

@@ -198,10 +198,8 @@ async fn an_agent_that_never_ends_is_stopped_at_the_sandbox_wall_time() {
     .await;
 }
 
-#[tokio::test]
-async fn cancelling_a_sandboxed_run_ends_it_once_and_leaves_nothing() {
-    let mark = marker("cancel");
-    let adapter: AcpAdapter = adapter_for(sandboxed(SandboxProfile::default(), &mark));
+/// Starts a turn that never ends by itself, once it is under way.
+async fn forever(adapter: AcpAdapter) -> harness_core::service::ExecutionHandle {
     let execution = AdapterService::new(adapter)
         .oneshot(ExecutionRequest::new("forever"))
         .await
@@ -210,16 +208,24 @@ async fn cancelling_a_sandboxed_run_ends_it_once_and_leaves_nothing() {
         matches!(e.payload(), EventPayload::MessageDelta(d) if d.text.contains("forever waiting"))
     })
     .await;
+    execution
+}
+
+fn assert_one_terminal(events: &[std::sync::Arc<harness_core::event::Event>]) {
+    let terminal = events.iter().filter(|e| e.kind().is_terminal()).count();
+    assert_eq!(terminal, 1, "{:?}", kinds(events));
+}
+
+#[tokio::test]
+async fn cancelling_a_sandboxed_run_ends_it_once_and_leaves_nothing() {
+    let mark = marker("cancel");
+    let adapter: AcpAdapter = adapter_for(sandboxed(SandboxProfile::default(), &mark));
+    let execution = forever(adapter).await;
     assert!(!processes_with(&mark).is_empty());
     execution.cancel(CancelReason::new("test"));
     let (events, outcome) = finish(&execution).await;
     assert!(matches!(outcome, Outcome::Cancelled(_)), "{outcome:?}");
-    assert_eq!(
-        events.iter().filter(|e| e.kind().is_terminal()).count(),
-        1,
-        "{:?}",
-        kinds(&events)
-    );
+    assert_one_terminal(&events);
     assert_no_process_left(&mark).await;
 }
 
@@ -227,14 +233,7 @@ async fn cancelling_a_sandboxed_run_ends_it_once_and_leaves_nothing() {
 async fn a_sandbox_killed_mid_run_gives_one_terminal_event_and_no_orphan() {
     let mark = marker("killed");
     let adapter = adapter_for(sandboxed(SandboxProfile::default(), &mark));
-    let execution = AdapterService::new(adapter)
-        .oneshot(ExecutionRequest::new("forever"))
-        .await
-        .unwrap();
-    read_until(&execution, harness_core::id::Cursor::START, |e| {
-        matches!(e.payload(), EventPayload::MessageDelta(d) if d.text.contains("forever waiting"))
-    })
-    .await;
+    let execution = forever(adapter).await;
     // SIGKILL to bwrap itself: the process this control plane started (its child).
     let me = std::process::id().to_string();
     let bwrap: Vec<u32> = processes(|dir| {
@@ -256,11 +255,6 @@ async fn a_sandbox_killed_mid_run_gives_one_terminal_event_and_no_orphan() {
         .unwrap();
     let (events, outcome) = finish(&execution).await;
     assert!(matches!(outcome, Outcome::Failed(_)), "{outcome:?}");
-    assert_eq!(
-        events.iter().filter(|e| e.kind().is_terminal()).count(),
-        1,
-        "{:?}",
-        kinds(&events)
-    );
+    assert_one_terminal(&events);
     assert_no_process_left(&mark).await;
 }
