@@ -13,8 +13,9 @@
 //! 5. executions started per second: `POST /v1/executions` one after another from one
 //!    client, against `oneshot` on the same stack and store kind in-process (alternating
 //!    rounds, the ratio's median);
-//! 6. fan-out: one execution of 10,000 deltas read by 100 SSE clients at once, events
-//!    delivered per second in all, against one in-process reader of the same script.
+//! 6. fan-out: one execution of 10,000 deltas read by 100 SSE clients at once, and one of 100
+//!    deltas read by 10,000 clients at once, events delivered per second in all, against one
+//!    in-process reader of the same script.
 //!
 //! ```sh
 //! cargo bench -p harness-server --bench sse
@@ -173,6 +174,35 @@ fn in_process_service() -> StackService {
 }
 
 /// The in-process run: the same stack and store kind, read from the handle.
+/// One execution of `deltas` deltas read by `clients` SSE clients at once: events delivered
+/// per second in all, against one in-process reader of the same script.
+async fn fan_out(http: &reqwest::Client, url: &str, clients: usize, deltas_n: usize) {
+    let rate = |n: usize, t: Duration| n as f64 / t.as_secs_f64();
+    let (in_n, in_time) = in_process(deltas(deltas_n, None)).await;
+    let id = start(http, url, deltas(deltas_n, None)).await;
+    let began = Instant::now();
+    let readers: Vec<_> = (0..clients)
+        .map(|_| {
+            let http = http.clone();
+            let url = url.to_owned();
+            let id = id.clone();
+            tokio::spawn(async move { sse(&http, &url, &id, |_| {}).await })
+        })
+        .collect();
+    let mut delivered = 0;
+    for reader in readers {
+        delivered += reader.await.unwrap();
+    }
+    let fan_time = began.elapsed();
+    println!(
+        "fan-out: {clients} SSE clients read one execution of {deltas_n} deltas: {delivered} \
+         events in {fan_time:?} ({:.0}/s in all); one in-process reader {:.0}/s: ratio {:.2}",
+        rate(delivered, fan_time),
+        rate(in_n, in_time),
+        rate(delivered, fan_time) / rate(in_n, in_time)
+    );
+}
+
 async fn in_process(script: Script) -> (usize, Duration) {
     let service = in_process_service();
     let began = Instant::now();
@@ -296,32 +326,9 @@ async fn main() {
         start_ratios[0]
     );
 
-    // 6. Fan-out to 100 clients.
-    const FAN: usize = 100;
-    const FAN_DELTAS: usize = 10_000;
-    let (in_n, in_time) = in_process(deltas(FAN_DELTAS, None)).await;
-    let id = start(&http, &serving.url, deltas(FAN_DELTAS, None)).await;
-    let began = Instant::now();
-    let readers: Vec<_> = (0..FAN)
-        .map(|_| {
-            let http = http.clone();
-            let url = serving.url.clone();
-            let id = id.clone();
-            tokio::spawn(async move { sse(&http, &url, &id, |_| {}).await })
-        })
-        .collect();
-    let mut delivered = 0;
-    for reader in readers {
-        delivered += reader.await.unwrap();
-    }
-    let fan_time = began.elapsed();
-    println!(
-        "fan-out: {FAN} SSE clients read one execution of {FAN_DELTAS} deltas: {delivered} \
-         events in {fan_time:?} ({:.0}/s in all); one in-process reader {:.0}/s: ratio {:.2}",
-        rate(delivered, fan_time),
-        rate(in_n, in_time),
-        rate(delivered, fan_time) / rate(in_n, in_time)
-    );
+    // 6. Fan-out: to 100 clients, then to 10,000.
+    fan_out(&http, &serving.url, 100, 10_000).await;
+    fan_out(&http, &serving.url, 10_000, 100).await;
 
     // `cargo bench --bench sse -- throughput` stops here (for profiling the first part).
     if std::env::args().any(|a| a == "throughput") {
