@@ -231,7 +231,10 @@ pub enum Behaviour {
         /// The panic message.
         message: String,
     },
-    /// Yield an item after the terminal one (a deliberate protocol fault).
+    /// Produce output the contract or the provider's protocol forbids: an item after the
+    /// terminal one (a runtime of one's own), or, from a provider behind an adapter, a message
+    /// its protocol refuses (an ACP agent's line that is not JSON-RPC). A deliberate protocol
+    /// fault, which must end the run `protocol` with one terminal.
     MalformedOrder,
     /// Stream, as message text, the W3C `traceparent` the runtime propagates to its provider
     /// for this turn (what it received in [`TurnInput::trace_context`]), then succeed.

@@ -24,7 +24,7 @@ pub struct AcpKnobs {
 }
 
 /// The test agent's modes the knobs offer, by agent name (the same).
-const MODES: [&str; 15] = [
+const MODES: [&str; 16] = [
     "text",
     "reasoning",
     "tool",
@@ -40,6 +40,7 @@ const MODES: [&str; 15] = [
     "trace",
     "emit",
     "escape",
+    "malformed",
 ];
 
 impl AcpKnobs {
@@ -165,6 +166,8 @@ impl AcpKnobs {
             Behaviour::ApprovalThenHang => "approval-hang",
             Behaviour::SequentialApprovals => "sequential",
             Behaviour::EchoTraceContext => "trace",
+            // A line that is not JSON-RPC, mid-turn.
+            Behaviour::MalformedOrder => "malformed",
             _ => return None,
         })
     }
