@@ -20,6 +20,65 @@
 //! assert!(!wire.to_string().contains("sk-live-123"));
 //! ```
 //!
+//! # Tower's own middleware
+//!
+//! Stock tower middleware (`timeout`, `load_shed`, `buffer`) fails with [`tower::BoxError`].
+//! `HarnessError: From<BoxError>` classifies it, so such middleware can sit between this
+//! project's layers (which accept any inner error that is `Into<HarnessError>` and convert it
+//! once, at their edge) or under `?`:
+//!
+//! | inside the `BoxError` | becomes |
+//! |---|---|
+//! | a [`HarnessError`] (what our services fail with, boxed by the middleware) | itself, unchanged |
+//! | `tower::timeout::error::Elapsed` | `timeout`, `SERVICE_TIMEOUT` |
+//! | `tower::load_shed::error::Overloaded` | `capacity`, `LOAD_SHED` (retryable) |
+//! | `tower::buffer::error::ServiceError` | what the buffered service failed with, classified by these rules |
+//! | `tower::buffer::error::Closed` | `unavailable`, `SERVICE_CLOSED` |
+//! | anything else | `internal`, `INTERNAL`: its text in the diagnostic only, never in the message |
+//!
+//! ```
+//! use std::time::Duration;
+//! use harness_core::error::{ErrorCategory, ErrorCode, HarnessError};
+//! use tower::{BoxError, ServiceBuilder, ServiceExt, service_fn};
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let slow = service_fn(|(): ()| async {
+//!     tokio::time::sleep(Duration::from_secs(60)).await;
+//!     Ok::<_, HarnessError>(())
+//! });
+//! let service = ServiceBuilder::new()
+//!     .map_err(HarnessError::from) // BoxError -> HarnessError, once, at the edge
+//!     .timeout(Duration::from_millis(10))
+//!     .service(slow);
+//! let err = service.oneshot(()).await.unwrap_err();
+//! assert_eq!(err.category(), ErrorCategory::Timeout);
+//! assert_eq!(err.code(), &ErrorCode::SERVICE_TIMEOUT);
+//!
+//! // A HarnessError that travelled boxed comes back as it was.
+//! let refused = HarnessError::new(ErrorCategory::Configuration, "no");
+//! assert_eq!(HarnessError::from(BoxError::from(refused.clone())), refused);
+//! // Anything else is `internal`, its text for operators only.
+//! let odd = HarnessError::from(BoxError::from("disk on fire at /srv/secret"));
+//! assert_eq!(odd.category(), ErrorCategory::Internal);
+//! assert!(!odd.message().contains("/srv/secret"));
+//! assert!(odd.diagnostic().unwrap().contains("/srv/secret"));
+//! # });
+//! ```
+//!
+//! Decisions where tower leaves it open:
+//!
+//! - **`From<BoxError>`, not tonic's way.** tonic's layers are generic over `E: Into<BoxError>`
+//!   and fail with `BoxError`: every caller then downcasts to learn what happened. Here the
+//!   typed error stays the error of every layer and service (callers match on its category and
+//!   code, the server maps it to a status) and the conversion happens once, where a tower
+//!   middleware's `BoxError` meets one of ours. The cost: a foreign error's *type* is lost
+//!   (only its text is kept, in the diagnostic).
+//! - **Retry advice** is the category's default: a load shed is retryable; an elapsed timeout
+//!   is not (the call it dropped may have started work); a closed buffer is `unavailable`, so
+//!   retryable elsewhere, although that buffer takes no more requests.
+//! - **Only the known wrappers are looked through.** A foreign error whose `source()` is a
+//!   `HarnessError` is still `internal`: its type says nothing about what the wrapper meant.
+//!
 //! Every code the project emits is a constant of [`ErrorCode`], listed once in [`CATALOG`]
 //! (providers' own codes travel separately, as the sanitized `providerCode`):
 //!
@@ -330,6 +389,15 @@ codes! {
     SANDBOX_LIMIT: Some(C::Capacity);
     /// A sandboxed agent outlived its profile's wall time: the sandbox was torn down.
     SANDBOX_WALL_TIME: Some(C::Timeout);
+    /// A tower timeout layer (`ServiceBuilder::timeout`) passed its deadline before the
+    /// service it wraps answered (`tower::timeout::error::Elapsed`).
+    SERVICE_TIMEOUT: Some(C::Timeout);
+    /// A tower load-shed layer (`ServiceBuilder::load_shed`) refused the request because the
+    /// service below it was not ready (`tower::load_shed::error::Overloaded`); retry later.
+    LOAD_SHED: Some(C::Capacity);
+    /// A tower buffer's worker is gone (`tower::buffer::error::Closed`: its runtime shut
+    /// down, or it was dropped): that buffer takes no more requests.
+    SERVICE_CLOSED: Some(C::Unavailable);
     /// A tool failed in its own way (the default code of a bounded failure).
     TOOL_FAILED: None;
     /// A tool's arguments did not match its input schema; the tool was not called.
@@ -608,6 +676,76 @@ impl From<PublicError> for HarnessError {
             diagnostic: None,
         }
     }
+}
+
+/// Classifies what a tower middleware failed with; see
+/// ["Tower's own middleware"](self#towers-own-middleware).
+impl From<tower::BoxError> for HarnessError {
+    fn from(error: tower::BoxError) -> Self {
+        match error.downcast::<Self>() {
+            Ok(error) => *error,
+            Err(other) => classify(&*other),
+        }
+    }
+}
+
+impl From<tower::timeout::error::Elapsed> for HarnessError {
+    fn from(_: tower::timeout::error::Elapsed) -> Self {
+        HarnessError::new(
+            ErrorCategory::Timeout,
+            "the service did not answer within its timeout",
+        )
+        .with_code(ErrorCode::SERVICE_TIMEOUT)
+    }
+}
+
+impl From<tower::load_shed::error::Overloaded> for HarnessError {
+    fn from(_: tower::load_shed::error::Overloaded) -> Self {
+        HarnessError::new(
+            ErrorCategory::Capacity,
+            "the service is at capacity and shed the request; retry later",
+        )
+        .with_code(ErrorCode::LOAD_SHED)
+    }
+}
+
+/// The rules of `From<BoxError>`, on a borrowed error (a buffer's `ServiceError` shares the error it holds).
+fn classify(error: &(dyn std::error::Error + 'static)) -> HarnessError {
+    if let Some(error) = error.downcast_ref::<HarnessError>() {
+        return error.clone();
+    }
+    if error.is::<tower::timeout::error::Elapsed>() {
+        return tower::timeout::error::Elapsed::new().into();
+    }
+    if error.is::<tower::load_shed::error::Overloaded>() {
+        return tower::load_shed::error::Overloaded::new().into();
+    }
+    if error.is::<tower::buffer::error::Closed>() {
+        return HarnessError::new(
+            ErrorCategory::Unavailable,
+            "the service's buffer is closed and takes no more requests",
+        )
+        .with_code(ErrorCode::SERVICE_CLOSED);
+    }
+    if error.is::<tower::buffer::error::ServiceError>()
+        && let Some(inner) = error.source()
+    {
+        return classify(inner);
+    }
+    let mut diagnostic = error.to_string();
+    let mut source = error.source();
+    // Bounded: a hostile `source` chain cannot grow the diagnostic without end.
+    for _ in 0..8 {
+        let Some(cause) = source else { break };
+        diagnostic.push_str(": ");
+        diagnostic.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    HarnessError::new(
+        ErrorCategory::Internal,
+        "an unexpected error in the service stack",
+    )
+    .with_diagnostic(diagnostic)
 }
 
 /// The safe projection of a [`HarnessError`]: what clients see.

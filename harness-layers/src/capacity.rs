@@ -139,7 +139,8 @@ impl<S> Capacity<S> {
 
 impl<S> Service<ExecutionRequest> for Capacity<S>
 where
-    S: Service<ExecutionRequest, Response = ExecutionHandle, Error = HarnessError>,
+    S: Service<ExecutionRequest, Response = ExecutionHandle>,
+    S::Error: Into<HarnessError>,
 {
     type Response = ExecutionHandle;
     type Error = HarnessError;
@@ -147,7 +148,7 @@ where
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         // Never wait for a permit here: a full service answers `capacity` in `call`.
-        self.inner.poll_ready(cx)
+        self.inner.poll_ready(cx).map_err(Into::into)
     }
 
     fn call(&mut self, request: ExecutionRequest) -> Self::Future {
@@ -193,16 +194,17 @@ pin_project! {
     }
 }
 
-impl<F> Future for ResponseFuture<F>
+impl<F, E> Future for ResponseFuture<F>
 where
-    F: Future<Output = Result<ExecutionHandle, HarnessError>>,
+    F: Future<Output = Result<ExecutionHandle, E>>,
+    E: Into<HarnessError>,
 {
     type Output = Result<ExecutionHandle, HarnessError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().kind.project() {
             Projected::Inner { future, permit } => {
-                let result = std::task::ready!(future.poll(cx));
+                let result = std::task::ready!(future.poll(cx)).map_err(Into::into);
                 if let (Ok(handle), Some(permit)) = (&result, permit.take()) {
                     hold_until_terminal(handle, permit);
                 }

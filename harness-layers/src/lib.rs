@@ -2,7 +2,11 @@
 //!
 //! Every layer here has [`HarnessError`] as its error: every failure in this domain already
 //! has a category, a stable code and retry advice, so the layers share the one typed error
-//! instead of boxing their own.
+//! instead of boxing their own. The admission layers accept an inner service whose error is
+//! anything `Into<HarnessError>` and convert it once, at their edge: so tower's own
+//! middleware (`timeout`, `load_shed`, `concurrency_limit`, `buffer`, which fail with
+//! `tower::BoxError`) can sit between them, its errors classified by
+//! [`HarnessError`'s `From<BoxError>`](harness_core::error#towers-own-middleware).
 //!
 //! - **The admission stack** wraps a service of [`ExecutionRequest`] to [`ExecutionHandle`]
 //!   (the [`ExecutionService`] bound). Its layers act on the request and the call
@@ -35,7 +39,8 @@ pub mod stack;
 pub mod timeout;
 pub mod trace;
 
-/// A service that starts executions: what every layer here wraps and is.
+/// A service that starts executions: what every admission layer here is. What they wrap may
+/// fail with anything `Into<HarnessError>`.
 pub trait ExecutionService:
     Service<ExecutionRequest, Response = ExecutionHandle, Error = HarnessError>
 {
@@ -45,3 +50,4 @@ impl<S> ExecutionService for S where
     S: Service<ExecutionRequest, Response = ExecutionHandle, Error = HarnessError>
 {
 }
+

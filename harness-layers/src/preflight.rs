@@ -211,14 +211,15 @@ impl Checks {
 
 impl<S> Service<ExecutionRequest> for Preflight<S>
 where
-    S: Service<ExecutionRequest, Response = ExecutionHandle, Error = HarnessError>,
+    S: Service<ExecutionRequest, Response = ExecutionHandle>,
+    S::Error: Into<HarnessError>,
 {
     type Response = ExecutionHandle;
     type Error = HarnessError;
     type Future = ResponseFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
+        self.inner.poll_ready(cx).map_err(Into::into)
     }
 
     fn call(&mut self, request: ExecutionRequest) -> Self::Future {
@@ -253,15 +254,16 @@ pin_project! {
     }
 }
 
-impl<F> Future for ResponseFuture<F>
+impl<F, E> Future for ResponseFuture<F>
 where
-    F: Future<Output = Result<ExecutionHandle, HarnessError>>,
+    F: Future<Output = Result<ExecutionHandle, E>>,
+    E: Into<HarnessError>,
 {
     type Output = Result<ExecutionHandle, HarnessError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().kind.project() {
-            Projected::Inner { future } => future.poll(cx),
+            Projected::Inner { future } => future.poll(cx).map_err(Into::into),
             Projected::Refused { error } => Poll::Ready(Err(error.take().unwrap_or_else(|| {
                 HarnessError::new(
                     ErrorCategory::Internal,

@@ -329,13 +329,14 @@ impl HarnessStack {
     }
 }
 
+/// The admission stack takes a service whose error is anything `Into<HarnessError>` (tower's
+/// `BoxError` included, classified as
+/// [`harness_core::error`](harness_core::error#towers-own-middleware) says): it is converted
+/// once, below the innermost layer.
 impl<S> Layer<S> for AdmissionStack
 where
-    S: Service<ExecutionRequest, Response = ExecutionHandle, Error = HarnessError>
-        + Clone
-        + Send
-        + Sync
-        + 'static,
+    S: Service<ExecutionRequest, Response = ExecutionHandle> + Clone + Send + Sync + 'static,
+    S::Error: Into<HarnessError>,
     S::Future: Send + 'static,
 {
     type Service = StackService;
@@ -347,6 +348,10 @@ where
             .option_layer(self.idempotency.clone())
             .option_layer(self.preflight.clone())
             .option_layer(self.capacity)
+            // Each layer converts on its own; this is for the layers that are absent (an
+            // optional layer's two arms must fail alike), and costs nothing for a
+            // `HarnessError`.
+            .map_err(Into::<HarnessError>::into)
             .service(inner);
         BoxCloneSyncService::new(service)
     }

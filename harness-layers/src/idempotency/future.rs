@@ -137,7 +137,8 @@ where
 
 impl<S> Future for ResponseFuture<S>
 where
-    S: Service<ExecutionRequest, Response = ExecutionHandle, Error = HarnessError>,
+    S: Service<ExecutionRequest, Response = ExecutionHandle>,
+    S::Error: Into<HarnessError>,
 {
     type Output = Result<ExecutionHandle, HarnessError>;
 
@@ -192,7 +193,7 @@ where
                     if let Err(error) = ready!(this.service.poll_ready(cx)) {
                         // Dropping the guard releases the key: no execution exists.
                         this.state.set(State::Done);
-                        return Poll::Ready(Err(error));
+                        return Poll::Ready(Err(error.into()));
                     }
                     let Some(request) = this.request.take() else {
                         this.state.set(State::Done);
@@ -209,7 +210,7 @@ where
                             // Refused before an execution existed: dropping the guard releases
                             // the key and keeps no record, so a corrected retry may reuse it.
                             this.state.set(State::Done);
-                            return Poll::Ready(Err(error));
+                            return Poll::Ready(Err(error.into()));
                         }
                     };
                     let Some(guard) = guard.take() else {

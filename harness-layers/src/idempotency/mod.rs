@@ -209,7 +209,8 @@ impl<S: fmt::Debug, P> fmt::Debug for Idempotency<S, P> {
 
 impl<S, P> Service<ExecutionRequest> for Idempotency<S, P>
 where
-    S: Service<ExecutionRequest, Response = ExecutionHandle, Error = HarnessError> + Clone,
+    S: Service<ExecutionRequest, Response = ExecutionHandle> + Clone,
+    S::Error: Into<HarnessError>,
     P: Equivalence,
 {
     type Response = ExecutionHandle;

@@ -50,15 +50,16 @@ impl<F> fmt::Debug for ResponseFuture<F> {
     }
 }
 
-impl<F> Future for ResponseFuture<F>
+impl<F, E> Future for ResponseFuture<F>
 where
-    F: Future<Output = Result<ExecutionHandle, HarnessError>>,
+    F: Future<Output = Result<ExecutionHandle, E>>,
+    E: Into<HarnessError>,
 {
-    type Output = F::Output;
+    type Output = Result<ExecutionHandle, HarnessError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        let result = ready!(this.inner.poll(cx));
+        let result = ready!(this.inner.poll(cx)).map_err(Into::into);
         if let Some(call) = this.call.take() {
             match &result {
                 Ok(handle) => call.answered(handle),

@@ -78,7 +78,6 @@ use tower::Service;
 
 pub use self::future::ResponseFuture;
 pub use self::layer::MetricsLayer;
-use crate::ExecutionService;
 
 /// Records metrics of the executions started through the inner service. See the
 /// [module docs](self).
@@ -121,14 +120,15 @@ impl<S> Metrics<S> {
 
 impl<S> Service<ExecutionRequest> for Metrics<S>
 where
-    S: ExecutionService,
+    S: Service<ExecutionRequest, Response = ExecutionHandle>,
+    S::Error: Into<HarnessError>,
 {
     type Response = ExecutionHandle;
     type Error = HarnessError;
     type Future = ResponseFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
+        self.inner.poll_ready(cx).map_err(Into::into)
     }
 
     fn call(&mut self, request: ExecutionRequest) -> Self::Future {

@@ -78,7 +78,8 @@ impl<S: Service<ExecutionRequest>> fmt::Debug for ResponseFuture<S> {
 
 impl<S> Future for ResponseFuture<S>
 where
-    S: Service<ExecutionRequest, Response = ExecutionHandle, Error = HarnessError>,
+    S: Service<ExecutionRequest, Response = ExecutionHandle>,
+    S::Error: Into<HarnessError>,
 {
     type Output = Result<ExecutionHandle, HarnessError>;
 
@@ -89,6 +90,7 @@ where
                 StateProj::Calling { future } => match ready!(future.poll(cx)) {
                     Ok(handle) => return Poll::Ready(Ok(handle)),
                     Err(err) => {
+                        let err = err.into();
                         let Some(after) = delay(&**this.policy, *this.attempt, &err) else {
                             return Poll::Ready(Err(err));
                         };
@@ -103,7 +105,7 @@ where
                     this.state.set(State::Ready);
                 }
                 StateProj::Ready => {
-                    ready!(this.service.poll_ready(cx))?;
+                    ready!(this.service.poll_ready(cx)).map_err(Into::into)?;
                     let future = this.service.call(this.request.clone());
                     this.state.set(State::Calling { future });
                 }

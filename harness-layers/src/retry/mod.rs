@@ -123,14 +123,15 @@ fn delay(
 
 impl<S> Service<ExecutionRequest> for Retry<S>
 where
-    S: Service<ExecutionRequest, Response = ExecutionHandle, Error = HarnessError> + Clone,
+    S: Service<ExecutionRequest, Response = ExecutionHandle> + Clone,
+    S::Error: Into<HarnessError>,
 {
     type Response = ExecutionHandle;
     type Error = HarnessError;
     type Future = ResponseFuture<S>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
+        self.inner.poll_ready(cx).map_err(Into::into)
     }
 
     fn call(&mut self, request: ExecutionRequest) -> Self::Future {

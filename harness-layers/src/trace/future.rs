@@ -33,18 +33,19 @@ impl<F> fmt::Debug for ResponseFuture<F> {
     }
 }
 
-impl<F> Future for ResponseFuture<F>
+impl<F, E> Future for ResponseFuture<F>
 where
-    F: Future<Output = Result<ExecutionHandle, HarnessError>>,
+    F: Future<Output = Result<ExecutionHandle, E>>,
+    E: Into<HarnessError>,
 {
-    type Output = F::Output;
+    type Output = Result<ExecutionHandle, HarnessError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let span: &Span = this.span;
         let result = {
             let _entered = span.enter();
-            ready!(this.inner.poll(cx))
+            ready!(this.inner.poll(cx)).map_err(Into::into)
         };
         match &result {
             Ok(handle) => {

@@ -84,7 +84,6 @@ use tracing::field::Empty;
 
 pub use self::future::ResponseFuture;
 pub use self::layer::TraceLayer;
-use crate::ExecutionService;
 
 /// The name of the span of one execution.
 pub const SPAN_NAME: &str = "harness.execution";
@@ -121,14 +120,15 @@ impl<S> Trace<S> {
 
 impl<S> Service<ExecutionRequest> for Trace<S>
 where
-    S: ExecutionService,
+    S: Service<ExecutionRequest, Response = ExecutionHandle>,
+    S::Error: Into<HarnessError>,
 {
     type Response = ExecutionHandle;
     type Error = HarnessError;
     type Future = ResponseFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
+        self.inner.poll_ready(cx).map_err(Into::into)
     }
 
     fn call(&mut self, mut request: ExecutionRequest) -> Self::Future {
