@@ -310,6 +310,11 @@ codes! {
     CAPACITY_EXHAUSTED: Some(C::Capacity);
     /// The adapter produced events out of order or malformed.
     EVENT_ORDER_VIOLATION: Some(C::Protocol);
+    /// The adapter produced an event or a pause its descriptor declares unusable (reasoning
+    /// without `stream.reasoning`, usage without `stream.usage`, a pause for tool approval or
+    /// form input without `interrupt.tool_approval` or `interrupt.form_input`, one approval
+    /// of several calls without `interrupt.multi_tool`).
+    CAPABILITY_VIOLATED: Some(C::Protocol);
     /// The adapter panicked; the panic text is in the diagnostic only.
     ADAPTER_PANICKED: Some(C::Internal);
     /// A layer of the runtime stack panicked.

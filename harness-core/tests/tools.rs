@@ -655,11 +655,22 @@ impl Runner {
             .contract_version(ContractVersion::V1)
             .execution_mode(ExecutionMode::in_process())
             .capabilities(
-                CapabilityReport::new().with(
-                    CapabilityKey::ToolBuiltin,
-                    harness_core::capability::Capability::new(level)
-                        .with_constraint(harness_core::capability::PORTABLE_TOOLS, true),
-                ),
+                CapabilityReport::new()
+                    .with(
+                        CapabilityKey::ToolBuiltin,
+                        harness_core::capability::Capability::new(level)
+                            .with_constraint(harness_core::capability::PORTABLE_TOOLS, true),
+                    )
+                    // It relays the approvals tools' policies ask for, several calls in one
+                    // action: declarations bind, so it declares what it does.
+                    .with(
+                        CapabilityKey::InterruptToolApproval,
+                        harness_core::capability::Capability::native(),
+                    )
+                    .with(
+                        CapabilityKey::InterruptMultiTool,
+                        harness_core::capability::Capability::native(),
+                    ),
             )
             .build()
             .unwrap();

@@ -12,6 +12,7 @@ use tower::{Service, ServiceExt};
 
 use super::budget::{Admit, Budget};
 use super::config::ServiceConfig;
+use super::declared::Declared;
 use super::handle::{Command, Outcome, Shared, already_resolved, not_pending};
 use super::segment::{BoxSegmentStream, ExecutionRuntime, RuntimeStack, Segment};
 use crate::action::{
@@ -67,6 +68,8 @@ pub(super) struct Driver {
     pub(super) emitted: bool,
     /// When the execution must end (the request's deadline).
     pub(super) deadline: Option<tokio::time::Instant>,
+    /// What the adapter's descriptor declares it does not do, checked against every item.
+    pub(super) declared: Declared,
     /// Content received in the current batch, appended together.
     pub(super) content: Vec<Content>,
     /// The run limits in force and what was counted against them.
@@ -434,6 +437,9 @@ impl Driver {
             )));
         }
         if let AdapterEvent::Content(content) = event {
+            if let Err(err) = self.declared.content(&content, &self.shared.adapter) {
+                return Some(SegmentEnd::Failed(err));
+            }
             self.content.push(content);
             self.emitted = true;
             return None;
@@ -456,7 +462,12 @@ impl Driver {
                 }
                 self.emitted = true;
             }
-            AdapterEvent::Action(request) => *ending = Some(SegmentEnd::Action(request)),
+            AdapterEvent::Action(request) => {
+                if let Err(err) = self.declared.action(&request, &self.shared.adapter) {
+                    return Some(SegmentEnd::Failed(err));
+                }
+                *ending = Some(SegmentEnd::Action(request));
+            }
             AdapterEvent::Completed(summary) => *ending = Some(SegmentEnd::Completed(summary)),
         }
         None
@@ -625,6 +636,11 @@ impl Driver {
                 match item {
                     // The hot path: plain content, staged as is.
                     Some(Ok(Ok(AdapterEvent::Content(content)))) if ending.is_none() => {
+                        if let Err(err) = self.declared.content(&content, &self.shared.adapter) {
+                            return self
+                                .flush_content(running)
+                                .unwrap_or(SegmentEnd::Failed(err));
+                        }
                         self.content.push(content);
                         self.emitted = true;
                     }

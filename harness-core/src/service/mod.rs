@@ -28,6 +28,13 @@
 //!   never crashes;
 //! - **events out of order end the run with `protocol`**: an item after the terminal one, a
 //!   segment that ends without a terminal item, a duplicate or foreign artifact;
+//! - **declarations bind**: an adapter that produces what its descriptor declares unusable
+//!   (`unsupported` or `unavailable`, or not declared at all) ends the run with one
+//!   `run.failed`, `protocol`, `CAPABILITY_VIOLATED`, before the item is appended (the
+//!   content before it is kept): `reasoning.delta` without `stream.reasoning`, `usage`
+//!   without `stream.usage`, a pause for form input or tool approval without
+//!   `interrupt.form_input` or `interrupt.tool_approval`, one approval of several calls
+//!   without `interrupt.multi_tool`. A manifest is a promise the runtime holds the adapter to;
 //! - **run limits hold** ([`RunLimits`]: the operator's, [`AdapterServiceBuilder::limits`],
 //!   narrowed by the request's [`ExecutionRequest::limits`], never widened): every item
 //!   passes the driver, which counts events, `tool.call.started`, message and reasoning
@@ -66,6 +73,11 @@
 //!   (`TURN_TIMEOUT`).
 //! - If every handle of an execution is dropped while it awaits an action, nobody can answer
 //!   it any more: the driver cancels it (source `abandoned`), which runs cleanup.
+//! - Declarations bind against the *descriptor*, not what `evaluate` reports: `evaluate`
+//!   runs only for a request with requirements, and narrows what is *promised* for them (the
+//!   ACP adapter reports `interrupt.tool_approval` unsupported when nothing guarantees an
+//!   agent asks, yet answers the approvals such an agent does send). Artifacts are not
+//!   checked: the contract has no artifact capability.
 //! - An adapter error after output was emitted is marked "side effects may have occurred",
 //!   so retry policies never repeat it.
 //! - The request's `deadline` (caller data) is enforced here, in every state: past it, a
@@ -147,6 +159,7 @@ pub mod segment;
 mod budget;
 mod clock;
 mod config;
+mod declared;
 mod driver;
 mod handle;
 mod persist;
@@ -1063,6 +1076,7 @@ impl<A: HarnessAdapter> AdapterService<A> {
             // A restored execution may have produced output before its owner was lost.
             emitted,
             deadline: request.deadline.map(instant_of),
+            declared: declared::Declared::of(inner.adapter.descriptor().capabilities()),
             content: Vec::new(),
             budget,
             durable: inner.durable.clone(),
