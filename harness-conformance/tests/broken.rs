@@ -53,6 +53,8 @@ enum Fault {
     AcceptsTwice,
     /// `stream.reasoning` declared native; reasoning never yielded.
     ClaimsReasoning,
+    /// `stream.usage` not declared (so unsupported); usage yielded in every run anyway.
+    EmitsUndeclaredUsage,
     /// Every run spawns a task that never ends (a leaked background worker).
     LeaksTask,
     /// `evaluate` reports `skills` native, which the descriptor (and preflight) never declared.
@@ -286,6 +288,19 @@ impl BrokenRuntime {
                 items.pop();
             }
             Fault::EventsAfterTerminal => items.push(text("late")),
+            Fault::EmitsUndeclaredUsage => {
+                let at = items.len().saturating_sub(1);
+                items.insert(
+                    at,
+                    Ok(AdapterEvent::Content(Content::Usage(
+                        harness_core::event::Usage {
+                            input_tokens: 1,
+                            output_tokens: 1,
+                            ..Default::default()
+                        },
+                    ))),
+                );
+            }
             _ => {}
         }
         Box::pin(stream::iter(items))
@@ -903,6 +918,19 @@ async fn a_capability_claimed_but_not_delivered_is_caught() {
         Fault::ClaimsReasoning,
         "stream.reasoning",
         "capability claimed but not delivered",
+    )
+    .await;
+}
+
+/// The converse: what a declaration says is unsupported must not be delivered either. The
+/// service holds the adapter to it (the run fails `CAPABILITY_VIOLATED`), so the fixtures
+/// whose runs it touches fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capability_delivered_but_declared_unsupported_is_caught() {
+    fails(
+        Fault::EmitsUndeclaredUsage,
+        "stream.text",
+        "its descriptor declares `stream.usage` unsupported",
     )
     .await;
 }

@@ -292,7 +292,9 @@ codes! {
     CANCELLED: Some(C::Cancelled);
     /// An error that names no more specific code: an unexpected defect.
     INTERNAL: Some(C::Internal);
-    /// A second answer to an action that was already answered.
+    /// A second answer to an action that was already answered: a conflict (the server
+    /// answers 409), `configuration` as every request the caller must change rather than
+    /// retry is: none of the contract's categories is a conflict.
     ACTION_ALREADY_RESOLVED: Some(C::Configuration);
     /// No pending action has that id.
     ACTION_NOT_FOUND: Some(C::Configuration);
