@@ -3,8 +3,12 @@
 //! `protocol`, `CAPABILITY_VIOLATED`; the same adapter declaring them runs as before.
 
 use futures_util::StreamExt;
-use harness_core::action::{ActionRequest, ApprovalRequest, ApprovalResponse, Revision, ToolDecision};
-use harness_core::adapter::{AdapterEvent, BoxStream, EventResult, RunContext, Simple, SimpleAdapter};
+use harness_core::action::{
+    ActionRequest, ApprovalRequest, ApprovalResponse, Revision, ToolDecision,
+};
+use harness_core::adapter::{
+    AdapterEvent, BoxStream, EventResult, RunContext, Simple, SimpleAdapter,
+};
 use harness_core::capability::{Capability, CapabilityKey};
 use harness_core::error::{ErrorCategory, ErrorCode};
 use harness_core::event::{Content, EventPayload, RunSucceeded, TextDelta, Usage};
@@ -16,7 +20,9 @@ use tower::ServiceExt;
 #[derive(Clone, Copy, Debug)]
 enum Emits {
     /// Text, then a pause for approval of `calls` calls; completes once answered.
-    Approval { calls: usize },
+    Approval {
+        calls: usize,
+    },
     Reasoning,
     Usage,
 }
@@ -50,7 +56,9 @@ impl Describe for Emitter {
 }
 
 fn text(s: &str) -> EventResult {
-    Ok(AdapterEvent::Content(Content::MessageDelta(TextDelta::new(s))))
+    Ok(AdapterEvent::Content(Content::MessageDelta(
+        TextDelta::new(s),
+    )))
 }
 
 fn approval(calls: usize) -> ActionRequest {
@@ -65,8 +73,7 @@ fn approval(calls: usize) -> ActionRequest {
             .unwrap()
         })
         .collect();
-    ActionRequest::approval(ApprovalRequest::new(calls).unwrap())
-        .with_id("act_1".parse().unwrap())
+    ActionRequest::approval(ApprovalRequest::new(calls).unwrap()).with_id("act_1".parse().unwrap())
 }
 
 impl SimpleAdapter for Emitter {
@@ -79,7 +86,9 @@ impl SimpleAdapter for Emitter {
             }
             (Emits::Reasoning, None) => vec![
                 text("before"),
-                Ok(AdapterEvent::Content(Content::ReasoningDelta(TextDelta::new("hmm")))),
+                Ok(AdapterEvent::Content(Content::ReasoningDelta(
+                    TextDelta::new("hmm"),
+                ))),
                 text("after"),
                 done,
             ],
@@ -133,7 +142,13 @@ async fn assert_violated(handle: &ExecutionHandle, key: &str) {
     let kinds = kinds(handle).await;
     assert_eq!(
         kinds,
-        ["run.queued", "run.starting", "run.running", "message.delta", "run.failed"],
+        [
+            "run.queued",
+            "run.starting",
+            "run.running",
+            "message.delta",
+            "run.failed"
+        ],
     );
     let events: Vec<_> = handle.events(Cursor::START).collect().await;
     let EventPayload::RunFailed(failed) = events.last().unwrap().payload() else {
@@ -175,8 +190,8 @@ async fn an_approval_of_several_calls_needs_multi_tool() {
 #[tokio::test]
 async fn an_unavailable_declaration_binds_too() {
     let descriptor = HarnessDescriptor::builder("emitter".parse().unwrap(), "1.0.0")
-            .contract_version(ContractVersion::V1)
-            .execution_mode(ExecutionMode::in_process())
+        .contract_version(ContractVersion::V1)
+        .execution_mode(ExecutionMode::in_process())
         .capability(CapabilityKey::StreamText, Capability::native())
         .capability(
             CapabilityKey::StreamReasoning,
@@ -194,7 +209,11 @@ async fn an_unavailable_declaration_binds_too() {
 
 #[tokio::test]
 async fn what_is_declared_runs_as_before() {
-    let handle = start(Emitter::new(Emits::Reasoning, &[CapabilityKey::StreamReasoning])).await;
+    let handle = start(Emitter::new(
+        Emits::Reasoning,
+        &[CapabilityKey::StreamReasoning],
+    ))
+    .await;
     assert!(matches!(outcome(&handle).await, Outcome::Succeeded(_)));
     assert!(kinds(&handle).await.contains(&"reasoning.delta"));
 

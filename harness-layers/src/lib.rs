@@ -50,4 +50,3 @@ impl<S> ExecutionService for S where
     S: Service<ExecutionRequest, Response = ExecutionHandle, Error = HarnessError>
 {
 }
-

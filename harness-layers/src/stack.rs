@@ -48,6 +48,16 @@
 //! `tower::ServiceBuilder` and [`AdapterService::builder`] directly: each documents what it
 //! assumes of its neighbours.
 //!
+//! Tower's own middleware (`timeout`, `load_shed`, `concurrency_limit`, `buffer`) may sit
+//! between the admission layers and the adapter service: the admission layers take any
+//! inner error `Into<HarnessError>`, tower's `BoxError` included (see
+//! [`harness_core::error`](harness_core::error#towers-own-middleware) for how it is
+//! classified). `HarnessStack` has no place for it yet: wrap the service by hand,
+//! `stack.admission().clone().layer(ServiceBuilder::new().timeout(..).service(inner))`, with
+//! `inner` the adapter service built with
+//! `AdapterService::builder(adapter).layer(stack.runtime().clone())` (the stack's
+//! configuration, tools and limits are then the builder's to set again).
+//!
 //! The stacked service is boxed ([`StackService`], `Clone + Send + Sync`, so it can be axum
 //! state): one allocation per *execution*, never per event, for a type applications can name
 //! and store.

@@ -58,7 +58,10 @@ impl Service<ExecutionRequest> for Gated {
         let gate = Arc::clone(&self.gate);
         let future = self.inner.call(request);
         Box::pin(async move {
-            gate.acquire().await.expect("the gate is never closed").forget();
+            gate.acquire()
+                .await
+                .expect("the gate is never closed")
+                .forget();
             future.await
         })
     }
@@ -154,7 +157,13 @@ async fn load_shed_refuses_with_capacity_while_the_service_below_is_not_ready() 
     succeeded(first.await.unwrap().unwrap()).await;
     // With the slot free again, a call goes through.
     gated.gate.add_permits(1);
-    succeeded(service.oneshot(ExecutionRequest::new("three")).await.unwrap()).await;
+    succeeded(
+        service
+            .oneshot(ExecutionRequest::new("three"))
+            .await
+            .unwrap(),
+    )
+    .await;
 }
 
 #[tokio::test]

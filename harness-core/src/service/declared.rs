@@ -31,7 +31,11 @@ impl Declared {
 
     /// `Err` when `content` is of a kind the adapter declared unusable.
     #[inline]
-    pub(super) fn content(&self, content: &Content, adapter: &AdapterId) -> Result<(), HarnessError> {
+    pub(super) fn content(
+        &self,
+        content: &Content,
+        adapter: &AdapterId,
+    ) -> Result<(), HarnessError> {
         match content {
             Content::ReasoningDelta(_) if !self.reasoning.is_usable() => Err(violated(
                 adapter,
