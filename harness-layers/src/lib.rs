@@ -6,7 +6,9 @@
 //! anything `Into<HarnessError>` and convert it once, at their edge: so tower's own
 //! middleware (`timeout`, `load_shed`, `concurrency_limit`, `buffer`, which fail with
 //! `tower::BoxError`) can sit between them, its errors classified by
-//! [`HarnessError`'s `From<BoxError>`](harness_core::error#towers-own-middleware).
+//! [`HarnessError`'s `From<BoxError>`](harness_core::error#towers-own-middleware). In the
+//! runtime stack a tower layer may be the outermost (the adapter service's builder converts
+//! its error); the runtime layers here still need `HarnessError` from what they wrap.
 //!
 //! - **The admission stack** wraps a service of [`ExecutionRequest`] to [`ExecutionHandle`]
 //!   (the [`ExecutionService`] bound). Its layers act on the request and the call

@@ -271,3 +271,29 @@ async fn a_buffered_services_own_failure_is_unwrapped() {
         assert_eq!(err, broken);
     }
 }
+
+/// In the runtime stack, a tower layer may be the outermost (its `BoxError` converted where
+/// the service builds the stack): here a tower timeout bounds each segment call, runtime
+/// creation and a slow `initialize` included, around the default runtime layers.
+#[tokio::test]
+async fn a_tower_timeout_around_the_runtime_layers_fails_the_run_with_timeout() {
+    let adapter = adapter();
+    let stack = HarnessStack::defaults_for(&adapter).unwrap();
+    let service = AdapterService::builder(adapter)
+        .layer(tower::timeout::TimeoutLayer::new(Duration::from_millis(50)))
+        .layer(stack.runtime().clone())
+        .build();
+    let options = harness_scripted::ScriptedOptions::default().with_initialize_delay_ms(60_000);
+    let handle = service
+        .oneshot(ExecutionRequest::new("go").with_options(options.to_value()))
+        .await
+        .unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(30), handle.outcome())
+        .await
+        .expect("the run ends");
+    let Outcome::Failed(err) = outcome else {
+        panic!("{outcome:?}");
+    };
+    assert_eq!(err.category(), ErrorCategory::Timeout, "{err:?}");
+    assert_eq!(err.code(), &ErrorCode::SERVICE_TIMEOUT);
+}

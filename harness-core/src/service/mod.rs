@@ -698,10 +698,16 @@ impl<A: HarnessAdapter, L> AdapterServiceBuilder<A, L> {
     }
 
     /// The service, its runtime stack built once (and cloned for each segment).
+    ///
+    /// The stack's outermost layer may fail with anything `Into<HarnessError>` (tower's
+    /// `BoxError` included: a tower `timeout` or `concurrency_limit` around the runtime
+    /// layers), converted here, once, as the [error module](crate::error#towers-own-middleware)
+    /// describes.
     pub fn build(self) -> AdapterService<A>
     where
         L: Layer<RuntimeService<A>>,
-        L::Service: tower::Service<Segment, Error = HarnessError> + Clone + Send + Sync + 'static,
+        L::Service: tower::Service<Segment> + Clone + Send + Sync + 'static,
+        <L::Service as tower::Service<Segment>>::Error: Into<HarnessError>,
         <L::Service as tower::Service<Segment>>::Response: SegmentStream + 'static,
         <L::Service as tower::Service<Segment>>::Future: Send + 'static,
     {
@@ -709,6 +715,7 @@ impl<A: HarnessAdapter, L> AdapterServiceBuilder<A, L> {
         let stack = self
             .layers
             .service(RuntimeService::new(Arc::clone(&adapter)))
+            .map_err(Into::<HarnessError>::into)
             .map_response(|stream| Box::pin(stream) as BoxSegmentStream);
         let deployment = DeploymentContext::default();
         let contract_version = adapter
