@@ -47,11 +47,7 @@ async fn the_acp_adapter_passes_the_conformance_suite() {
         .map(|r| r.id.as_str())
         .collect();
     not_exercised.sort_unstable();
-    assert_eq!(
-        not_exercised,
-        ["faults.panic_sanitized"],
-        "{report}"
-    );
+    assert_eq!(not_exercised, ["faults.panic_sanitized"], "{report}");
     for exercised in [
         "faults.malformed_events",
         "cancel.during_initialize",
