@@ -1065,27 +1065,33 @@ impl Ticker {
     }
 
     fn plain(deltas: Option<u64>, interval: Duration) -> Self {
-        use harness_core::manifest::{ContractVersion, ExecutionMode, HarnessDescriptor};
-        let descriptor = HarnessDescriptor::builder("ticker".parse().expect("an id"), "0.1.0")
-            .contract_version(ContractVersion::V1)
-            .execution_mode(ExecutionMode::in_process())
-            .build()
-            .expect("a valid descriptor");
         Self {
-            descriptor,
+            descriptor: Self::descriptor_with(harness_core::capability::CapabilityReport::new()),
             deltas,
             interval,
             asks: false,
         }
     }
 
+    /// The ticker's descriptor, declaring `capabilities`.
+    fn descriptor_with(
+        capabilities: harness_core::capability::CapabilityReport,
+    ) -> harness_core::manifest::HarnessDescriptor {
+        use harness_core::manifest::{ContractVersion, ExecutionMode, HarnessDescriptor};
+        HarnessDescriptor::builder("ticker".parse().expect("an id"), "0.1.0")
+            .contract_version(ContractVersion::V1)
+            .execution_mode(ExecutionMode::in_process())
+            .capabilities(capabilities)
+            .build()
+            .expect("a valid descriptor")
+    }
+
     /// The same, but each execution first asks to approve one tool call (`t1`, tool `touch`)
-    /// and ticks only once it is answered.
+    /// and ticks only once it is answered; it declares `interrupt.tool_approval` (a pause its
+    /// descriptor did not declare would fail the run).
     #[must_use]
     pub fn asking(deltas: Option<u64>, interval: Duration) -> harness_core::adapter::Simple<Self> {
-        let mut ticker = Self::plain(deltas, interval);
-        ticker.asks = true;
-        harness_core::adapter::Simple::new(ticker)
+        Self::asking_with(deltas, interval, &[])
     }
 
     /// [`asking`](Self::asking), declaring `session.cross_replica_resume`: an execution
@@ -1097,19 +1103,28 @@ impl Ticker {
         deltas: Option<u64>,
         interval: Duration,
     ) -> harness_core::adapter::Simple<Self> {
+        Self::asking_with(
+            deltas,
+            interval,
+            &[harness_core::capability::CapabilityKey::SessionCrossReplicaResume],
+        )
+    }
+
+    fn asking_with(
+        deltas: Option<u64>,
+        interval: Duration,
+        more: &[harness_core::capability::CapabilityKey],
+    ) -> harness_core::adapter::Simple<Self> {
         use harness_core::capability::{Capability, CapabilityKey, CapabilityReport};
-        use harness_core::manifest::{ContractVersion, ExecutionMode, HarnessDescriptor};
         let mut ticker = Self::plain(deltas, interval);
         ticker.asks = true;
-        ticker.descriptor = HarnessDescriptor::builder("ticker".parse().expect("an id"), "0.1.0")
-            .contract_version(ContractVersion::V1)
-            .execution_mode(ExecutionMode::in_process())
-            .capabilities(CapabilityReport::new().with(
-                CapabilityKey::SessionCrossReplicaResume,
-                Capability::native(),
-            ))
-            .build()
-            .expect("a valid descriptor");
+        let declared = more
+            .iter()
+            .chain([&CapabilityKey::InterruptToolApproval])
+            .fold(CapabilityReport::new(), |report, key| {
+                report.with(*key, Capability::native())
+            });
+        ticker.descriptor = Self::descriptor_with(declared);
         harness_core::adapter::Simple::new(ticker)
     }
 }
