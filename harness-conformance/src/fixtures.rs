@@ -1537,14 +1537,7 @@ async fn escape_verdict<Kn: Knobs>(
     if !matches!(obs.outcome, Outcome::Succeeded(_)) {
         return Err(format!("the probing run ended {}", obs.ended()));
     }
-    let text: String = obs
-        .events
-        .iter()
-        .filter_map(|e| match e.payload() {
-            EventPayload::MessageDelta(d) => Some(d.text.as_str()),
-            _ => None,
-        })
-        .collect();
+    let text = sessions::message_text(&obs);
     for probe in probes {
         let Some(result) = text
             .lines()
