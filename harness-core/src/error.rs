@@ -396,6 +396,13 @@ codes! {
     SANDBOX_LIMIT: Some(C::Capacity);
     /// A sandboxed agent outlived its profile's wall time: the sandbox was torn down.
     SANDBOX_WALL_TIME: Some(C::Timeout);
+    /// A sandbox worker broke the Sandbox Worker Protocol (a malformed or oversized frame, a
+    /// message out of order, an ask beyond its grants): the worker was ended, the server
+    /// was not.
+    WORKER_PROTOCOL: Some(C::Protocol);
+    /// A sandbox worker is gone (it exited, closed its stream or missed its lease) before
+    /// its runtime's work was done.
+    WORKER_LOST: Some(C::Unavailable);
     /// A tower timeout layer (`ServiceBuilder::timeout`) passed its deadline before the
     /// service it wraps answered (`tower::timeout::error::Elapsed`).
     SERVICE_TIMEOUT: Some(C::Timeout);

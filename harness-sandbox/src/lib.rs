@@ -66,6 +66,7 @@ mod net;
 mod profile;
 mod proxy;
 mod seccomp;
+pub mod worker;
 
 pub use bubblewrap::{Launch, SANDBOX_UID, Sandbox};
 pub use guard::{Breach, SandboxGuard, Sandboxed};

@@ -1,0 +1,413 @@
+//! The messages of the Sandbox Worker Protocol v1 and their framing (see the
+//! [module docs](super) for the specification).
+
+use std::time::Duration;
+
+use harness_core::action::{ActionRequest, ActionResponse};
+use harness_core::adapter::InputFile;
+use harness_core::artifact::ArtifactDescriptor;
+use harness_core::error::{ErrorCode, HarnessError, PublicError};
+use harness_core::event::{CancelReason, EventPayload, RunSucceeded};
+use harness_core::id::{AdapterId, ConversationId, ExecutionId, IdempotencyKey, ToolCallId};
+use harness_core::limits::RunLimits;
+use harness_core::session::{BindingId, SessionBinding, Version};
+use harness_core::time::Timestamp;
+use harness_core::tool::{ToolDescriptor, ToolId, ToolOutcome, ToolPolicy};
+use harness_core::trace::TraceContext;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// The protocol version this crate speaks.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// The largest frame either side accepts, in bytes (16 MiB): a longer one is a protocol
+/// error, refused before its body is read.
+pub const MAX_FRAME_BYTES: usize = 16 << 20;
+
+/// A request id, chosen by the side that asks; unique among that side's open requests.
+pub(crate) type Id = u64;
+
+/// What the control plane sends the worker.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(
+    tag = "type",
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase",
+    deny_unknown_fields
+)]
+pub(crate) enum ToWorker {
+    /// The first frame, once: the runtime to build.
+    Start {
+        protocol: u32,
+        context: Box<WireContext>,
+    },
+    Initialize {
+        id: Id,
+    },
+    Stream {
+        id: Id,
+        turn: Box<WireTurn>,
+    },
+    Resume {
+        id: Id,
+        response: Box<ActionResponse>,
+    },
+    PendingAction {
+        id: Id,
+    },
+    /// Takes over a pause another runtime made: answered by `restored`.
+    Restore {
+        id: Id,
+        restored: Box<WireRestored>,
+    },
+    Cancel {
+        id: Id,
+        reason: CancelReason,
+    },
+    Restart {
+        id: Id,
+    },
+    Cleanup {
+        id: Id,
+    },
+    /// The answer to the worker's `state*` request `id`.
+    StateReply {
+        id: Id,
+        result: WireOutcome<StateAnswer, WireStateError>,
+    },
+    /// The answer to the worker's `toolCall` `id`.
+    ToolReply {
+        id: Id,
+        outcome: ToolOutcome,
+    },
+}
+
+/// What the worker sends the control plane.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(
+    tag = "type",
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase",
+    deny_unknown_fields
+)]
+pub(crate) enum FromWorker {
+    /// The answer to `start`: the runtime is built (or could not be).
+    Ready {
+        protocol: u32,
+        result: WireOutcome<(), PublicError>,
+    },
+    Initialized {
+        id: Id,
+        result: WireOutcome<Option<String>, PublicError>,
+    },
+    /// One item of the segment `id` asked by `stream` or `resume`.
+    Event {
+        id: Id,
+        event: Box<WireEvent>,
+    },
+    /// The segment `id` ended: its runtime's stream is over.
+    SegmentEnd {
+        id: Id,
+    },
+    PendingAction {
+        id: Id,
+        action: Option<Box<ActionRequest>>,
+    },
+    Restored {
+        id: Id,
+        result: WireOutcome<(), PublicError>,
+    },
+    Cancelled {
+        id: Id,
+        requested: bool,
+    },
+    Restarted {
+        id: Id,
+        result: WireOutcome<(), PublicError>,
+    },
+    CleanedUp {
+        id: Id,
+    },
+    /// Thread state of the worker's own binding: the request names a key, never a binding.
+    StateGet {
+        id: Id,
+        key: String,
+    },
+    StatePut {
+        id: Id,
+        key: String,
+        /// The value, base64 (standard alphabet, padded).
+        value: String,
+        expected: Option<Version>,
+    },
+    StateDelete {
+        id: Id,
+        key: String,
+        expected: Version,
+    },
+    StateListKeys {
+        id: Id,
+    },
+    /// A call of a granted tool, by its id.
+    ToolCall {
+        id: Id,
+        tool: ToolId,
+        call_id: ToolCallId,
+        arguments: Value,
+        /// What is left of the call's deadline, if bounded.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        deadline_ms: Option<u64>,
+    },
+    Heartbeat,
+}
+
+/// `Ok` or `Err`, spelled for the wire.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) enum WireOutcome<T, E> {
+    Ok(T),
+    Err(E),
+}
+
+impl<T, E> From<Result<T, E>> for WireOutcome<T, E> {
+    fn from(r: Result<T, E>) -> Self {
+        match r {
+            Ok(t) => Self::Ok(t),
+            Err(e) => Self::Err(e),
+        }
+    }
+}
+
+impl<T, E> From<WireOutcome<T, E>> for Result<T, E> {
+    fn from(r: WireOutcome<T, E>) -> Self {
+        match r {
+            WireOutcome::Ok(t) => Ok(t),
+            WireOutcome::Err(e) => Err(e),
+        }
+    }
+}
+
+/// One item of a segment.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(
+    tag = "kind",
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase",
+    deny_unknown_fields
+)]
+pub(crate) enum WireEvent {
+    /// Content: an event payload of a content kind (a lifecycle, action or artifact kind is
+    /// a protocol error).
+    Content {
+        payload: EventPayload,
+    },
+    Artifact {
+        descriptor: ArtifactDescriptor,
+    },
+    /// Terminal: the segment pauses on this action.
+    Action {
+        request: ActionRequest,
+    },
+    /// Terminal: the run succeeded.
+    Completed {
+        result: RunSucceeded,
+    },
+    /// Terminal: the segment failed.
+    Failed {
+        error: PublicError,
+    },
+}
+
+/// What a `state*` request answers.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(
+    tag = "kind",
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase",
+    deny_unknown_fields
+)]
+pub(crate) enum StateAnswer {
+    Entry {
+        value: Option<String>,
+        version: Option<Version>,
+    },
+    Written {
+        version: Version,
+    },
+    Deleted,
+    Keys {
+        keys: Vec<String>,
+    },
+}
+
+/// A thread state failure, as the worker's runtime sees it.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(
+    tag = "kind",
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase",
+    deny_unknown_fields
+)]
+pub(crate) enum WireStateError {
+    VersionConflict {
+        key: String,
+        expected: Option<Version>,
+        actual: Option<Version>,
+    },
+    StaleEpoch {
+        binding: BindingId,
+        epoch: u64,
+        current: u64,
+    },
+    Unavailable {
+        reason: String,
+    },
+}
+
+/// A granted tool: what the worker may call, and the approval its calls need.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct WireTool {
+    pub(crate) descriptor: ToolDescriptor,
+    pub(crate) needs_approval: bool,
+}
+
+/// The narrowed construction context of the worker's runtime.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct WireContext {
+    pub(crate) adapter: AdapterId,
+    pub(crate) execution_id: ExecutionId,
+    pub(crate) options: Value,
+    pub(crate) model: Option<String>,
+    pub(crate) binding: Option<SessionBinding>,
+    pub(crate) prompt: Option<String>,
+    pub(crate) tools: Vec<WireTool>,
+    pub(crate) limits: RunLimits,
+    /// Whether the runtime gets thread state (of `binding`, through the control plane).
+    pub(crate) thread_state: bool,
+    /// How often the worker sends `heartbeat`.
+    pub(crate) heartbeat_ms: u64,
+    /// The adapter's own settings for its worker (the operator's configuration of the
+    /// instance), opaque to the protocol.
+    pub(crate) settings: Value,
+}
+
+/// One turn's input.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct WireTurn {
+    pub(crate) conversation_id: Option<ConversationId>,
+    pub(crate) message: String,
+    pub(crate) files: Vec<InputFile>,
+    pub(crate) client_context: Map<String, Value>,
+    pub(crate) trace_context: Option<TraceContext>,
+    pub(crate) deadline: Option<Timestamp>,
+    pub(crate) idempotency_key: Option<IdempotencyKey>,
+}
+
+/// What the store kept of a paused execution (see
+/// [`Restored`](harness_core::adapter::Restored)).
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct WireRestored {
+    pub(crate) turn: WireTurn,
+    pub(crate) pending: ActionRequest,
+    pub(crate) log: Vec<harness_core::event::Event>,
+    pub(crate) answers: Vec<ActionResponse>,
+}
+
+/// A public error back into an error: the category, code, message and retry advice the
+/// worker sent (its message is the worker's, redacted on the way out like any other).
+pub(crate) fn from_public(e: PublicError) -> HarnessError {
+    let mut err = HarnessError::new(e.category, e.message)
+        .with_code(e.code)
+        .with_retryable(e.retryable)
+        .with_side_effects(e.side_effects_may_have_occurred);
+    if let Some(ms) = e.retry_after_ms {
+        err = err.with_retry_after(Duration::from_millis(ms));
+    }
+    if let Some(code) = e.provider_code.as_deref() {
+        err = err.with_provider_code(code);
+    }
+    err
+}
+
+pub(crate) fn policy_of(tool: &WireTool) -> ToolPolicy {
+    if tool.needs_approval {
+        ToolPolicy::new().needs_approval()
+    } else {
+        ToolPolicy::new()
+    }
+}
+
+/// The error that ends a worker that broke the protocol.
+pub(crate) fn violation(what: impl Into<String>) -> HarnessError {
+    let what = what.into();
+    HarnessError::new(
+        harness_core::error::ErrorCategory::Protocol,
+        "the sandbox worker broke the worker protocol",
+    )
+    .with_code(ErrorCode::WORKER_PROTOCOL)
+    .with_diagnostic(what)
+}
+
+/// Writes one frame: the length of the JSON body (4 bytes, big-endian), then the body.
+pub(crate) async fn write_frame<W: AsyncWrite + Unpin + ?Sized, T: Serialize>(
+    writer: &mut W,
+    message: &T,
+) -> std::io::Result<()> {
+    let body = serde_json::to_vec(message).map_err(std::io::Error::other)?;
+    if body.len() > MAX_FRAME_BYTES {
+        return Err(std::io::Error::other(format!(
+            "a frame of {} bytes is over the protocol's {MAX_FRAME_BYTES}",
+            body.len()
+        )));
+    }
+    let len = u32::try_from(body.len()).map_err(std::io::Error::other)?;
+    let mut frame = Vec::with_capacity(4 + body.len());
+    frame.extend_from_slice(&len.to_be_bytes());
+    frame.extend_from_slice(&body);
+    writer.write_all(&frame).await?;
+    writer.flush().await
+}
+
+/// Why a frame could not be read.
+#[derive(Debug)]
+pub(crate) enum FrameError {
+    /// The stream ended cleanly between frames.
+    Closed,
+    /// The stream failed or ended inside a frame.
+    Io(std::io::Error),
+    /// The frame broke the protocol: its length, or a body that is not the message.
+    Protocol(String),
+}
+
+/// Reads one frame and decodes it as `T`. The length is checked before the body is read,
+/// so a hostile length allocates nothing.
+pub(crate) async fn read_frame<R: AsyncRead + Unpin + ?Sized, T: for<'de> Deserialize<'de>>(
+    reader: &mut R,
+) -> Result<T, FrameError> {
+    let mut len = [0u8; 4];
+    let mut got = 0;
+    while got < 4 {
+        match reader.read(&mut len[got..]).await {
+            Ok(0) if got == 0 => return Err(FrameError::Closed),
+            Ok(0) => {
+                return Err(FrameError::Io(std::io::ErrorKind::UnexpectedEof.into()));
+            }
+            Ok(n) => got += n,
+            Err(e) => return Err(FrameError::Io(e)),
+        }
+    }
+    let len = u32::from_be_bytes(len) as usize;
+    if len == 0 || len > MAX_FRAME_BYTES {
+        return Err(FrameError::Protocol(format!(
+            "a frame of {len} bytes: frames are 1 to {MAX_FRAME_BYTES} bytes"
+        )));
+    }
+    let mut body = vec![0u8; len];
+    reader.read_exact(&mut body).await.map_err(FrameError::Io)?;
+    serde_json::from_slice(&body).map_err(|e| FrameError::Protocol(format!("a bad message: {e}")))
+}
