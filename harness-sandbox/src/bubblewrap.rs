@@ -72,6 +72,9 @@ pub struct Launch {
     /// Its whole environment (nothing is inherited): every name must be allowed by the
     /// profile.
     pub env: Vec<(String, OsString)>,
+    /// Other programs it starts (a worker's agent): absolute paths, each made visible
+    /// read-only like the program.
+    pub also: Vec<PathBuf>,
 }
 
 impl Launch {
@@ -83,7 +86,15 @@ impl Launch {
             args: Vec::new(),
             workspace: workspace.into(),
             env: Vec::new(),
+            also: Vec::new(),
         }
+    }
+
+    /// Makes another program it starts visible, read-only (a worker's agent).
+    #[must_use]
+    pub fn also(mut self, program: impl Into<PathBuf>) -> Self {
+        self.also.push(program.into());
+        self
     }
 
     /// Adds an argument.
@@ -224,6 +235,12 @@ impl Sandbox {
         let profile = &self.inner.profile;
         profile.check(&launch.workspace)?;
         profile.check_env(launch.env.iter().map(|(name, _)| name.as_str()))?;
+        if let Some(relative) = launch.also.iter().find(|p| !p.is_absolute()) {
+            return Err(crate::profile::invalid(format!(
+                "a program the sandboxed one starts, `{}`, must be an absolute path",
+                relative.display()
+            )));
+        }
         if !launch.program.is_absolute() {
             return Err(crate::profile::invalid(format!(
                 "the sandboxed program `{}` must be an absolute path",
@@ -529,8 +546,11 @@ fn arguments(profile: &SandboxProfile, launch: &Launch, etc: &EtcFiles, fds: Fds
     }
     push(&[&"--bind", &launch.workspace, &launch.workspace]);
     visible.push(launch.workspace.clone());
-    if !visible.iter().any(|dir| launch.program.starts_with(dir)) {
-        push(&[&"--ro-bind", &launch.program, &launch.program]);
+    for program in std::iter::once(&launch.program).chain(&launch.also) {
+        if !visible.iter().any(|dir| program.starts_with(dir)) {
+            push(&[&"--ro-bind", program, program]);
+            visible.push(program.clone());
+        }
     }
     let (info, block) = (fds.info.to_string(), fds.block.to_string());
     if let Some(seccomp) = fds.seccomp {

@@ -45,6 +45,7 @@ mod health;
 mod options;
 mod runtime;
 mod setup;
+mod worker;
 
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
@@ -58,3 +59,4 @@ pub use runtime::{
     ADAPTER_ID, AcpAdapter, DEFAULT_AGENT, MAX_AGENT_NAME, NAMESPACE, PROBE_TIMEOUT, Stats,
     StatsSnapshot, descriptor,
 };
+pub use worker::adapter_from_settings;

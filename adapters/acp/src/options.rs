@@ -191,6 +191,13 @@ pub struct AcpAgent {
     #[serde(skip)]
     #[schemars(skip)]
     pub sandbox: Option<Sandbox>,
+    /// The worker program that hosts this agent's whole runtime inside its sandbox (see
+    /// [`hosted_by_worker`](Self::hosted_by_worker)); `None`: only the agent runs in the
+    /// sandbox, and the ACP client in the control plane. Not part of the serialized form,
+    /// like `sandbox`.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub worker: Option<PathBuf>,
 }
 
 /// An MCP server forwarded to an ACP agent, which starts or reaches it itself.
@@ -349,6 +356,7 @@ impl fmt::Debug for AcpAgent {
             .field("elicitation", &self.elicitation)
             .field("trace_context", &self.trace_context)
             .field("sandbox", &self.sandbox.as_ref().map(Sandbox::profile))
+            .field("worker", &self.worker)
             .finish()
     }
 }
@@ -497,6 +505,7 @@ impl AcpAgent {
             elicitation: false,
             trace_context: false,
             sandbox: None,
+            worker: None,
         }
     }
 
@@ -667,6 +676,28 @@ impl AcpAgent {
         self
     }
 
+    /// Hosts the agent's whole runtime in its sandbox: `worker` (the `acp-sandbox-worker`
+    /// program this crate builds, an absolute path) runs in the sandbox as the ACP client,
+    /// starts the agent there, and reaches the control plane only over the Sandbox Worker
+    /// Protocol v1 ([`harness_sandbox::worker`]): the code that parses the agent's output
+    /// runs inside with it. Needs [`in_sandbox`](Self::in_sandbox); the agent's program must
+    /// be an absolute path or on its search path, and is made visible in the sandbox.
+    ///
+    /// ```
+    /// use harness_acp::AcpAgent;
+    /// use harness_sandbox::{Sandbox, SandboxProfile};
+    /// let sandbox = Sandbox::with_bwrap(SandboxProfile::default(), "/usr/bin/bwrap");
+    /// let agent = AcpAgent::new(["/usr/bin/my-agent"], "/srv/ws");
+    /// let hosted = agent.clone().hosted_by_worker("/usr/libexec/harness/acp-sandbox-worker");
+    /// assert!(hosted.check().unwrap_err().message().contains("sandbox"));
+    /// assert!(hosted.in_sandbox(sandbox).check().is_ok());
+    /// ```
+    #[must_use]
+    pub fn hosted_by_worker(mut self, worker: impl Into<PathBuf>) -> Self {
+        self.worker = Some(worker.into());
+        self
+    }
+
     /// The cancel grace period.
     #[must_use]
     pub fn cancel_grace(&self) -> Duration {
@@ -711,6 +742,21 @@ impl AcpAgent {
             return Err(invalid_agent(&format!(
                 "`setEnv` sets {name:?} to a value with a NUL byte"
             )));
+        }
+        match (&self.worker, &self.sandbox) {
+            (Some(_), None) => {
+                return Err(invalid_agent(
+                    "a worker hosts the agent's runtime in its sandbox: give the agent a \
+                     sandbox profile too (`sandbox`)",
+                ));
+            }
+            (Some(worker), Some(_)) if !worker.is_absolute() => {
+                return Err(invalid_agent(&format!(
+                    "the worker program `{}` must be an absolute path",
+                    worker.display()
+                )));
+            }
+            _ => {}
         }
         if let Some(sandbox) = &self.sandbox {
             let names = self.env.iter().chain(self.set_env.keys());

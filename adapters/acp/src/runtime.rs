@@ -683,7 +683,8 @@ fn multi_turn_unsupported(conversation: Option<&Conversation>) -> HarnessError {
 
 /// `runtime.sandbox_isolation` for an agent: native with what its profile enforces as
 /// constraints, or unsupported without a sandbox.
-fn sandbox_isolation(sandbox: Option<&harness_sandbox::Sandbox>) -> Capability {
+fn sandbox_isolation(agent: &AcpAgent) -> Capability {
+    let sandbox = agent.sandbox.as_ref();
     let Some(sandbox) = sandbox else {
         return Capability::unsupported(
             "the operator runs this agent as a plain child process, with the server's \
@@ -731,6 +732,16 @@ fn sandbox_isolation(sandbox: Option<&harness_sandbox::Sandbox>) -> Capability {
         .with_constraint("processes", limits.processes)
         .with_constraint("openFiles", limits.open_files)
         .with_constraint("outputBytes", limits.output_bytes)
+        // What runs inside: the agent alone (its ACP client in the control plane), or the
+        // agent with its ACP client, hosted by a worker over the Sandbox Worker Protocol v1.
+        .with_constraint(
+            "hosted",
+            if agent.worker.is_some() {
+                "worker"
+            } else {
+                "agent"
+            },
+        )
 }
 
 impl HarnessAdapter for AcpAdapter {
@@ -791,7 +802,7 @@ impl HarnessAdapter for AcpAdapter {
             }
             report.declare(
                 CapabilityKey::RuntimeSandboxIsolation,
-                sandbox_isolation(profile.agent.sandbox.as_ref()),
+                sandbox_isolation(&profile.agent),
             );
             if !setup.ask {
                 report.declare(
@@ -828,31 +839,39 @@ impl HarnessAdapter for AcpAdapter {
         &self,
         context: RuntimeContext,
     ) -> BoxFuture<'_, Result<Box<dyn HarnessRuntime>, HarnessError>> {
-        let result = self
-            .profile(&context.config.options)
-            .map(|(profile, setup)| {
-                let (turn_tx, _) = watch::channel(false);
-                let (halt_tx, _) = watch::channel(false);
-                Box::new(AcpRuntime {
-                    adapter: context.adapter.clone(),
-                    execution_id: context.execution_id,
-                    agent: Arc::clone(&profile.agent),
-                    agent_name: Arc::clone(&profile.name),
-                    setup,
-                    conversation: context.config.conversation,
-                    thread_state: context.thread_state,
-                    sessions: Arc::clone(&self.sessions),
-                    stats: Arc::clone(&self.stats),
-                    reaping: Arc::clone(&self.reaping),
-                    init: tokio::sync::Mutex::new(None),
-                    inbound: tokio::sync::Mutex::new(None),
-                    held: Mutex::default(),
-                    state: Mutex::new(State::default()),
-                    turn: turn_tx,
-                    halt: halt_tx,
-                }) as Box<dyn HarnessRuntime>
+        let profile = match self.profile(&context.config.options) {
+            Ok(found) => found,
+            Err(e) => return Box::pin(async move { Err(e) }),
+        };
+        if let (Some(sandbox), Some(worker)) = (&profile.0.agent.sandbox, &profile.0.agent.worker) {
+            let (name, agent) = (Arc::clone(&profile.0.name), Arc::clone(&profile.0.agent));
+            let (sandbox, worker) = (sandbox.clone(), worker.clone());
+            return Box::pin(async move {
+                crate::worker::start(&name, &agent, &sandbox, &worker, context).await
             });
-        Box::pin(async move { result })
+        }
+        let (profile, setup) = profile;
+        let (turn_tx, _) = watch::channel(false);
+        let (halt_tx, _) = watch::channel(false);
+        let runtime = Box::new(AcpRuntime {
+            adapter: context.adapter.clone(),
+            execution_id: context.execution_id,
+            agent: Arc::clone(&profile.agent),
+            agent_name: Arc::clone(&profile.name),
+            setup,
+            conversation: context.config.conversation,
+            thread_state: context.thread_state,
+            sessions: Arc::clone(&self.sessions),
+            stats: Arc::clone(&self.stats),
+            reaping: Arc::clone(&self.reaping),
+            init: tokio::sync::Mutex::new(None),
+            inbound: tokio::sync::Mutex::new(None),
+            held: Mutex::default(),
+            state: Mutex::new(State::default()),
+            turn: turn_tx,
+            halt: halt_tx,
+        }) as Box<dyn HarnessRuntime>;
+        Box::pin(async move { Ok(runtime) })
     }
 }
 

@@ -40,6 +40,12 @@ fn saw<'a>(report: &'a str, probe: &str) -> &'a str {
 
 #[tokio::test]
 async fn a_hostile_agent_sees_and_reaches_only_what_its_profile_allows() {
+    escape(false).await;
+}
+
+/// The escapes, tried from inside by the agent; `hosted`: with its ACP client in the
+/// sandbox too, over the worker protocol.
+async fn escape(hosted: bool) {
     let mark = marker("escape");
     let other = workspace(&marker("other"));
     std::fs::write(other.join("secret.txt"), "another caller's work").unwrap();
@@ -53,7 +59,10 @@ async fn a_hostile_agent_sees_and_reaches_only_what_its_profile_allows() {
     );
     let profile =
         SandboxProfile::default().allow(format!("127.0.0.1:{allowed_port}").parse().unwrap());
-    let agent = sandboxed(profile, &mark).set_env("LANG", "C.UTF-8");
+    let mut agent = sandboxed(profile, &mark).set_env("LANG", "C.UTF-8");
+    if hosted {
+        agent = agent.hosted_by_worker(WORKER);
+    }
     let ws = agent.cwd.clone();
     let prompt = format!(
         "read:/root read:/etc/shadow read:/home read:{secret} read:{db} \
@@ -102,13 +111,136 @@ async fn a_hostile_agent_sees_and_reaches_only_what_its_profile_allows() {
         saw(&report, &format!("connect:{refused_port}")).starts_with("denied"),
         "{report}"
     );
-    // bwrap's init and the agent: none of the host's processes.
+    // bwrap's init and the agent (and its worker): none of the host's processes.
     let procs: usize = saw(&report, "procs").parse().unwrap();
-    assert!(procs <= 3, "{procs} processes visible:\n{report}");
-    // What the operator gave it, and the working directory bwrap sets.
+    assert!(
+        procs <= 3 + usize::from(hosted),
+        "{procs} processes visible:\n{report}"
+    );
+    // What the operator gave it, and the working directory bwrap sets (which a hosted
+    // agent's worker, clearing the environment for it, does not pass on).
     let mut env: Vec<&str> = saw(&report, "env").split(',').collect();
     env.sort_unstable();
-    assert_eq!(env, ["LANG", "PWD"], "{report}");
+    env.retain(|name| !(hosted && *name == "PWD"));
+    let expected: &[&str] = if hosted { &["LANG"] } else { &["LANG", "PWD"] };
+    assert_eq!(env, expected, "{report}");
+}
+
+/// The worker program that hosts an agent's runtime in its sandbox.
+const WORKER: &str = env!("CARGO_BIN_EXE_acp-sandbox-worker");
+
+/// An agent hosted by a worker: its ACP client runs in the sandbox with it, and reaches the
+/// control plane only over the Sandbox Worker Protocol v1.
+mod hosted {
+    use super::*;
+
+    fn hosted(profile: SandboxProfile, mark: &str) -> AcpAgent {
+        sandboxed(profile, mark).hosted_by_worker(WORKER)
+    }
+
+    /// Every process of the sandbox (bwrap's command line names the workspace, whose
+    /// name carries the mark; the agent's carries it too).
+    fn everything(mark: &str) -> &str {
+        mark.trim_start_matches('-')
+    }
+
+    #[tokio::test]
+    async fn a_hostile_agent_hosted_by_a_worker_sees_and_reaches_only_what_its_profile_allows() {
+        escape(true).await;
+    }
+
+    #[tokio::test]
+    async fn the_capability_report_says_the_worker_hosts_the_client() {
+        let mark = marker("hreport");
+        let report = |agent: AcpAgent| async move {
+            adapter_for(agent)
+                .evaluate(&AgentConfig::default(), &DeploymentContext::default())
+                .await
+                .unwrap()
+                .get(CapabilityKey::RuntimeSandboxIsolation)
+                .clone()
+        };
+        let plain = report(sandboxed(SandboxProfile::default(), &mark)).await;
+        assert_eq!(plain.constraints()["hosted"], "agent");
+        let worker = report(hosted(SandboxProfile::default(), &mark)).await;
+        assert_eq!(worker.level(), SupportLevel::Native);
+        assert_eq!(worker.constraints()["hosted"], "worker");
+    }
+
+    #[tokio::test]
+    async fn a_hosted_run_streams_and_its_sandbox_is_gone_after_cleanup() {
+        let mark = marker("hosted");
+        let (report, outcome) = run(hosted(SandboxProfile::default(), &mark), "procs").await;
+        assert!(
+            matches!(outcome, Outcome::Succeeded(_)),
+            "{outcome:?}\n{report}"
+        );
+        assert!(saw(&report, "procs").parse::<usize>().is_ok(), "{report}");
+        assert_no_process_left(everything(&mark)).await;
+    }
+
+    #[tokio::test]
+    async fn a_fork_bomb_in_a_hosted_sandbox_ends_the_run_with_sandbox_limit() {
+        let mark = marker("hbomb");
+        let agent = hosted(SandboxProfile::default().limits(limits()), &mark);
+        failed_with(agent, "bomb", "SANDBOX_LIMIT", everything(&mark)).await;
+    }
+
+    #[tokio::test]
+    async fn a_hosted_agent_that_never_ends_is_stopped_at_the_sandbox_wall_time() {
+        let mark = marker("hforever");
+        let mut limits = limits();
+        limits.wall_time_ms = 1_500;
+        let agent = hosted(SandboxProfile::default().limits(limits), &mark);
+        failed_with(agent, "forever", "SANDBOX_WALL_TIME", everything(&mark)).await;
+    }
+
+    #[tokio::test]
+    async fn cancelling_a_hosted_run_ends_it_once_and_leaves_nothing() {
+        let mark = marker("hcancel");
+        let execution = forever(adapter_for(hosted(SandboxProfile::default(), &mark))).await;
+        assert!(!processes_with(&mark).is_empty());
+        execution.cancel(CancelReason::new("test"));
+        let (events, outcome) = finish(&execution).await;
+        assert!(matches!(outcome, Outcome::Cancelled(_)), "{outcome:?}");
+        assert_one_terminal(&events);
+        assert_no_process_left(everything(&mark)).await;
+    }
+
+    #[tokio::test]
+    async fn a_hosted_sandbox_killed_mid_run_gives_one_terminal_event_and_no_orphan() {
+        let mark = marker("hkilled");
+        let execution = forever(adapter_for(hosted(SandboxProfile::default(), &mark))).await;
+        kill_bwrap(everything(&mark));
+        let (events, outcome) = finish(&execution).await;
+        let Outcome::Failed(err) = &outcome else {
+            panic!("{outcome:?}");
+        };
+        assert_eq!(err.code().as_str(), "WORKER_LOST", "{err:?}");
+        assert_one_terminal(&events);
+        assert_no_process_left(everything(&mark)).await;
+    }
+}
+
+/// SIGKILL to the bwrap this process started whose command line carries `mark`.
+fn kill_bwrap(mark: &str) {
+    let me = std::process::id().to_string();
+    let bwrap: Vec<u32> = processes(|dir| {
+        let stat = std::fs::read_to_string(dir.join("stat")).unwrap_or_default();
+        let parent = stat
+            .rsplit_once(") ")
+            .and_then(|(_, rest)| rest.split(' ').nth(1));
+        parent == Some(me.as_str())
+            && std::fs::read(dir.join("cmdline")).is_ok_and(|c| {
+                let c = String::from_utf8_lossy(&c);
+                c.contains("bwrap") && c.contains(mark)
+            })
+    });
+    assert_eq!(bwrap.len(), 1, "one bwrap runs");
+    std::process::Command::new("kill")
+        .args(["-KILL", &bwrap[0].to_string()])
+        .status()
+        .unwrap();
 }
 
 #[tokio::test]
@@ -235,24 +367,7 @@ async fn a_sandbox_killed_mid_run_gives_one_terminal_event_and_no_orphan() {
     let adapter = adapter_for(sandboxed(SandboxProfile::default(), &mark));
     let execution = forever(adapter).await;
     // SIGKILL to bwrap itself: the process this control plane started (its child).
-    let me = std::process::id().to_string();
-    let bwrap: Vec<u32> = processes(|dir| {
-        let stat = std::fs::read_to_string(dir.join("stat")).unwrap_or_default();
-        let parent = stat
-            .rsplit_once(") ")
-            .and_then(|(_, rest)| rest.split(' ').nth(1));
-        parent == Some(me.as_str())
-            && std::fs::read(dir.join("cmdline")).is_ok_and(|c| {
-                let c = String::from_utf8_lossy(&c);
-                c.contains("bwrap") && c.contains(&mark)
-            })
-    });
-    assert_eq!(bwrap.len(), 1, "one bwrap runs");
-    let outer = bwrap[0];
-    std::process::Command::new("kill")
-        .args(["-KILL", &outer.to_string()])
-        .status()
-        .unwrap();
+    kill_bwrap(&mark);
     let (events, outcome) = finish(&execution).await;
     assert!(matches!(outcome, Outcome::Failed(_)), "{outcome:?}");
     assert_one_terminal(&events);

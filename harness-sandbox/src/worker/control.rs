@@ -87,6 +87,12 @@ impl WorkerLink {
         };
         let writer = sandboxed.child.stdin.take().ok_or_else(taken)?;
         let reader = sandboxed.child.stdout.take().ok_or_else(taken)?;
+        // What the worker writes to stderr is drained, so that it never blocks on it.
+        if let Some(mut stderr) = sandboxed.child.stderr.take() {
+            tokio::spawn(async move {
+                let _ = tokio::io::copy(&mut stderr, &mut tokio::io::sink()).await;
+            });
+        }
         let guard = sandboxed.guard;
         let killer = guard.clone();
         Ok(Self {

@@ -1,0 +1,79 @@
+//! An agent hosted with its ACP client in the sandbox, over the Sandbox Worker Protocol v1
+//! (`AcpAgent::hosted_by_worker`).
+
+use std::path::Path;
+
+use harness_core::adapter::{HarnessRuntime, RuntimeContext};
+use harness_core::error::{ErrorCategory, HarnessError};
+use harness_sandbox::worker::{WorkerLink, WorkerOptions, WorkerRuntime};
+use harness_sandbox::{Launch, Sandbox};
+use serde_json::{Value, json};
+
+use crate::AcpAgent;
+
+/// Starts `worker` in `sandbox` for the agent `name`, and drives the runtime it hosts.
+pub(crate) async fn start(
+    name: &str,
+    agent: &AcpAgent,
+    sandbox: &Sandbox,
+    worker: &Path,
+    context: RuntimeContext,
+) -> Result<Box<dyn HarnessRuntime>, HarnessError> {
+    let program = agent
+        .command
+        .first()
+        .map(String::as_str)
+        .unwrap_or_default();
+    let resolved = harness_core::program::resolve(program, &agent.cwd, &agent.search_path())
+        .map_err(|why| {
+            HarnessError::new(
+                ErrorCategory::Unavailable,
+                "the ACP agent could not be started",
+            )
+            .with_diagnostic(format!(
+                "resolving `{program}` for the sandbox in {}: {}",
+                agent.cwd.display(),
+                why.category()
+            ))
+        })?;
+    // The worker gets the variables the agent inherits (`env`), from this process; it sets
+    // `setEnv` for the agent itself. The profile allows each (`AcpAgent::check`).
+    let mut launch = Launch::new(worker, &agent.cwd).also(resolved);
+    for name in &agent.env {
+        if let Some(value) = std::env::var_os(name) {
+            launch = launch.env(name.clone(), value);
+        }
+    }
+    let link = WorkerLink::sandboxed(sandbox.spawn(launch).await?)?;
+    let runtime = WorkerRuntime::start(
+        link,
+        &context,
+        settings(name, agent),
+        WorkerOptions::default(),
+    )
+    .await?;
+    Ok(Box::new(runtime))
+}
+
+/// What the worker builds its adapter from: the agent, to run unsandboxed inside.
+fn settings(name: &str, agent: &AcpAgent) -> Value {
+    let mut inside = agent.clone();
+    inside.sandbox = None;
+    inside.worker = None;
+    json!({"name": name, "agent": inside})
+}
+
+/// The worker's adapter, from the control plane's settings.
+///
+/// # Errors
+/// `configuration` when the settings are not an agent's.
+pub fn adapter_from_settings(settings: &Value) -> Result<crate::AcpAdapter, HarnessError> {
+    let name = settings["name"].as_str().unwrap_or(crate::DEFAULT_AGENT);
+    let agent = AcpAgent::from_value(&settings["agent"])?;
+    let adapter = crate::AcpAdapter::new(agent.clone())?;
+    if name == crate::DEFAULT_AGENT {
+        Ok(adapter)
+    } else {
+        adapter.with_agent(name, agent)
+    }
+}
