@@ -231,17 +231,36 @@ fn take_sandbox(
     Ok((value, Some(sandbox)))
 }
 
-/// An ACP agent's table, its sandbox resolved (see [`take_sandbox`]).
+/// An ACP agent's table, its sandbox resolved (see [`take_sandbox`]), and its worker
+/// (`worker = "/path/to/acp-sandbox-worker"`: the agent's ACP client runs in the sandbox
+/// too, see `AcpAgent::hosted_by_worker`), which needs a sandbox.
 fn acp_agent(
     name: &str,
     value: &toml::Value,
     sandboxes: Option<&SandboxConfig>,
 ) -> Result<AcpAgent, HarnessError> {
     let what = format!("acp agent `{name}`");
-    let (value, sandbox) = take_sandbox(value, &what, sandboxes)?;
-    let agent = AcpAgent::from_value(&json_of(&value, &what)?)
+    let (mut value, sandbox) = take_sandbox(value, &what, sandboxes)?;
+    let worker = match value.as_table_mut().and_then(|t| t.remove("worker")) {
+        None => None,
+        Some(toml::Value::String(path)) => Some(path),
+        Some(other) => {
+            return Err(invalid(format!(
+                "{what}: `worker` is the path of the worker program (acp-sandbox-worker), a \
+                 string, not {}",
+                other.type_str()
+            )));
+        }
+    };
+    let mut agent = AcpAgent::from_value(&json_of(&value, &what)?)
         .map_err(|e| invalid(format!("{what}: {}", e.public().message)))?;
+    if let Some(worker) = worker {
+        agent = agent.hosted_by_worker(worker);
+    }
     let Some(sandbox) = sandbox else {
+        agent
+            .check()
+            .map_err(|e| invalid(format!("{what}: {}", e.message())))?;
         return Ok(agent);
     };
     let agent = agent.in_sandbox(sandbox);
@@ -904,6 +923,20 @@ mod tests {
                         [sandbox.profiles.net]\nnetwork = { allow = [\"127.0.0.1:4010\"] }\n";
         let message = refused(&format!("{memory}{agent}sandbox = \"other\"\n{profiles}")).await;
         assert!(message.contains("net, strict"), "{message}");
+        // A worker hosts the agent's client in its sandbox: it needs one, and an absolute
+        // path.
+        let message = refused(&format!("{memory}{agent}worker = \"/usr/bin/w\"\n")).await;
+        assert!(message.contains("sandbox profile too"), "{message}");
+        let message = refused(&format!(
+            "{memory}{agent}sandbox = \"strict\"\nworker = \"w\"\n{profiles}"
+        ))
+        .await;
+        assert!(message.contains("absolute path"), "{message}");
+        let config = Config::from_toml(&format!(
+            "{memory}{agent}sandbox = \"strict\"\nworker = \"/usr/bin/w\"\n{profiles}"
+        ))
+        .unwrap();
+        config.server(BearerTokens::new()).await.unwrap();
         // An MCP server of the model loop runs in one too; over HTTP there is nothing to
         // sandbox.
         let openai =

@@ -1,6 +1,7 @@
 //! What the operator's sandbox costs an ACP agent: start to first event, and events per
-//! second, for the same agent as a plain child process and in a bubblewrap sandbox (the
-//! strict profile), measured side by side in one run.
+//! second, for the same agent as a plain child process, in a bubblewrap sandbox (the
+//! strict profile), and in one with its ACP client hosted by `acp-sandbox-worker` (every
+//! event then crosses the Sandbox Worker Protocol v1), measured side by side in one run.
 //!
 //! ```sh
 //! cargo bench -p harness-acp --bench sandbox
@@ -15,7 +16,7 @@
 //!    ACP `initialize` and `session/new`, the prompt; in the sandbox also the namespaces,
 //!    cgroups and limits), median over the rounds, and the sandbox's extra milliseconds;
 //! 2. **throughput**: message deltas per second over a turn of `N` chunks, median, and the
-//!    sandboxed/plain ratio.
+//!    sandboxed/plain and hosted/plain ratios.
 //!
 //! Printed, never asserted. Aims (issue 37): start at most 50 ms over the plain start,
 //! throughput at least 0.8 of plain.
@@ -30,12 +31,16 @@ use harness_core::service::{AdapterService, ExecutionRequest, Outcome};
 use harness_sandbox::{Sandbox, SandboxProfile};
 use tower::ServiceExt as _;
 
-fn agent(workspace: &std::path::Path, sandboxed: bool) -> AcpAdapter {
+/// Where the agent runs: 0 plain, 1 sandboxed, 2 sandboxed with its client in a worker.
+fn agent(workspace: &std::path::Path, placement: usize) -> AcpAdapter {
     let agent = AcpAgent::new([env!("CARGO_BIN_EXE_acp-test-agent"), "burst"], workspace);
-    let agent = if sandboxed {
-        agent.in_sandbox(Sandbox::new(SandboxProfile::default()).expect("bwrap is installed"))
-    } else {
-        agent
+    let sandbox = || Sandbox::new(SandboxProfile::default()).expect("bwrap is installed");
+    let agent = match placement {
+        0 => agent,
+        1 => agent.in_sandbox(sandbox()),
+        _ => agent
+            .in_sandbox(sandbox())
+            .hosted_by_worker(env!("CARGO_BIN_EXE_acp-sandbox-worker")),
     };
     AcpAdapter::new(agent).expect("a valid agent")
 }
@@ -79,44 +84,36 @@ async fn main() {
     let (rounds, chunks) = if quick { (3, 2_000) } else { (11, 50_000) };
     let workspace = std::env::temp_dir().join(format!("harness-acp-bench-{}", std::process::id()));
     std::fs::create_dir_all(&workspace).unwrap();
-    let plain = agent(&workspace, false);
-    let sandboxed = agent(&workspace, true);
-    // Warm up both (page cache, the binary).
-    turn(&plain, 10).await;
-    turn(&sandboxed, 10).await;
-
-    let (mut start_plain, mut start_sandboxed) = (Vec::new(), Vec::new());
-    let (mut rate_plain, mut rate_sandboxed) = (Vec::new(), Vec::new());
+    let adapters: Vec<AcpAdapter> = (0..3).map(|p| agent(&workspace, p)).collect();
+    // Warm up each (page cache, the binaries).
+    for adapter in &adapters {
+        turn(adapter, 10).await;
+    }
+    let mut starts: [Vec<f64>; 3] = Default::default();
+    let mut rates: [Vec<f64>; 3] = Default::default();
     for round in 0..rounds {
-        let order = if round % 2 == 0 {
-            [false, true]
-        } else {
-            [true, false]
-        };
-        for in_sandbox in order {
-            let adapter = if in_sandbox { &sandboxed } else { &plain };
-            let (first, _) = turn(adapter, 1).await;
-            let (_, all) = turn(adapter, chunks).await;
-            let rate = chunks as f64 / all.as_secs_f64();
-            if in_sandbox {
-                start_sandboxed.push(first.as_secs_f64() * 1e3);
-                rate_sandboxed.push(rate);
-            } else {
-                start_plain.push(first.as_secs_f64() * 1e3);
-                rate_plain.push(rate);
-            }
+        for k in 0..3 {
+            let placement = (round + k) % 3;
+            let (first, _) = turn(&adapters[placement], 1).await;
+            let (_, all) = turn(&adapters[placement], chunks).await;
+            starts[placement].push(first.as_secs_f64() * 1e3);
+            rates[placement].push(chunks as f64 / all.as_secs_f64());
         }
     }
-    let (sp, ss) = (median(start_plain), median(start_sandboxed));
-    let (rp, rs) = (median(rate_plain), median(rate_sandboxed));
+    let [sp, ss, sh] = starts.map(median);
+    let [rp, rs, rh] = rates.map(median);
     println!("sandbox bench: {rounds} rounds, {chunks} deltas per throughput turn");
     println!(
-        "start to first delta: plain {sp:.1} ms, sandboxed {ss:.1} ms, extra {:.1} ms (aim <= 50)",
-        ss - sp
+        "start to first delta: plain {sp:.1} ms, sandboxed {ss:.1} ms (+{:.1}), hosted by a \
+         worker {sh:.1} ms (+{:.1}) (aim <= +50)",
+        ss - sp,
+        sh - sp
     );
     println!(
-        "deltas/s: plain {rp:.0}, sandboxed {rs:.0}, ratio {:.3} (aim >= 0.8)",
-        rs / rp
+        "deltas/s: plain {rp:.0}, sandboxed {rs:.0} (ratio {:.3}), hosted by a worker {rh:.0} \
+         (ratio {:.3}) (aim >= 0.8)",
+        rs / rp,
+        rh / rp
     );
     let _ = std::fs::remove_dir_all(&workspace);
 }
