@@ -161,17 +161,16 @@ impl Shared {
     /// Ends the worker with `error` (the first one sticks): every open request and segment
     /// gets it, and the worker is killed.
     fn fail(&self, error: HarnessError) {
-        if self.failure.set(error).is_ok() {
-            if let Some(e) = self.failure.get()
-                && !self.closing.load(Ordering::Acquire)
-            {
-                tracing::warn!(
-                    adapter = %self.adapter,
-                    code = e.code().as_str(),
-                    diagnostic = e.diagnostic().unwrap_or_default(),
-                    "sandbox worker ended"
-                );
-            }
+        if self.failure.set(error).is_ok()
+            && let Some(e) = self.failure.get()
+            && !self.closing.load(Ordering::Acquire)
+        {
+            tracing::warn!(
+                adapter = %self.adapter,
+                code = e.code().as_str(),
+                diagnostic = e.diagnostic().unwrap_or_default(),
+                "sandbox worker ended"
+            );
         }
         self.gone.cancel();
         (self.kill)();
@@ -755,10 +754,10 @@ async fn closed(shared: &Shared, guard: Option<&SandboxGuard>, why: &str) -> Har
     if shared.closing.load(Ordering::Acquire) {
         return lost(why);
     }
-    if let Some(g) = guard {
-        if let Ok(breach) = tokio::time::timeout(Duration::from_millis(300), g.breached()).await {
-            return breach.error();
-        }
+    if let Some(g) = guard
+        && let Ok(breach) = tokio::time::timeout(Duration::from_millis(300), g.breached()).await
+    {
+        return breach.error();
     }
     lost(why)
 }
