@@ -24,12 +24,14 @@ use super::{WorkerLink, WorkerOptions, WorkerRuntime, serve};
 /// ```
 /// use harness_core::service::{AdapterService, ExecutionRequest, Outcome};
 /// use harness_sandbox::worker::InProcessWorker;
-/// use harness_scripted::ScriptedAdapter;
+/// use harness_scripted::{Script, ScriptedAdapter};
 /// use tower::ServiceExt;
 /// # tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap().block_on(async {
-/// let adapter = InProcessWorker::new(ScriptedAdapter::quickstart());
+/// let script = Script::builder().text("hello from the worker").complete("done").build();
+/// let adapter = InProcessWorker::new(ScriptedAdapter::new(script));
 /// let execution = AdapterService::new(adapter).oneshot(ExecutionRequest::new("hi")).await.unwrap();
-/// assert!(matches!(execution.outcome().await, Outcome::Succeeded(_)));
+/// let Outcome::Succeeded(done) = execution.outcome().await else { panic!("it failed") };
+/// assert_eq!(done.summary.as_deref(), Some("done"));
 /// # });
 /// ```
 pub struct InProcessWorker<A> {
