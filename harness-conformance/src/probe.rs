@@ -98,11 +98,20 @@ pub(crate) async fn direct<A: HarnessAdapter>(
     })
     .await?
     .map_err(|e| format!("create_runtime failed: {}", e.message()))?;
+    // Files as a service would hand them: validated, no workspace (inline ones only).
+    let files = harness_core::file::validate(
+        &request.files,
+        &harness_core::id::CallerId::of(request),
+        None,
+        &harness_core::file::FileLimits::default(),
+    )
+    .await
+    .map_err(|e| format!("files refused: {}", e.message()))?;
     let turn = TurnInput {
         execution_id,
         conversation_id: request.conversation_id.clone(),
         message: request.message.clone(),
-        files: request.files.clone(),
+        files,
         client_context: request.client_context.clone(),
         trace_context: request.trace_context.clone(),
         deadline: request.deadline,

@@ -38,7 +38,7 @@ use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::action::ActionRequest;
-use crate::artifact::{ArtifactDescriptor, ArtifactUri, MediaType};
+use crate::artifact::ArtifactDescriptor;
 use crate::capability::CapabilityReport;
 use crate::error::HarnessError;
 use crate::event::{CancelReason, Content, RunSucceeded};
@@ -138,19 +138,7 @@ pub struct RuntimeContext {
     pub cancellation: CancellationToken,
 }
 
-/// An input file: an engine-controlled reference, never inline bytes.
-#[derive(
-    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct InputFile {
-    /// Display name.
-    pub name: String,
-    /// Media type.
-    pub media_type: MediaType,
-    /// Where to read it.
-    pub uri: ArtifactUri,
-}
+pub use crate::file::{InputFile, ValidatedInputFile};
 
 /// One turn's input.
 #[derive(Debug, Clone, PartialEq)]
@@ -163,8 +151,9 @@ pub struct TurnInput {
     pub conversation_id: Option<ConversationId>,
     /// The user's message.
     pub message: String,
-    /// Input files.
-    pub files: Vec<InputFile>,
+    /// Input files, validated (count, size, type by content) and of a modality the
+    /// adapter declares it takes: read handles, never host paths (see [`crate::file`]).
+    pub files: Vec<ValidatedInputFile>,
     /// Opaque client context (no credentials: callers must not put any here).
     pub client_context: Map<String, Value>,
     /// The caller's trace context, to continue.

@@ -430,6 +430,21 @@ codes! {
     TOOL_NOT_FOUND: Some(C::Configuration);
     /// A model kept calling tools past its adapter's bound on rounds of tool calls.
     TOOL_ROUNDS_EXHAUSTED: Some(C::Configuration);
+    /// A request names an uploaded file that does not exist for its caller (never uploaded,
+    /// past its retention, or another caller's).
+    FILE_NOT_FOUND: Some(C::Configuration);
+    /// An input file is larger than the operator's limit or the adapter's, or the files
+    /// together are larger than the operator's total.
+    FILE_TOO_LARGE: Some(C::Configuration);
+    /// A request gives more input files than the operator's limit or the adapter's.
+    FILES_TOO_MANY: Some(C::Configuration);
+    /// An input file's content is of a type the service or the adapter does not take.
+    FILE_TYPE_UNSUPPORTED: Some(C::Configuration);
+    /// An input file's declared media type is not what its content is (the content decides).
+    FILE_TYPE_MISMATCH: Some(C::Configuration);
+    /// The adapter does not take input files of this kind (`input.images` or
+    /// `input.documents` unusable, or the harness behind it declines them).
+    FILE_MODALITY_UNSUPPORTED: Some(C::Configuration);
 }
 
 impl ErrorCode {

@@ -9,6 +9,7 @@ pub mod capability;
 pub mod error;
 pub mod event;
 pub mod extensions;
+pub mod file;
 mod health;
 pub mod id;
 mod json_schema;

@@ -37,7 +37,7 @@ const LAYERS: &[&[&str]] = &[
         "session",
     ],
     &["event", "manifest"],
-    &["log", "tool", "store", "registry"],
+    &["log", "tool", "store", "registry", "file"],
     &["adapter", "lifecycle"],
     &["service", "schema", "__private"],
 ];

@@ -136,11 +136,7 @@ fn as_caller(mut request: ExecutionRequest, caller: &str) -> ExecutionRequest {
 }
 
 fn file(name: &str) -> InputFile {
-    InputFile {
-        name: name.to_owned(),
-        media_type: "text/plain".parse().unwrap(),
-        uri: format!("file:///work/{name}").parse().unwrap(),
-    }
+    InputFile::inline(name, "text/plain".parse().unwrap(), name.as_bytes().to_vec())
 }
 
 fn trace(n: u8) -> TraceContext {

@@ -161,6 +161,7 @@ mod clock;
 mod config;
 mod declared;
 mod driver;
+mod files;
 mod handle;
 mod persist;
 
@@ -191,9 +192,9 @@ use self::persist::Durable;
 pub use self::persist::Recovery;
 use self::segment::{ExecutionRuntime, catch};
 use crate::adapter::{
-    AgentConfig, DeploymentContext, HarnessAdapter, InputFile, Restored, RunLimits, RuntimeContext,
-    TurnInput,
+    AgentConfig, DeploymentContext, HarnessAdapter, Restored, RunLimits, RuntimeContext, TurnInput,
 };
+use crate::file::{InputFile, ValidatedInputFile};
 use crate::capability::Requirement;
 use crate::error::{ErrorCategory, ErrorCode, HarnessError};
 use crate::extensions::Extensions;
@@ -229,7 +230,8 @@ pub struct ExecutionRequest {
     /// Adapter options, validated against the adapter's options schema by the preflight layer.
     #[serde(default, skip_serializing_if = "Value::is_null")]
     pub options: Value,
-    /// Input files (references, never bytes).
+    /// Input files: uploaded ones by id, small ones inline. Validated before anything runs
+    /// (count, size, type by content, what the adapter takes; see [`crate::file`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<InputFile>,
     /// Opaque client context handed to the adapter.
@@ -390,6 +392,7 @@ struct ServiceInner<A> {
     durable: Option<Durable>,
     thread_state: Arc<dyn ThreadStateStore>,
     tools: Option<Arc<crate::tool::ToolSet>>,
+    files: files::FileSettings,
 }
 
 /// The default [`AdapterServiceBuilder::memory_window`] of a durable service: the stored
@@ -452,6 +455,7 @@ pub struct AdapterServiceBuilder<A, L> {
     thread_state: Option<Arc<dyn ThreadStateStore>>,
     tools: Option<Arc<crate::tool::ToolSet>>,
     limits: RunLimits,
+    files: files::FileSettings,
 }
 
 impl<A: HarnessAdapter, L> fmt::Debug for AdapterServiceBuilder<A, L> {
@@ -474,6 +478,7 @@ impl<A: HarnessAdapter, L> AdapterServiceBuilder<A, L> {
             thread_state: self.thread_state,
             tools: self.tools,
             limits: self.limits,
+            files: self.files,
         }
     }
 
@@ -734,6 +739,7 @@ impl<A: HarnessAdapter, L> AdapterServiceBuilder<A, L> {
                     .thread_state
                     .unwrap_or_else(|| Arc::new(InMemoryThreadStateStore::new())),
                 tools: self.tools,
+                files: self.files,
             }),
         }
     }
@@ -762,6 +768,7 @@ impl<A: HarnessAdapter> AdapterService<A> {
             thread_state: None,
             tools: None,
             limits: RunLimits::none(),
+            files: files::FileSettings::default(),
         }
     }
 
@@ -835,6 +842,7 @@ impl<A: HarnessAdapter> AdapterService<A> {
             conversation: conversation.clone(),
         };
         self.check_tools(&request)?;
+        let files = self.validated_files(&request).await?;
         if !request.required_capabilities.is_empty() {
             // The descriptor is the most the adapter can do: what it cannot meet is refused
             // before `evaluate`, which may do provider work (the ACP adapter starts its agent).
@@ -910,7 +918,7 @@ impl<A: HarnessAdapter> AdapterService<A> {
             holders: Arc::new(Holders(Arc::clone(&shared))),
             replay: false,
         };
-        let turn = turn_of(id, &request);
+        let turn = turn_of(id, &request, files);
         let driver = self.driver(shared, request, config, (binding, thread_state), turn, None);
         // The driver inherits the caller's span (a tracing layer enters the execution's span while
         // polling this call), so what the driver and the adapter log belongs to the execution.
@@ -920,12 +928,12 @@ impl<A: HarnessAdapter> AdapterService<A> {
 }
 
 /// The turn an execution of `request` runs.
-fn turn_of(id: ExecutionId, request: &ExecutionRequest) -> TurnInput {
+fn turn_of(id: ExecutionId, request: &ExecutionRequest, files: Vec<ValidatedInputFile>) -> TurnInput {
     TurnInput {
         execution_id: id,
         conversation_id: request.conversation_id.clone(),
         message: request.message.clone(),
-        files: request.files.clone(),
+        files,
         client_context: request.client_context.clone(),
         trace_context: request.trace_context.clone(),
         deadline: request.deadline,
@@ -1147,6 +1155,8 @@ impl<A: HarnessAdapter> AdapterService<A> {
             request.extensions.insert(caller);
         }
         let conversation = request.conversation();
+        // The files are resolved again, in the owner's scope: the runtime gets the same handles.
+        let files = self.validated_files(&request).await?;
         let state = match &conversation {
             Some(conversation) => {
                 let scoped = self.scoped_state(conversation).await?;
@@ -1167,7 +1177,7 @@ impl<A: HarnessAdapter> AdapterService<A> {
             CancellationToken::new(),
         ));
         persist::spawn(durable.clone(), lease, &shared, stored);
-        let turn = turn_of(id, &request);
+        let turn = turn_of(id, &request, files);
         let config = AgentConfig {
             options: request.options.clone(),
             model: None,
