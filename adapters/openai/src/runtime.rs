@@ -22,6 +22,7 @@ use harness_core::event::{
     CancelReason, Content, RunSucceeded, TextDelta, ToolCall, ToolCallCompleted, ToolCallOutcome,
     Usage,
 };
+use harness_core::file::{FileKind, ValidatedInputFile};
 use harness_core::id::{AdapterId, ExecutionId, ToolCallId};
 use harness_core::manifest::{Adapter as _, HarnessDescriptor};
 use harness_core::session::{ScopedThreadState, StateKey, Version};
@@ -38,7 +39,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{Endpoint, OpenAiOptions, invalid};
 use crate::error::{http_error, idle, protocol, transport_error};
 use crate::sse::SseDecoder;
-use crate::wire::{Call, FunctionSpec, Item, Piece, Round, RoundRequest, cut_short};
+use crate::wire::{Attachment, Call, FunctionSpec, Item, Piece, Round, RoundRequest, cut_short};
 
 /// The adapter's id.
 pub const ADAPTER_ID: &str = "openai";
@@ -177,6 +178,22 @@ const AHEAD: usize = 64;
         native,
         explanation = "cancelling the execution stops the tool calls in flight (their futures \
             are dropped) and the model's stream",
+    ),
+    capability(
+        "input.images",
+        native,
+        explanation = "images go to the model as image parts (Chat Completions `image_url`, \
+            Responses `input_image`) with a base64 data URL; whether the model reads them is the \
+            model's",
+        constraints(mediaTypes = ["image/png", "image/jpeg", "image/gif", "image/webp"]),
+    ),
+    capability(
+        "input.documents",
+        native,
+        explanation = "PDFs go to the model as file parts (Chat Completions `file`, Responses \
+            `input_file`) with a base64 data URL; text, Markdown and JSON as text parts naming \
+            the file",
+        constraints(mediaTypes = ["application/pdf", "text/plain", "text/markdown", "application/json"]),
     ),
     capability(
         "observability.metrics",
@@ -496,6 +513,36 @@ impl Emit {
     }
 }
 
+/// The turn's files as the model reads them, read now (the engine validated them: images
+/// and PDFs by their bytes, text as UTF-8).
+async fn attachments(files: &[ValidatedInputFile]) -> Result<Vec<Attachment>, HarnessError> {
+    use base64::Engine as _;
+    let mut out = Vec::with_capacity(files.len());
+    for file in files {
+        let bytes = file.read().await?;
+        let media_type = file.media_type().essence();
+        out.push(if file.is_text() {
+            Attachment::Text {
+                name: file.name().to_owned(),
+                text: String::from_utf8_lossy(&bytes).into_owned(),
+            }
+        } else {
+            let url = format!(
+                "data:{media_type};base64,{}",
+                base64::engine::general_purpose::STANDARD.encode(&bytes)
+            );
+            match file.kind() {
+                FileKind::Image => Attachment::Image { url },
+                FileKind::Document => Attachment::File {
+                    name: file.name().to_owned(),
+                    url,
+                },
+            }
+        });
+    }
+    Ok(out)
+}
+
 fn cancelled() -> HarnessError {
     HarnessError::new(ErrorCategory::Cancelled, "the execution was cancelled")
 }
@@ -518,7 +565,11 @@ impl OpenAiRuntime {
             state.transcript = history.items;
             state.history_version = Some(version);
         }
-        state.transcript.push(Item::User { text: turn.message });
+        let files = attachments(&turn.files).await?;
+        state.transcript.push(Item::User {
+            text: turn.message,
+            files,
+        });
         self.rounds(&emit, &mut state).await
     }
 
@@ -1118,7 +1169,10 @@ mod tests {
     use super::*;
 
     fn user(t: &str) -> Item {
-        Item::User { text: t.to_owned() }
+        Item::User {
+            text: t.to_owned(),
+            files: Vec::new(),
+        }
     }
     fn reply(t: &str) -> Item {
         Item::Assistant {

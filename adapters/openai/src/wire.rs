@@ -26,8 +26,12 @@ pub const MAX_TEXT_BYTES: usize = 8 << 20;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub(crate) enum Item {
-    /// The user's message.
-    User { text: String },
+    /// The user's message, and the files that came with it.
+    User {
+        text: String,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        files: Vec<Attachment>,
+    },
     /// A model round: its text and the tool calls it made.
     Assistant {
         text: String,
@@ -42,7 +46,9 @@ impl Item {
     /// About how many bytes the item holds.
     pub(crate) fn size(&self) -> usize {
         match self {
-            Self::User { text } => text.len(),
+            Self::User { text, files } => {
+                text.len() + files.iter().map(Attachment::size).sum::<usize>()
+            }
             Self::Assistant { text, calls } => {
                 text.len()
                     + calls
@@ -51,6 +57,60 @@ impl Item {
                         .sum::<usize>()
             }
             Self::ToolResult { call_id, output } => call_id.len() + output.len(),
+        }
+    }
+}
+
+/// A file of a user's message, as the model reads it: images and PDFs as base64 data URLs,
+/// text as text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub(crate) enum Attachment {
+    /// An image: `data:<type>;base64,...`.
+    Image { url: String },
+    /// A PDF: its name and `data:application/pdf;base64,...`.
+    File { name: String, url: String },
+    /// A text document (UTF-8, validated), named.
+    Text { name: String, text: String },
+}
+
+impl Attachment {
+    fn size(&self) -> usize {
+        match self {
+            Self::Image { url } => url.len(),
+            Self::File { name, url } => name.len() + url.len(),
+            Self::Text { name, text } => name.len() + text.len(),
+        }
+    }
+
+    /// A text document as the model reads it: named, fenced off from the message.
+    fn text_part(name: &str, text: &str) -> String {
+        format!("<file name=\"{}\">\n{text}\n</file>", name.replace('"', "'"))
+    }
+
+    /// A Chat Completions content part.
+    fn chat_part(&self) -> Value {
+        match self {
+            Self::Image { url } => json!({"type": "image_url", "image_url": {"url": url}}),
+            Self::File { name, url } => {
+                json!({"type": "file", "file": {"filename": name, "file_data": url}})
+            }
+            Self::Text { name, text } => {
+                json!({"type": "text", "text": Self::text_part(name, text)})
+            }
+        }
+    }
+
+    /// A Responses input content part.
+    fn responses_part(&self) -> Value {
+        match self {
+            Self::Image { url } => json!({"type": "input_image", "image_url": url}),
+            Self::File { name, url } => {
+                json!({"type": "input_file", "filename": name, "file_data": url})
+            }
+            Self::Text { name, text } => {
+                json!({"type": "input_text", "text": Self::text_part(name, text)})
+            }
         }
     }
 }
@@ -149,7 +209,14 @@ fn chat_messages(instructions: Option<&str>, transcript: &[Item]) -> Value {
     }
     for item in transcript {
         messages.push(match item {
-            Item::User { text } => json!({"role": "user", "content": text}),
+            Item::User { text, files } if files.is_empty() => {
+                json!({"role": "user", "content": text})
+            }
+            Item::User { text, files } => {
+                let mut parts = vec![json!({"type": "text", "text": text})];
+                parts.extend(files.iter().map(Attachment::chat_part));
+                json!({"role": "user", "content": parts})
+            }
             Item::Assistant { text, calls } => {
                 let mut message = json!({"role": "assistant", "content": if text.is_empty() { Value::Null } else { text.as_str().into() }});
                 if !calls.is_empty() {
@@ -175,7 +242,14 @@ fn responses_input(transcript: &[Item]) -> Value {
     let mut input = Vec::with_capacity(transcript.len());
     for item in transcript {
         match item {
-            Item::User { text } => input.push(json!({"role": "user", "content": text})),
+            Item::User { text, files } if files.is_empty() => {
+                input.push(json!({"role": "user", "content": text}));
+            }
+            Item::User { text, files } => {
+                let mut parts = vec![json!({"type": "input_text", "text": text})];
+                parts.extend(files.iter().map(Attachment::responses_part));
+                input.push(json!({"role": "user", "content": parts}));
+            }
             Item::Assistant { text, calls } => {
                 if !text.is_empty() {
                     input.push(json!({"role": "assistant", "content": text}));
@@ -728,6 +802,7 @@ mod tests {
         let transcript = [
             Item::User {
                 text: "weather?".into(),
+                files: Vec::new(),
             },
             Item::Assistant {
                 text: String::new(),
