@@ -304,6 +304,24 @@ fn session_for(
         explanation = "agent_thought_chunk text becomes reasoning.delta",
     ),
     capability(
+        "input.images",
+        native,
+        explanation = "images go to the agent as ACP image blocks when its \
+            promptCapabilities.image is true; an agent that does not take images fails the \
+            turn (FILE_MODALITY_UNSUPPORTED, naming the file) before the prompt is sent",
+        constraints(mediaTypes = ["image/png", "image/jpeg", "image/gif", "image/webp"]),
+    ),
+    capability(
+        "input.documents",
+        native,
+        explanation = "documents go to the agent as embedded resource blocks (text as text, \
+            PDFs as a base64 blob, named by an opaque harness-input: URI) when its \
+            promptCapabilities.embeddedContext is true; otherwise the turn fails \
+            (FILE_MODALITY_UNSUPPORTED, naming the file) before the prompt is sent. No \
+            resource_link: the agent gets no path or URL it could read on the host",
+        constraints(mediaTypes = ["application/pdf", "text/plain", "text/markdown", "application/json"]),
+    ),
+    capability(
         "stream.usage",
         unsupported,
         explanation = "ACP v1 reports context-window occupancy (usage_update: tokens in context \
@@ -586,6 +604,74 @@ impl AcpAdapter {
             load_session: init.agent_capabilities.load_session,
         })
     }
+}
+
+/// The turn's files as prompt blocks, as the agent's `promptCapabilities` allow: images as
+/// `image` blocks (`image`), documents as embedded `resource` blocks (`embeddedContext`;
+/// text as text, PDFs as a base64 blob), each named by an opaque `harness-input:` URI (never
+/// a host path). A file the agent does not take refuses the turn before the prompt is sent.
+async fn file_blocks(
+    files: &[harness_core::file::ValidatedInputFile],
+    capabilities: &agent_client_protocol::v1::schema::PromptCapabilities,
+) -> Result<Vec<ContentBlock>, HarnessError> {
+    use agent_client_protocol::v1::schema::{
+        BlobResourceContents, EmbeddedResource, EmbeddedResourceResource, ImageContent,
+        TextResourceContents,
+    };
+    use base64::Engine as _;
+    use harness_core::file::FileKind;
+    let mut blocks = Vec::with_capacity(files.len());
+    for file in files {
+        let (allowed, flag) = match file.kind() {
+            FileKind::Image => (capabilities.image, "image"),
+            FileKind::Document => (capabilities.embedded_context, "embeddedContext"),
+        };
+        let media_type = file.media_type().essence();
+        if !allowed {
+            return Err(HarnessError::new(
+                ErrorCategory::Configuration,
+                format!(
+                    "file `{}` ({media_type}) cannot be given to this ACP agent: its \
+                     promptCapabilities.{flag} is false; send it to an agent that takes it, or \
+                     without the file",
+                    file.name()
+                ),
+            )
+            .with_code(ErrorCode::FILE_MODALITY_UNSUPPORTED));
+        }
+        let bytes = file.read().await?;
+        let uri = format!(
+            "harness-input:{}",
+            file.name()
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') { c } else { '_' })
+                .collect::<String>()
+        );
+        blocks.push(match file.kind() {
+            FileKind::Image => ContentBlock::Image(ImageContent::new(
+                base64::engine::general_purpose::STANDARD.encode(&bytes),
+                media_type,
+            )),
+            FileKind::Document if file.is_text() => {
+                let mut text = TextResourceContents::new(String::from_utf8_lossy(&bytes), uri);
+                text.mime_type = Some(media_type);
+                ContentBlock::Resource(EmbeddedResource::new(
+                    EmbeddedResourceResource::TextResourceContents(text),
+                ))
+            }
+            FileKind::Document => {
+                let mut blob = BlobResourceContents::new(
+                    base64::engine::general_purpose::STANDARD.encode(&bytes),
+                    uri,
+                );
+                blob.mime_type = Some(media_type);
+                ContentBlock::Resource(EmbeddedResource::new(
+                    EmbeddedResourceResource::BlobResourceContents(blob),
+                ))
+            }
+        });
+    }
+    Ok(blocks)
 }
 
 /// A `session/load` the agent refused for good (not a transient failure of its provider or
@@ -927,6 +1013,8 @@ struct State {
     inbound: Option<mpsc::UnboundedSender<Inbound>>,
     session_id: Option<SessionId>,
     negotiated: Option<Value>,
+    /// What the agent's `promptCapabilities` take besides text, once initialized.
+    prompt_capabilities: Option<agent_client_protocol::v1::schema::PromptCapabilities>,
     announced: bool,
     /// Set by `session/load`: how many replayed updates were not emitted (announced once).
     loaded: Option<Value>,
@@ -1175,6 +1263,7 @@ impl AcpRuntime {
         state.session_id = Some(session_id.clone());
         state.loaded = loaded;
         state.configured = configured;
+        state.prompt_capabilities = Some(init.agent_capabilities.prompt_capabilities.clone());
         state.negotiated = Some(json!({
             "protocolVersion": init.protocol_version,
             "agentCapabilities": init.agent_capabilities,
@@ -1254,6 +1343,14 @@ impl AcpRuntime {
             )));
             return out;
         };
+        let capabilities = lock(&self.state).prompt_capabilities.clone().unwrap_or_default();
+        let files = match file_blocks(&turn.files, &capabilities).await {
+            Ok(files) => files,
+            Err(e) => {
+                out.push_back(Err(e));
+                return out;
+            }
+        };
         if let Some(negotiated) = announce {
             self.native("initialized", &negotiated, &mut out);
         }
@@ -1267,10 +1364,9 @@ impl AcpRuntime {
         lock(&self.state).rejected = false;
         self.turn.send_replace(true);
         let turn_flag = self.turn.clone();
-        let mut prompt = PromptRequest::new(
-            session_id,
-            vec![ContentBlock::Text(TextContent::new(turn.message.clone()))],
-        );
+        let mut blocks = vec![ContentBlock::Text(TextContent::new(turn.message.clone()))];
+        blocks.extend(files);
+        let mut prompt = PromptRequest::new(session_id, blocks);
         if let Some(trace) = &turn.trace_context {
             // ACP reserves these root `_meta` keys for W3C trace context.
             let mut meta = serde_json::Map::new();

@@ -20,8 +20,8 @@
 //!
 //! | mode | a `session/prompt` turn |
 //! |---|---|
-//! | `echo` | thought chunk `thinking`; message chunks `turn <n>: ` and `<prompt text>` (`n` = 1-based turn of the session, counting turns of earlier processes), or, for a prompt starting with `recall`, `recall: <the session's earlier prompts, joined by "; ">`, or, for a prompt starting with `hang-child`, only what mode `hang-child` does (nothing kept in the history); `usage_update` (`used` = prompt characters of the session so far, `size` = 100000); the turn is appended to the history file; `end_turn`, or, for a prompt starting with `fail`, the error `-32603` (the turn stays in the history) |
-//! | `no-load` | as `echo`, but `loadSession` is false and `session/load` is method not found |
+//! | `echo` | thought chunk `thinking`; message chunks `turn <n>: ` and `<prompt text>` (`n` = 1-based turn of the session, counting turns of earlier processes), or, for a prompt starting with `recall`, `recall: <the session's earlier prompts, joined by "; ">`, or, for a prompt starting with `hang-child`, only what mode `hang-child` does (nothing kept in the history); `usage_update` (`used` = prompt characters of the session so far, `size` = 100000); the turn is appended to the history file; `end_turn`, or, for a prompt starting with `fail`, the error `-32603` (the turn stays in the history). `promptCapabilities` `image` and `embeddedContext`: an image block is echoed as `[image <type> <first 12 base64 chars>]`, an embedded resource as `[resource <uri> <type> <"text" or first 12 base64 chars>]`, each on a line after the text |
+//! | `no-load` | as `echo`, but `loadSession` is false and `session/load` is method not found; no `promptCapabilities` (images and embedded resources not taken) |
 //! | `elicit` | an `elicitation/create` request in form mode (required string `name`, optional integer `age`) if the client advertised `elicitation.form`, else message `elicitation unsupported`, `end_turn`; accept → message `hello <name>`, `end_turn`; decline → message `declined`, `end_turn`; cancel → `cancelled` |
 //! | `permission` | `tool_call` `call-1` (`write file`, kind `edit`, rawInput `{"path":"a.txt"}`), then `session/request_permission` with options `allow` (`allow_once`) and `reject` (`reject_once`); allow → `tool_call_update` completed, rawOutput `{"ok":true}`, message `done`, `end_turn`; reject → `tool_call_update` failed, message `rejected`, `end_turn`; cancelled outcome → `cancelled` |
 //! | `hang` | message chunk `thinking forever`, then never ends the turn until `session/cancel`, which it answers with `cancelled` |
@@ -87,6 +87,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
     AgentCapabilities, CancelNotification, ContentBlock, ContentChunk, CreateElicitationRequest,
+    EmbeddedResourceResource, PromptCapabilities,
     CreateTerminalRequest, ElicitationAction, ElicitationContentValue, ElicitationFormMode,
     ElicitationSchema, ElicitationSessionScope, Implementation, InitializeRequest,
     InitializeResponse, IntegerPropertySchema, LoadSessionRequest, LoadSessionResponse,
@@ -620,6 +621,12 @@ impl TestAgent {
             .agent_capabilities(
                 AgentCapabilities::new()
                     .load_session(self.mode.loads())
+                    // Images and embedded resources in `echo` only (which describes them).
+                    .prompt_capabilities(
+                        PromptCapabilities::new()
+                            .image(self.mode == Mode::Echo)
+                            .embedded_context(self.mode == Mode::Echo),
+                    )
                     .mcp_capabilities(McpCapabilities::new().http(self.mode == Mode::Mcp)),
             )
             .agent_info(Implementation::new(
@@ -810,7 +817,27 @@ impl TestAgent {
             .prompt
             .iter()
             .filter_map(|block| match block {
-                ContentBlock::Text(text) => Some(text.text.as_str()),
+                ContentBlock::Text(text) => Some(text.text.clone()),
+                ContentBlock::Image(image) => Some(format!(
+                    "[image {} {}]",
+                    image.mime_type,
+                    image.data.chars().take(12).collect::<String>()
+                )),
+                ContentBlock::Resource(resource) => Some(match &resource.resource {
+                    EmbeddedResourceResource::TextResourceContents(t) => format!(
+                        "[resource {} {} {:?}]",
+                        t.uri,
+                        t.mime_type.as_deref().unwrap_or("-"),
+                        t.text
+                    ),
+                    EmbeddedResourceResource::BlobResourceContents(b) => format!(
+                        "[resource {} {} {}]",
+                        b.uri,
+                        b.mime_type.as_deref().unwrap_or("-"),
+                        b.blob.chars().take(12).collect::<String>()
+                    ),
+                    _ => "[resource ?]".to_owned(),
+                }),
                 _ => None,
             })
             .collect::<Vec<_>>()
