@@ -164,6 +164,9 @@ pub const PROBE_TIMEOUT: Duration = Duration::from_secs(30);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Probed {
     load_session: bool,
+    /// `promptCapabilities.image` and `.embeddedContext`.
+    image: bool,
+    embedded_context: bool,
 }
 
 /// The name [`AcpAdapter::new`] registers its agent under: the agent that runs when a request
@@ -602,6 +605,8 @@ impl AcpAdapter {
         };
         Ok(Probed {
             load_session: init.agent_capabilities.load_session,
+            image: init.agent_capabilities.prompt_capabilities.image,
+            embedded_context: init.agent_capabilities.prompt_capabilities.embedded_context,
         })
     }
 }
@@ -896,6 +901,24 @@ impl HarnessAdapter for AcpAdapter {
                     Capability::unsupported(
                         "the operator's approval policy is `agent`: the agent's session mode \
                          decides whether a tool call waits for approval, so none is guaranteed",
+                    ),
+                );
+            }
+            if !probed.image {
+                report.declare(
+                    CapabilityKey::InputImages,
+                    Capability::unsupported(
+                        "the agent did not negotiate promptCapabilities.image: a turn with an \
+                         image fails naming it",
+                    ),
+                );
+            }
+            if !probed.embedded_context {
+                report.declare(
+                    CapabilityKey::InputDocuments,
+                    Capability::unsupported(
+                        "the agent did not negotiate promptCapabilities.embeddedContext: a turn \
+                         with a document fails naming it",
                     ),
                 );
             }

@@ -47,7 +47,7 @@ fn the_descriptor_builds_and_reports_only_what_is_implemented() {
     for key in [
         CapabilityKey::StreamUsage,
         CapabilityKey::RuntimeRestart,
-        CapabilityKey::InputImages,
+        CapabilityKey::Skills,
     ] {
         assert_eq!(caps.level(key), SupportLevel::Unsupported, "{key:?}");
     }
@@ -186,10 +186,10 @@ async fn a_requirement_the_descriptor_cannot_meet_is_refused_without_a_probe() {
     let adapter = AcpAdapter::new(AcpAgent::new(["/nonexistent/acp-agent"], "/"))
         .expect("a valid configuration");
     let err = AdapterService::new(adapter.clone())
-        .oneshot(ExecutionRequest::new("go").require(CapabilityKey::InputImages))
+        .oneshot(ExecutionRequest::new("go").require(CapabilityKey::Skills))
         .await
         .expect_err("refused");
     assert_eq!(err.code(), &ErrorCode::CAPABILITY_UNSUPPORTED, "{err:?}");
-    assert!(err.message().contains("input.images"), "{err:?}");
+    assert!(err.message().contains("skills"), "{err:?}");
     assert_eq!(adapter.stats().snapshot().probes, 0);
 }

@@ -61,3 +61,20 @@ async fn an_agent_without_the_modality_refuses_the_file_by_name() {
     assert_eq!(text(&events), "");
     common::assert_no_process_left(&mark).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evaluate_reports_what_the_agent_negotiated() {
+    use harness_core::adapter::{AgentConfig, DeploymentContext, HarnessAdapter};
+    use harness_core::capability::{CapabilityKey, SupportLevel};
+    for (mode, level) in [("echo", SupportLevel::Native), ("no-load", SupportLevel::Unsupported)] {
+        let mark = marker(&format!("files-eval-{mode}"));
+        let adapter = adapter_for(test_agent(mode, &mark));
+        let report = adapter
+            .evaluate(&AgentConfig::default(), &DeploymentContext::default())
+            .await
+            .unwrap();
+        assert_eq!(report.level(CapabilityKey::InputImages), level, "{mode}");
+        assert_eq!(report.level(CapabilityKey::InputDocuments), level, "{mode}");
+        common::assert_no_process_left(&mark).await;
+    }
+}
