@@ -245,7 +245,7 @@ pub static FIXTURES: &[Fixture] = &[
         "files.modalities",
         Files,
         [InputImages, InputDocuments],
-        "image and document inputs within limits"
+        "an image and a document are accepted and read by the adapter after validation; too large, wrong type by content and too many are refused before anything runs, naming the file"
     ),
     fixture!(
         "skills.missing_blocked",
@@ -353,7 +353,6 @@ const ONE_APPROVAL: Behaviour = Behaviour::ToolApproval {
 
 /// Fixtures this suite version cannot test even when the capability is declared.
 const UNCERTIFIABLE: &[&str] = &[
-    "files.modalities",
     "skills.missing_blocked",
     "subagents.nested",
 ];
@@ -648,6 +647,7 @@ async fn body<Kn: Knobs>(knobs: &Kn, id: &str) -> Result<Verdict, Skip> {
             sequences::cancel_during_resume(knobs, r).await
         }
         "cancel.before_run" => cancel_before(knobs).await,
+        "files.modalities" => crate::files::modalities(knobs, req(knobs, Behaviour::StreamText)?).await,
         "cancel.after_run" => cancel_after(knobs).await,
         "cancel.while_streaming" => cancel_streaming(knobs, req(knobs, Behaviour::Hang)?).await,
         "cancel.while_awaiting" => {

@@ -175,6 +175,7 @@ use harness_core::error::ErrorCategory;
 use harness_core::service::ExecutionRequest;
 use serde::Serialize;
 
+mod files;
 mod fixtures;
 mod observe;
 mod probe;

@@ -20,7 +20,7 @@
 //!
 //! | mode | a `session/prompt` turn |
 //! |---|---|
-//! | `echo` | thought chunk `thinking`; message chunks `turn <n>: ` and `<prompt text>` (`n` = 1-based turn of the session, counting turns of earlier processes), or, for a prompt starting with `recall`, `recall: <the session's earlier prompts, joined by "; ">`, or, for a prompt starting with `hang-child`, only what mode `hang-child` does (nothing kept in the history); `usage_update` (`used` = prompt characters of the session so far, `size` = 100000); the turn is appended to the history file; `end_turn`, or, for a prompt starting with `fail`, the error `-32603` (the turn stays in the history). `promptCapabilities` `image` and `embeddedContext`: an image block is echoed as `[image <type> <first 12 base64 chars>]`, an embedded resource as `[resource <uri> <type> <"text" or first 12 base64 chars>]`, each on a line after the text |
+//! | `echo` | thought chunk `thinking`; message chunks `turn <n>: ` and `<prompt text>` (`n` = 1-based turn of the session, counting turns of earlier processes), or, for a prompt starting with `recall`, `recall: <the session's earlier prompts, joined by "; ">`, or, for a prompt starting with `hang-child`, only what mode `hang-child` does (nothing kept in the history); `usage_update` (`used` = prompt characters of the session so far, `size` = 100000); the turn is appended to the history file; `end_turn`, or, for a prompt starting with `fail`, the error `-32603` (the turn stays in the history). `promptCapabilities` `image` and `embeddedContext` (every mode but `no-load`): an image block is echoed as `[image <type> <first 12 base64 chars>]`, an embedded resource as `[resource <uri> <type> <"text" or first 12 base64 chars>]`, each on a line after the text |
 //! | `no-load` | as `echo`, but `loadSession` is false and `session/load` is method not found; no `promptCapabilities` (images and embedded resources not taken) |
 //! | `elicit` | an `elicitation/create` request in form mode (required string `name`, optional integer `age`) if the client advertised `elicitation.form`, else message `elicitation unsupported`, `end_turn`; accept → message `hello <name>`, `end_turn`; decline → message `declined`, `end_turn`; cancel → `cancelled` |
 //! | `permission` | `tool_call` `call-1` (`write file`, kind `edit`, rawInput `{"path":"a.txt"}`), then `session/request_permission` with options `allow` (`allow_once`) and `reject` (`reject_once`); allow → `tool_call_update` completed, rawOutput `{"ok":true}`, message `done`, `end_turn`; reject → `tool_call_update` failed, message `rejected`, `end_turn`; cancelled outcome → `cancelled` |
@@ -621,11 +621,12 @@ impl TestAgent {
             .agent_capabilities(
                 AgentCapabilities::new()
                     .load_session(self.mode.loads())
-                    // Images and embedded resources in `echo` only (which describes them).
+                    // Images and embedded resources in every mode but `no-load` (`echo`
+                    // describes them; the others read only the text).
                     .prompt_capabilities(
                         PromptCapabilities::new()
-                            .image(self.mode == Mode::Echo)
-                            .embedded_context(self.mode == Mode::Echo),
+                            .image(self.mode != Mode::NoLoad)
+                            .embedded_context(self.mode != Mode::NoLoad),
                     )
                     .mcp_capabilities(McpCapabilities::new().http(self.mode == Mode::Mcp)),
             )
