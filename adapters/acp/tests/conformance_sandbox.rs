@@ -29,5 +29,5 @@ async fn the_acp_adapter_in_a_sandbox_passes_the_conformance_suite() {
         .iter()
         .filter(|r| r.outcome.status() == "passed")
         .count();
-    assert_eq!(passed, 41, "{report}");
+    assert_eq!(passed, 42, "{report}");
 }

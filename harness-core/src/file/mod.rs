@@ -97,19 +97,9 @@ pub const DOCUMENT_TYPES: [&str; 4] = [
     "application/json",
 ];
 
-/// A file in a request: an uploaded file by id, or (small) bytes inline.
-///
-/// Wire form: `{"fileId": "file_..."}` or `{"name": "...", "mediaType": "...", "data":
-/// "<base64>"}` (standard alphabet, padded).
-///
-/// ```
-/// use harness_core::file::InputFile;
-/// let inline: InputFile = serde_json::from_str(
-///     r#"{"name": "a.txt", "mediaType": "text/plain", "data": "aGk="}"#).unwrap();
-/// assert!(matches!(inline, InputFile::Inline { ref data, .. } if &data[..] == b"hi"));
-/// let err = serde_json::from_str::<InputFile>(r#"{"name": "a.txt"}"#).unwrap_err();
-/// assert!(err.to_string().contains("either `fileId`"));
-/// ```
+/// A file in a request: an uploaded file by id, or (small) bytes inline. Wire form:
+/// `{"fileId": "file_..."}` or `{"name": "...", "mediaType": "...", "data": "<base64>"}`
+/// (standard alphabet, padded).
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(try_from = "InputFileWire", into = "InputFileWire")]
 #[schemars(with = "InputFileWire")]
@@ -138,6 +128,15 @@ impl InputFile {
     }
 
     /// A file given inline.
+    ///
+    /// ```
+    /// use harness_core::file::InputFile;
+    /// let inline: InputFile = serde_json::from_str(
+    ///     r#"{"name": "a.txt", "mediaType": "text/plain", "data": "aGk="}"#).unwrap();
+    /// assert_eq!(inline, InputFile::inline("a.txt", "text/plain".parse().unwrap(), b"hi".to_vec()));
+    /// let err = serde_json::from_str::<InputFile>(r#"{"name": "a.txt"}"#).unwrap_err();
+    /// assert!(err.to_string().contains("either `fileId`"));
+    /// ```
     #[must_use]
     pub fn inline(name: impl Into<String>, media_type: MediaType, data: impl Into<Arc<[u8]>>) -> Self {
         Self::Inline {
@@ -180,7 +179,7 @@ impl fmt::Debug for InputFile {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[schemars(rename = "InputFile")]
 struct InputFileWire {
-    /// An uploaded file's id (`POST /v1/files`); alone.
+    /// An uploaded file's id (in the service's file workspace); alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     file_id: Option<FileId>,
     /// The inline file's display name.
@@ -643,8 +642,8 @@ pub async fn validate(
                     return Err(refusal(
                         ErrorCode::FILE_NOT_FOUND,
                         format!(
-                            "no uploaded file {label}: upload it first (`POST /v1/files`), or \
-                             give it inline"
+                            "no uploaded file {label} for this caller: give it inline, or upload \
+                             it to this service's file workspace first"
                         ),
                     ));
                 };

@@ -230,8 +230,8 @@ pub struct ExecutionRequest {
     /// Adapter options, validated against the adapter's options schema by the preflight layer.
     #[serde(default, skip_serializing_if = "Value::is_null")]
     pub options: Value,
-    /// Input files: uploaded ones by id, small ones inline. Validated before anything runs
-    /// (count, size, type by content, what the adapter takes; see [`crate::file`]).
+    /// Input files: uploaded ones by id, small ones inline. Validated before anything runs:
+    /// count, size, type by content, and what the adapter takes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<InputFile>,
     /// Opaque client context handed to the adapter.
