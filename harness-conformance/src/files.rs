@@ -8,8 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use harness_core::adapter::BoxFuture;
 use harness_core::error::{ErrorCategory, HarnessError};
 use harness_core::file::{
-    FileHandle, FileId, FileLimits, FileSource, FileWorkspace, InputFile,
-    StoredFile,
+    FileHandle, FileId, FileLimits, FileSource, FileWorkspace, InputFile, StoredFile,
 };
 use harness_core::id::CallerId;
 use harness_core::service::{ExecutionRequest, Outcome};
@@ -79,11 +78,18 @@ fn with_files(mut request: ExecutionRequest, files: Vec<InputFile>) -> Execution
 }
 
 fn inline(name: &str, media_type: &str, bytes: &[u8]) -> InputFile {
-    InputFile::inline(name, media_type.parse().expect("a media type"), bytes.to_vec())
+    InputFile::inline(
+        name,
+        media_type.parse().expect("a media type"),
+        bytes.to_vec(),
+    )
 }
 
 /// The fixture: `request` is one the adapter runs to success.
-pub(crate) async fn modalities<Kn: Knobs>(knobs: &Kn, request: ExecutionRequest) -> Result<String, String> {
+pub(crate) async fn modalities<Kn: Knobs>(
+    knobs: &Kn,
+    request: ExecutionRequest,
+) -> Result<String, String> {
     let b = knobs.bounds();
     let workspace = Arc::new(Counting::new(&[
         ("pixel.png", "image/png", PNG),
@@ -137,16 +143,23 @@ pub(crate) async fn modalities<Kn: Knobs>(knobs: &Kn, request: ExecutionRequest)
                 max_files: 1,
                 ..FileLimits::default()
             },
-            vec![inline("a.png", "image/png", PNG), inline("b.png", "image/png", PNG)],
+            vec![
+                inline("a.png", "image/png", PNG),
+                inline("b.png", "image/png", PNG),
+            ],
             "2 files",
         ),
     ];
     let mut refused = Vec::new();
     for (code, limits, files, names) in refusals {
-        let service = probe::builder(knobs.adapter(), b).file_limits(limits).build();
+        let service = probe::builder(knobs.adapter(), b)
+            .file_limits(limits)
+            .build();
         match service.start(with_files(request.clone(), files)).await {
             Ok(execution) => {
-                execution.cancel(harness_core::event::CancelReason::new("conformance: should have been refused"));
+                execution.cancel(harness_core::event::CancelReason::new(
+                    "conformance: should have been refused",
+                ));
                 return Err(format!("a request that should be refused {code} started"));
             }
             Err(e)

@@ -352,10 +352,7 @@ const ONE_APPROVAL: Behaviour = Behaviour::ToolApproval {
 };
 
 /// Fixtures this suite version cannot test even when the capability is declared.
-const UNCERTIFIABLE: &[&str] = &[
-    "skills.missing_blocked",
-    "subagents.nested",
-];
+const UNCERTIFIABLE: &[&str] = &["skills.missing_blocked", "subagents.nested"];
 
 /// A credential-shaped canary the suite plants and looks for.
 const CANARY: &str = "sk-conformance-canary-7f3e9a1c5b";
@@ -647,7 +644,9 @@ async fn body<Kn: Knobs>(knobs: &Kn, id: &str) -> Result<Verdict, Skip> {
             sequences::cancel_during_resume(knobs, r).await
         }
         "cancel.before_run" => cancel_before(knobs).await,
-        "files.modalities" => crate::files::modalities(knobs, req(knobs, Behaviour::StreamText)?).await,
+        "files.modalities" => {
+            crate::files::modalities(knobs, req(knobs, Behaviour::StreamText)?).await
+        }
         "cancel.after_run" => cancel_after(knobs).await,
         "cancel.while_streaming" => cancel_streaming(knobs, req(knobs, Behaviour::Hang)?).await,
         "cancel.while_awaiting" => {

@@ -4,7 +4,9 @@
 use std::sync::Arc;
 
 use futures_util::StreamExt;
-use harness_core::adapter::{AdapterEvent, BoxStream, EventResult, RunContext, Simple, SimpleAdapter};
+use harness_core::adapter::{
+    AdapterEvent, BoxStream, EventResult, RunContext, Simple, SimpleAdapter,
+};
 use harness_core::capability::{Capability, CapabilityKey};
 use harness_core::event::{Content, RunSucceeded, TextDelta};
 use harness_core::file::{InMemoryFileWorkspace, InputFile};
@@ -43,7 +45,9 @@ fn async_stream(run: RunContext) -> impl futures_util::Stream<Item = EventResult
     .flat_map(|text| {
         futures_util::stream::iter(match text {
             Ok(text) => vec![
-                Ok(AdapterEvent::Content(Content::MessageDelta(TextDelta::new(text)))),
+                Ok(AdapterEvent::Content(Content::MessageDelta(
+                    TextDelta::new(text),
+                ))),
                 Ok(AdapterEvent::Completed(RunSucceeded::default())),
             ],
             Err(e) => vec![Err(e)],
@@ -89,7 +93,11 @@ async fn the_adapter_reads_uploaded_and_inline_files_and_nothing_is_refused_sile
     let mut request = ExecutionRequest::new("look");
     request.files = vec![
         InputFile::stored(id.clone()),
-        InputFile::inline("n.md", "text/markdown".parse().unwrap(), b"# notes".to_vec()),
+        InputFile::inline(
+            "n.md",
+            "text/markdown".parse().unwrap(),
+            b"# notes".to_vec(),
+        ),
     ];
     request.extensions.insert(alice.clone());
     let text = text_of(&with_images, request.clone()).await;

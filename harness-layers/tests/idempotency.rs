@@ -136,7 +136,11 @@ fn as_caller(mut request: ExecutionRequest, caller: &str) -> ExecutionRequest {
 }
 
 fn file(name: &str) -> InputFile {
-    InputFile::inline(name, "text/plain".parse().unwrap(), name.as_bytes().to_vec())
+    InputFile::inline(
+        name,
+        "text/plain".parse().unwrap(),
+        name.as_bytes().to_vec(),
+    )
 }
 
 fn trace(n: u8) -> TraceContext {

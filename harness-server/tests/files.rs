@@ -21,7 +21,10 @@ async fn start(url: &str, files: Value) -> (u16, Value) {
         .unwrap();
     let status = response.status().as_u16();
     let text = response.text().await.unwrap();
-    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -37,7 +40,10 @@ async fn inline_files_are_validated_and_refused_by_name_where_not_taken() {
     .await;
     assert!((400..500).contains(&status), "{status} {body}");
     let text = body.to_string();
-    assert!(text.contains("FILE_MODALITY_UNSUPPORTED") && text.contains("dot.png"), "{text}");
+    assert!(
+        text.contains("FILE_MODALITY_UNSUPPORTED") && text.contains("dot.png"),
+        "{text}"
+    );
 
     // The content decides: text declared as a PNG.
     let (status, body) = start(
@@ -50,8 +56,14 @@ async fn inline_files_are_validated_and_refused_by_name_where_not_taken() {
 
     // Malformed: not base64, and half of each form.
     for (files, says) in [
-        (json!([{"name": "a.txt", "mediaType": "text/plain", "data": "!!"}]), "not base64"),
-        (json!([{"fileId": "file_1", "name": "a.txt"}]), "either `fileId` alone"),
+        (
+            json!([{"name": "a.txt", "mediaType": "text/plain", "data": "!!"}]),
+            "not base64",
+        ),
+        (
+            json!([{"fileId": "file_1", "name": "a.txt"}]),
+            "either `fileId` alone",
+        ),
     ] {
         let (status, body) = start(&url, files).await;
         assert!((400..500).contains(&status), "{status} {body}");

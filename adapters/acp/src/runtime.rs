@@ -649,7 +649,13 @@ async fn file_blocks(
             "harness-input:{}",
             file.name()
                 .chars()
-                .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') { c } else { '_' })
+                .map(
+                    |c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') {
+                        c
+                    } else {
+                        '_'
+                    }
+                )
                 .collect::<String>()
         );
         blocks.push(match file.kind() {
@@ -1366,7 +1372,10 @@ impl AcpRuntime {
             )));
             return out;
         };
-        let capabilities = lock(&self.state).prompt_capabilities.clone().unwrap_or_default();
+        let capabilities = lock(&self.state)
+            .prompt_capabilities
+            .clone()
+            .unwrap_or_default();
         let files = match file_blocks(&turn.files, &capabilities).await {
             Ok(files) => files,
             Err(e) => {

@@ -27,8 +27,16 @@ async fn the_agents_prompt_holds_image_and_resource_blocks() {
     let service = AdapterService::new(adapter_for(test_agent("echo", &mark)));
     let files = vec![
         png(),
-        InputFile::inline("my notes.md", "text/markdown".parse().unwrap(), b"# hi".to_vec()),
-        InputFile::inline("paper.pdf", "application/pdf".parse().unwrap(), PDF.to_vec()),
+        InputFile::inline(
+            "my notes.md",
+            "text/markdown".parse().unwrap(),
+            b"# hi".to_vec(),
+        ),
+        InputFile::inline(
+            "paper.pdf",
+            "application/pdf".parse().unwrap(),
+            PDF.to_vec(),
+        ),
     ];
     let execution = service.start(request(files)).await.unwrap();
     let (events, outcome) = finish(&execution).await;
@@ -53,7 +61,8 @@ async fn an_agent_without_the_modality_refuses_the_file_by_name() {
     };
     assert_eq!(error.code().as_str(), "FILE_MODALITY_UNSUPPORTED");
     assert!(
-        error.message().contains("`dot.png`") && error.message().contains("promptCapabilities.image"),
+        error.message().contains("`dot.png`")
+            && error.message().contains("promptCapabilities.image"),
         "{}",
         error.message()
     );
@@ -66,7 +75,10 @@ async fn an_agent_without_the_modality_refuses_the_file_by_name() {
 async fn evaluate_reports_what_the_agent_negotiated() {
     use harness_core::adapter::{AgentConfig, DeploymentContext, HarnessAdapter};
     use harness_core::capability::{CapabilityKey, SupportLevel};
-    for (mode, level) in [("echo", SupportLevel::Native), ("no-load", SupportLevel::Unsupported)] {
+    for (mode, level) in [
+        ("echo", SupportLevel::Native),
+        ("no-load", SupportLevel::Unsupported),
+    ] {
         let mark = marker(&format!("files-eval-{mode}"));
         let adapter = adapter_for(test_agent(mode, &mark));
         let report = adapter

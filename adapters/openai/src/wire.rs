@@ -85,7 +85,10 @@ impl Attachment {
 
     /// A text document as the model reads it: named, fenced off from the message.
     fn text_part(name: &str, text: &str) -> String {
-        format!("<file name=\"{}\">\n{text}\n</file>", name.replace('"', "'"))
+        format!(
+            "<file name=\"{}\">\n{text}\n</file>",
+            name.replace('"', "'")
+        )
     }
 
     /// A Chat Completions content part.

@@ -16,8 +16,16 @@ fn request() -> ExecutionRequest {
     let mut request = ExecutionRequest::new("describe these");
     request.files = vec![
         InputFile::inline("dot.png", "image/png".parse().unwrap(), PNG.to_vec()),
-        InputFile::inline("paper.pdf", "application/pdf".parse().unwrap(), PDF.to_vec()),
-        InputFile::inline("notes.md", "text/markdown".parse().unwrap(), b"# Notes\nbe kind".to_vec()),
+        InputFile::inline(
+            "paper.pdf",
+            "application/pdf".parse().unwrap(),
+            PDF.to_vec(),
+        ),
+        InputFile::inline(
+            "notes.md",
+            "text/markdown".parse().unwrap(),
+            b"# Notes\nbe kind".to_vec(),
+        ),
     ];
     request
 }
@@ -37,12 +45,21 @@ async fn the_model_receives_the_image_and_the_documents_as_its_api_expects() {
         let endpoint = Endpoint::new(mock.base(), "gpt-4.1").with_api(api);
         let service = AdapterService::new(OpenAiAdapter::new(endpoint).unwrap());
         let execution = service.start(request()).await.unwrap();
-        assert_eq!(text(&payloads(&execution).await), "a dot and a paper", "{api:?}");
+        assert_eq!(
+            text(&payloads(&execution).await),
+            "a dot and a paper",
+            "{api:?}"
+        );
         bodies.push(mock.journal().await.last().unwrap()["body"].clone());
     }
     let notes = "<file name=\"notes.md\">\n# Notes\nbe kind\n</file>";
     let chat = &bodies[0]["messages"];
-    let user = chat.as_array().unwrap().iter().find(|m| m["role"] == "user").unwrap();
+    let user = chat
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "user")
+        .unwrap();
     assert_eq!(
         user["content"],
         json!([

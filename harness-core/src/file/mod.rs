@@ -138,7 +138,11 @@ impl InputFile {
     /// assert!(err.to_string().contains("either `fileId`"));
     /// ```
     #[must_use]
-    pub fn inline(name: impl Into<String>, media_type: MediaType, data: impl Into<Arc<[u8]>>) -> Self {
+    pub fn inline(
+        name: impl Into<String>,
+        media_type: MediaType,
+        data: impl Into<Arc<[u8]>>,
+    ) -> Self {
         Self::Inline {
             name: name.into(),
             media_type,
@@ -150,7 +154,9 @@ impl InputFile {
     fn label(&self) -> String {
         match self {
             Self::Stored { file_id } => format!("`{file_id}`"),
-            Self::Inline { name, .. } => format!("`{}`", name.chars().take(120).collect::<String>()),
+            Self::Inline { name, .. } => {
+                format!("`{}`", name.chars().take(120).collect::<String>())
+            }
         }
     }
 }
@@ -212,7 +218,9 @@ impl TryFrom<InputFileWire> for InputFile {
                 let bytes = base64::engine::general_purpose::STANDARD
                     .decode(data.as_bytes())
                     .map_err(|e| {
-                        format!("file `{name}`: `data` is not base64 (standard alphabet, padded): {e}")
+                        format!(
+                            "file `{name}`: `data` is not base64 (standard alphabet, padded): {e}"
+                        )
                     })?;
                 Ok(Self::Inline {
                     name,
@@ -220,9 +228,11 @@ impl TryFrom<InputFileWire> for InputFile {
                     data: bytes.into(),
                 })
             }
-            _ => Err("an input file gives either `fileId` alone (an uploaded file) or `name`, \
+            _ => Err(
+                "an input file gives either `fileId` alone (an uploaded file) or `name`, \
                       `mediaType` and `data` (its bytes in base64)"
-                .to_owned()),
+                    .to_owned(),
+            ),
         }
     }
 }
@@ -296,7 +306,9 @@ impl FileHandle {
 
 impl fmt::Debug for FileHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("FileHandle").field("size", &self.size()).finish()
+        f.debug_struct("FileHandle")
+            .field("size", &self.size())
+            .finish()
     }
 }
 
@@ -544,7 +556,11 @@ pub fn sniff(bytes: &[u8]) -> Option<Sniffed> {
 }
 
 /// The media type `bytes` are, given what was `declared`; or the refusal naming `label`.
-fn content_type(label: &str, declared: &MediaType, bytes: &[u8]) -> Result<MediaType, HarnessError> {
+fn content_type(
+    label: &str,
+    declared: &MediaType,
+    bytes: &[u8],
+) -> Result<MediaType, HarnessError> {
     let declared_essence = declared.essence();
     match sniff(bytes) {
         Some(Sniffed::Binary(actual)) if actual == declared_essence => Ok(declared.clone()),
@@ -632,7 +648,11 @@ pub async fn validate(
                 name,
                 media_type,
                 data,
-            } => (name.clone(), media_type.clone(), FileHandle::new(Arc::clone(data))),
+            } => (
+                name.clone(),
+                media_type.clone(),
+                FileHandle::new(Arc::clone(data)),
+            ),
             InputFile::Stored { file_id } => {
                 let found = match workspace {
                     Some(workspace) => workspace.open(caller, file_id).await?,
@@ -737,7 +757,9 @@ pub fn check_modalities(
                 ),
             ));
         }
-        if let Some(max) = constraints.get(MAX_BYTES).and_then(serde_json::Value::as_u64)
+        if let Some(max) = constraints
+            .get(MAX_BYTES)
+            .and_then(serde_json::Value::as_u64)
             && file.size > max
         {
             return Err(refusal(
@@ -750,7 +772,9 @@ pub fn check_modalities(
         }
         let count = counts.entry(file.kind).or_default();
         *count += 1;
-        if let Some(max) = constraints.get(MAX_FILES).and_then(serde_json::Value::as_u64)
+        if let Some(max) = constraints
+            .get(MAX_FILES)
+            .and_then(serde_json::Value::as_u64)
             && *count > max
         {
             return Err(refusal(

@@ -21,7 +21,6 @@ impl<A: HarnessAdapter, L> AdapterServiceBuilder<A, L> {
     /// Where the service finds uploaded files a request names by id (`{"fileId": ...}`),
     /// in the request's caller's scope. Without one, such a request is refused
     /// `FILE_NOT_FOUND`; inline files need none.
-    #[must_use]
     pub fn files(mut self, workspace: Arc<dyn FileWorkspace>) -> Self {
         self.files.workspace = Some(workspace);
         self
@@ -29,7 +28,6 @@ impl<A: HarnessAdapter, L> AdapterServiceBuilder<A, L> {
 
     /// The operator's limits on a request's input files ([`FileLimits::default`] unless
     /// set).
-    #[must_use]
     pub fn file_limits(mut self, limits: FileLimits) -> Self {
         self.files.limits = limits;
         self

@@ -194,10 +194,10 @@ use self::segment::{ExecutionRuntime, catch};
 use crate::adapter::{
     AgentConfig, DeploymentContext, HarnessAdapter, Restored, RunLimits, RuntimeContext, TurnInput,
 };
-use crate::file::{InputFile, ValidatedInputFile};
 use crate::capability::Requirement;
 use crate::error::{ErrorCategory, ErrorCode, HarnessError};
 use crate::extensions::Extensions;
+use crate::file::{InputFile, ValidatedInputFile};
 use crate::id::{CallerId, ConversationId, Cursor, ExecutionId, IdempotencyKey};
 use crate::lifecycle::{AnyExecution, Execution};
 use crate::manifest::ContractVersion;
@@ -928,7 +928,11 @@ impl<A: HarnessAdapter> AdapterService<A> {
 }
 
 /// The turn an execution of `request` runs.
-fn turn_of(id: ExecutionId, request: &ExecutionRequest, files: Vec<ValidatedInputFile>) -> TurnInput {
+fn turn_of(
+    id: ExecutionId,
+    request: &ExecutionRequest,
+    files: Vec<ValidatedInputFile>,
+) -> TurnInput {
     TurnInput {
         execution_id: id,
         conversation_id: request.conversation_id.clone(),

@@ -87,13 +87,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
     AgentCapabilities, CancelNotification, ContentBlock, ContentChunk, CreateElicitationRequest,
-    EmbeddedResourceResource, PromptCapabilities,
     CreateTerminalRequest, ElicitationAction, ElicitationContentValue, ElicitationFormMode,
-    ElicitationSchema, ElicitationSessionScope, Implementation, InitializeRequest,
-    InitializeResponse, IntegerPropertySchema, LoadSessionRequest, LoadSessionResponse,
-    McpCapabilities, McpServer, NewSessionRequest, NewSessionResponse, PermissionOption,
-    PermissionOptionKind, PromptRequest, PromptResponse, ReadTextFileRequest,
-    RequestPermissionOutcome, RequestPermissionRequest, SessionConfigOption,
+    ElicitationSchema, ElicitationSessionScope, EmbeddedResourceResource, Implementation,
+    InitializeRequest, InitializeResponse, IntegerPropertySchema, LoadSessionRequest,
+    LoadSessionResponse, McpCapabilities, McpServer, NewSessionRequest, NewSessionResponse,
+    PermissionOption, PermissionOptionKind, PromptCapabilities, PromptRequest, PromptResponse,
+    ReadTextFileRequest, RequestPermissionOutcome, RequestPermissionRequest, SessionConfigOption,
     SessionConfigOptionValue, SessionConfigSelectOption, SessionMode, SessionModeState,
     SessionNotification, SessionUpdate, SetSessionConfigOptionRequest,
     SetSessionConfigOptionResponse, SetSessionModeRequest, SetSessionModeResponse, StopReason,
