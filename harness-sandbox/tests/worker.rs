@@ -553,3 +553,16 @@ async fn the_facades_serve_the_workers_own_binding_and_its_granted_tools() {
         "{report}"
     );
 }
+
+#[tokio::test]
+async fn a_worker_reads_only_the_input_files_it_was_given() {
+    let outcome = hostile(|w, _, _| {
+        sends(
+            w,
+            vec![json!({"type": "fileRead", "id": 1, "index": 0, "offset": 0, "len": 1})],
+        )
+    })
+    .await;
+    let e = failed_with(&outcome, "WORKER_PROTOCOL");
+    assert!(e.diagnostic().unwrap().contains("not given"), "{e:?}");
+}

@@ -90,3 +90,32 @@ async fn evaluate_reports_what_the_agent_negotiated() {
         common::assert_no_process_left(&mark).await;
     }
 }
+
+/// With the agent's ACP client hosted by a worker in its sandbox, the files cross the
+/// Sandbox Worker Protocol: the worker reads each through the control plane, a file over
+/// the protocol's chunk size in several reads, and the prompt holds the same blocks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_hosted_agent_gets_the_same_blocks_its_files_read_through_the_control_plane() {
+    use harness_sandbox::{Sandbox, SandboxProfile, worker::FILE_CHUNK_BYTES};
+    let mark = marker("files-hosted");
+    let agent = test_agent("echo", &mark)
+        .in_sandbox(Sandbox::new(SandboxProfile::default()).expect("bwrap is installed"))
+        .hosted_by_worker(env!("CARGO_BIN_EXE_acp-sandbox-worker"));
+    let service = AdapterService::new(adapter_for(agent));
+    // A PDF of a chunk and a half: its bytes take two reads.
+    let mut big = PDF.to_vec();
+    big.resize(usize::try_from(FILE_CHUNK_BYTES * 3 / 2).unwrap(), b' ');
+    let files = vec![
+        png(),
+        InputFile::inline("big.pdf", "application/pdf".parse().unwrap(), big),
+    ];
+    let execution = service.start(request(files)).await.unwrap();
+    let (events, outcome) = finish(&execution).await;
+    assert!(matches!(outcome, Outcome::Succeeded(_)), "{outcome:?}");
+    assert_eq!(
+        text(&events),
+        "turn 1: look\n[image image/png iVBORw0KGgoA]\n\
+         [resource harness-input:big.pdf application/pdf JVBERi0xLjQK]"
+    );
+    common::assert_no_process_left(mark.trim_start_matches('-')).await;
+}

@@ -455,6 +455,27 @@ impl PartialEq for ValidatedInputFile {
 }
 
 impl ValidatedInputFile {
+    /// A file the engine validated elsewhere, rebuilt on the far side of a transport: a
+    /// runtime hosted by a sandbox worker gets its turn's files this way, each reading its
+    /// bytes back through the control plane (which validated them). Nothing is checked
+    /// here; a runtime that builds one for itself only fools itself.
+    #[must_use]
+    pub fn relayed(
+        name: String,
+        media_type: MediaType,
+        kind: FileKind,
+        size: u64,
+        handle: FileHandle,
+    ) -> Self {
+        Self {
+            name,
+            media_type,
+            kind,
+            size,
+            handle,
+        }
+    }
+
     /// Its display name (caller data: not a path).
     #[must_use]
     pub fn name(&self) -> &str {

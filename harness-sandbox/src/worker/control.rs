@@ -17,6 +17,7 @@ use harness_core::adapter::{
 };
 use harness_core::error::{ErrorCategory, ErrorCode, HarnessError};
 use harness_core::event::{CancelReason, Content};
+use harness_core::file::{FileKind, ValidatedInputFile};
 use harness_core::id::{AdapterId, ExecutionId};
 use harness_core::session::{ScopedThreadState, StateError, StateKey};
 use harness_core::tool::{Approved, ToolCallContext, ToolHandle, ToolId, ToolOutcome};
@@ -25,9 +26,9 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::wire::{
-    FrameError, FromWorker, Id, PROTOCOL_VERSION, StateAnswer, ToWorker, WireContext, WireEvent,
-    WireOutcome, WireRestored, WireStateError, WireTool, WireTurn, from_public, read_frame,
-    violation, write_frame,
+    FILE_CHUNK_BYTES, FrameError, FromWorker, Id, PROTOCOL_VERSION, StateAnswer, ToWorker,
+    WireContext, WireEvent, WireFile, WireOutcome, WireRestored, WireStateError, WireTool,
+    WireTurn, from_public, read_frame, violation, write_frame,
 };
 use crate::{SandboxGuard, Sandboxed};
 
@@ -151,6 +152,9 @@ struct Shared {
     tools: HashMap<ToolId, ToolHandle>,
     decision: Mutex<Option<ResumeDecision>>,
     session: Mutex<Option<String>>,
+    /// The input files of the turns this runtime was given, in order: what `fileRead`
+    /// reads, by place.
+    files: Mutex<Vec<ValidatedInputFile>>,
 }
 
 impl Shared {
@@ -382,6 +386,7 @@ impl WorkerRuntime {
                 .collect(),
             decision: Mutex::new(None),
             session: Mutex::new(None),
+            files: Mutex::new(Vec::new()),
         });
         let runtime = Self {
             shared: Arc::clone(&shared),
@@ -461,16 +466,33 @@ fn kind_of(m: &FromWorker) -> &'static str {
         | FromWorker::StatePut { .. }
         | FromWorker::StateDelete { .. }
         | FromWorker::StateListKeys { .. } => "a thread state request",
+        FromWorker::FileRead { .. } => "`fileRead`",
         FromWorker::ToolCall { .. } => "`toolCall`",
         FromWorker::Heartbeat => "`heartbeat`",
     }
 }
 
-fn wire_turn(turn: TurnInput) -> WireTurn {
+/// The turn for the wire; its files are kept here, for the worker to read by place.
+fn wire_turn(shared: &Shared, turn: TurnInput) -> WireTurn {
+    let files = turn
+        .files
+        .iter()
+        .map(|f| WireFile {
+            name: f.name().to_owned(),
+            media_type: f.media_type().clone(),
+            image: f.kind() == FileKind::Image,
+            size: f.size(),
+        })
+        .collect();
+    shared
+        .files
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .extend(turn.files);
     WireTurn {
         conversation_id: turn.conversation_id,
         message: turn.message,
-        files: turn.files,
+        files,
         client_context: turn.client_context,
         trace_context: turn.trace_context,
         deadline: turn.deadline,
@@ -537,7 +559,7 @@ impl HarnessRuntime for WorkerRuntime {
     }
 
     fn stream(&self, turn: TurnInput) -> BoxStream<'_, EventResult> {
-        let wire = wire_turn(turn);
+        let wire = wire_turn(&self.shared, turn);
         self.shared
             .segment(move |id| ToWorker::Stream {
                 id,
@@ -648,7 +670,7 @@ impl HarnessRuntime for WorkerRuntime {
     fn restore(&self, restored: Restored) -> BoxFuture<'_, Result<(), HarnessError>> {
         Box::pin(async move {
             let restored = WireRestored {
-                turn: wire_turn(restored.turn),
+                turn: wire_turn(&self.shared, restored.turn),
                 pending: restored.pending,
                 log: restored.log.iter().map(|e| (**e).clone()).collect(),
                 answers: restored.answers,
@@ -837,6 +859,7 @@ async fn dispatch(shared: &Arc<Shared>, message: FromWorker) -> Result<(), Harne
         | FromWorker::StatePut { .. }
         | FromWorker::StateDelete { .. }
         | FromWorker::StateListKeys { .. }
+        | FromWorker::FileRead { .. }
         | FromWorker::ToolCall { .. } => {
             let Ok(permit) = Arc::clone(&shared.in_flight).try_acquire_owned() else {
                 return Err(violation(format!(
@@ -927,6 +950,42 @@ fn serve_request(
                     keys: keys.iter().map(|k| k.as_str().to_owned()).collect(),
                 });
                 Ok(state_reply(id, result))
+            })
+        }
+        FromWorker::FileRead {
+            id,
+            index,
+            offset,
+            len,
+        } => {
+            let file = shared
+                .files
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(index)
+                .cloned();
+            let Some(file) = file else {
+                return Err(violation(format!(
+                    "it read input file {index}, which its runtime was not given"
+                )));
+            };
+            if len > FILE_CHUNK_BYTES || offset.saturating_add(len) > file.size() {
+                return Err(violation(format!(
+                    "it read {len} bytes at {offset} of a {}-byte file (at most \
+                     {FILE_CHUNK_BYTES} a read, within the file)",
+                    file.size()
+                )));
+            }
+            Box::pin(async move {
+                let result = file.read().await.map_err(|e| e.public()).map(|bytes| {
+                    // Within the size validated, which `read` checked the bytes still have.
+                    let (from, to) = (offset as usize, (offset + len) as usize);
+                    base64::engine::general_purpose::STANDARD.encode(&bytes[from..to])
+                });
+                Ok(ToWorker::FileReply {
+                    id,
+                    result: result.into(),
+                })
             })
         }
         FromWorker::ToolCall {

@@ -66,6 +66,7 @@
 //! | `statePut` `{key, value (base64), expected}` | `stateReply` `{ok: {kind: "written", version}}` | as above, compare-and-set |
 //! | `stateDelete` `{key, expected}` | `stateReply` `{ok: {kind: "deleted"}}` | as above |
 //! | `stateListKeys` | `stateReply` `{ok: {kind: "keys", keys}}` | as above |
+//! | `fileRead` `{index, offset, len}` | `fileReply` `{result: {ok: <base64>} \| {err}}` | the input files of the turns the runtime was given (`stream` and `restore` carry each file's name, media type, kind and size; its bytes are read on demand, by its place among them from 0), at most [`FILE_CHUNK_BYTES`] a read, within the file |
 //! | `toolCall` `{tool, callId, arguments, deadlineMs?}` | `toolReply` `{outcome}` | a granted tool, run by the control plane through its handle (validation, deadline, retries, output cap; credentials stay outside); a tool that needs approval runs only as the caller's last answer decided, with the arguments the caller approved or edited, never the worker's |
 //! | `heartbeat` | nothing | the lease: the worker sends one every `heartbeatMs`; after three intervals of silence it is lost |
 //!
@@ -76,7 +77,8 @@
 //! message, a message out of order (a second `ready`, an event for a segment not open or
 //! already ended, an answer to no request or of another kind), a content event of a
 //! lifecycle kind, an artifact of another execution, a state request from a runtime given
-//! no thread state, a bad key, a tool not granted, an approval-gated call the caller did not
+//! no thread state, a bad key, a file it was not given or a read past its end or over the
+//! chunk size, a tool not granted, an approval-gated call the caller did not
 //! approve, or more than [`MAX_WORKER_REQUESTS`] requests open at once, ends the worker:
 //! `protocol` `WORKER_PROTOCOL`, logged with what it was, never the server. A worker that
 //! exits, closes its output or misses its lease is `unavailable` `WORKER_LOST` (a sandbox
@@ -113,4 +115,4 @@ mod wire;
 pub use control::{MAX_WORKER_REQUESTS, WorkerLink, WorkerOptions, WorkerRuntime};
 pub use in_process::InProcessWorker;
 pub use serve::{MakeAdapter, serve};
-pub use wire::{MAX_FRAME_BYTES, PROTOCOL_VERSION};
+pub use wire::{FILE_CHUNK_BYTES, MAX_FRAME_BYTES, PROTOCOL_VERSION};

@@ -17,6 +17,7 @@ use harness_core::adapter::{
 };
 use harness_core::error::{ErrorCategory, ErrorCode, HarnessError};
 use harness_core::event::EventPayload;
+use harness_core::file::{FileHandle, FileSource, ValidatedInputFile};
 use harness_core::manifest::ContractVersion;
 use harness_core::session::{
     ScopedThreadState, SessionBinding, StateEntry, StateError, StateKey, ThreadStateStore, Version,
@@ -28,8 +29,9 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use super::wire::{
-    FrameError, FromWorker, Id, PROTOCOL_VERSION, StateAnswer, ToWorker, WireEvent, WireOutcome,
-    WireRestored, WireStateError, WireTurn, policy_of, read_frame, write_frame,
+    FILE_CHUNK_BYTES, FrameError, FromWorker, Id, PROTOCOL_VERSION, StateAnswer, ToWorker,
+    WireEvent, WireOutcome, WireRestored, WireStateError, WireTurn, policy_of, read_frame,
+    write_frame,
 };
 
 /// Builds the worker's adapter from the settings its control plane sent
@@ -232,6 +234,56 @@ impl ThreadStateStore for RemoteState {
     }
 }
 
+/// An input file, read through the control plane in chunks.
+struct RemoteFile {
+    index: usize,
+    size: u64,
+    link: Arc<Link>,
+}
+
+impl FileSource for RemoteFile {
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn read(&self) -> BoxFuture<'_, Result<Arc<[u8]>, HarnessError>> {
+        Box::pin(async move {
+            let mut bytes = Vec::with_capacity(usize::try_from(self.size).unwrap_or(0));
+            let mut offset = 0;
+            while offset < self.size {
+                let len = FILE_CHUNK_BYTES.min(self.size - offset);
+                let (index, link) = (self.index, &self.link);
+                let chunk = match link
+                    .ask(|id| FromWorker::FileRead {
+                        id,
+                        index,
+                        offset,
+                        len,
+                    })
+                    .await?
+                {
+                    ToWorker::FileReply { result, .. } => {
+                        Result::from(result).map_err(super::wire::from_public)?
+                    }
+                    _ => return Err(refused("an answer of another kind to `fileRead`".into())),
+                };
+                let chunk = base64::engine::general_purpose::STANDARD
+                    .decode(chunk)
+                    .map_err(|e| refused(format!("file bytes that are not base64: {e}")))?;
+                if chunk.len() as u64 != len {
+                    return Err(refused(format!(
+                        "{} bytes of file {index} where {len} were asked",
+                        chunk.len()
+                    )));
+                }
+                bytes.extend_from_slice(&chunk);
+                offset += len;
+            }
+            Ok(Arc::from(bytes))
+        })
+    }
+}
+
 /// A granted tool, called through the control plane (which holds its credentials).
 struct RemoteTool {
     descriptor: ToolDescriptor,
@@ -416,6 +468,9 @@ async fn serve_frames(
     pending: &Arc<Mutex<Option<ActionRequest>>>,
     cancellation: &CancellationToken,
 ) -> Result<(), HarnessError> {
+    // The runtime's input files so far, numbered as the control plane numbers them.
+    let mut count = 0usize;
+    let files = &mut count;
     loop {
         let frame = match read_frame::<_, ToWorker>(reader).await {
             Ok(frame) => frame,
@@ -428,7 +483,9 @@ async fn serve_frames(
         let (link, runtime) = (Arc::clone(link), Arc::clone(runtime));
         match frame {
             ToWorker::Start { .. } => return Err(refused("a second `start`".into())),
-            ToWorker::StateReply { id, .. } | ToWorker::ToolReply { id, .. } => {
+            ToWorker::StateReply { id, .. }
+            | ToWorker::ToolReply { id, .. }
+            | ToWorker::FileReply { id, .. } => {
                 let waiter = link
                     .replies
                     .lock()
@@ -456,7 +513,7 @@ async fn serve_frames(
                 });
             }
             ToWorker::Stream { id, turn } => {
-                let turn = turn_input(&*runtime, *turn);
+                let turn = turn_input(&*runtime, &link, files, *turn);
                 let pending = Arc::clone(pending);
                 tokio::spawn(async move {
                     let stream = runtime.stream(turn);
@@ -470,7 +527,7 @@ async fn serve_frames(
                     log,
                     answers,
                 } = *restored;
-                let turn = turn_input(&*runtime, turn);
+                let turn = turn_input(&*runtime, &link, files, turn);
                 *pending.lock().unwrap_or_else(PoisonError::into_inner) = Some(action.clone());
                 tokio::spawn(async move {
                     let restored = Restored::new(
@@ -543,12 +600,34 @@ async fn serve_frames(
     }
 }
 
-fn turn_input(runtime: &dyn HarnessRuntime, turn: WireTurn) -> TurnInput {
+/// The turn, its files reading their bytes through the control plane. `files` counts the
+/// runtime's files so far (the control plane numbers them the same way).
+fn turn_input(
+    runtime: &dyn HarnessRuntime,
+    link: &Arc<Link>,
+    files: &mut usize,
+    turn: WireTurn,
+) -> TurnInput {
+    let files = turn
+        .files
+        .into_iter()
+        .map(|file| {
+            let index = *files;
+            *files += 1;
+            let handle = FileHandle::new(RemoteFile {
+                index,
+                size: file.size,
+                link: Arc::clone(link),
+            });
+            let kind = file.kind();
+            ValidatedInputFile::relayed(file.name, file.media_type, kind, file.size, handle)
+        })
+        .collect();
     TurnInput {
         execution_id: runtime.identity().execution_id,
         conversation_id: turn.conversation_id,
         message: turn.message,
-        files: turn.files,
+        files,
         client_context: turn.client_context,
         trace_context: turn.trace_context,
         deadline: turn.deadline,

@@ -4,10 +4,10 @@
 use std::time::Duration;
 
 use harness_core::action::{ActionRequest, ActionResponse};
-use harness_core::adapter::InputFile;
 use harness_core::artifact::ArtifactDescriptor;
 use harness_core::error::{ErrorCode, HarnessError, PublicError};
 use harness_core::event::{CancelReason, EventPayload, RunSucceeded};
+use harness_core::file::FileKind;
 use harness_core::id::{AdapterId, ConversationId, ExecutionId, IdempotencyKey, ToolCallId};
 use harness_core::limits::RunLimits;
 use harness_core::session::{BindingId, SessionBinding, Version};
@@ -75,6 +75,11 @@ pub(crate) enum ToWorker {
     StateReply {
         id: Id,
         result: WireOutcome<StateAnswer, WireStateError>,
+    },
+    /// The answer to the worker's `fileRead` `id`: the bytes, base64.
+    FileReply {
+        id: Id,
+        result: WireOutcome<String, PublicError>,
     },
     /// The answer to the worker's `toolCall` `id`.
     ToolReply {
@@ -148,6 +153,14 @@ pub(crate) enum FromWorker {
     },
     StateListKeys {
         id: Id,
+    },
+    /// Bytes of one of the runtime's input files (by its place among the files of the
+    /// turns it was given, from 0), at most [`FILE_CHUNK_BYTES`] from `offset`.
+    FileRead {
+        id: Id,
+        index: usize,
+        offset: u64,
+        len: u64,
     },
     /// A call of a granted tool, by its id.
     ToolCall {
@@ -294,13 +307,36 @@ pub(crate) struct WireContext {
     pub(crate) settings: Value,
 }
 
+/// The most one `fileRead` answers, in bytes (8 MiB: base64 of it fits a frame).
+pub const FILE_CHUNK_BYTES: u64 = 8 << 20;
+
+/// An input file the control plane validated: what it is, not its bytes (read on demand).
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct WireFile {
+    pub(crate) name: String,
+    pub(crate) media_type: harness_core::artifact::MediaType,
+    pub(crate) image: bool,
+    pub(crate) size: u64,
+}
+
+impl WireFile {
+    pub(crate) fn kind(&self) -> FileKind {
+        if self.image {
+            FileKind::Image
+        } else {
+            FileKind::Document
+        }
+    }
+}
+
 /// One turn's input.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct WireTurn {
     pub(crate) conversation_id: Option<ConversationId>,
     pub(crate) message: String,
-    pub(crate) files: Vec<InputFile>,
+    pub(crate) files: Vec<WireFile>,
     pub(crate) client_context: Map<String, Value>,
     pub(crate) trace_context: Option<TraceContext>,
     pub(crate) deadline: Option<Timestamp>,
