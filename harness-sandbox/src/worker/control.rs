@@ -704,12 +704,14 @@ impl HarnessRuntime for WorkerRuntime {
 /// them on one at a time.
 async fn read_loop(
     shared: Arc<Shared>,
-    mut reader: Box<dyn AsyncRead + Send + Unpin>,
+    reader: Box<dyn AsyncRead + Send + Unpin>,
     guard: Option<SandboxGuard>,
     heartbeat: Duration,
 ) {
     let (tx, mut rx) = mpsc::channel::<Result<FromWorker, FrameError>>(1);
     let gone = shared.gone.clone();
+    // Frames come in bursts: one read takes many.
+    let mut reader = tokio::io::BufReader::with_capacity(64 << 10, reader);
     tokio::spawn(async move {
         loop {
             let frame = tokio::select! {

@@ -24,14 +24,15 @@ use harness_core::session::{
 };
 use harness_core::tool::{PortableTool, ToolCallContext, ToolDescriptor, ToolHandle, ToolOutcome};
 use serde_json::Value;
+use tokio::io::AsyncWriteExt as _;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::wire::{
     FILE_CHUNK_BYTES, FrameError, FromWorker, Id, PROTOCOL_VERSION, StateAnswer, ToWorker,
-    WireEvent, WireOutcome, WireRestored, WireStateError, WireTurn, policy_of, read_frame,
-    write_frame,
+    WireEvent, WireOutcome, WireRestored, WireStateError, WireTurn, encode_frame, policy_of,
+    read_frame,
 };
 
 /// Builds the worker's adapter from the settings its control plane sent
@@ -39,21 +40,84 @@ use super::wire::{
 pub type MakeAdapter =
     Box<dyn FnOnce(Value) -> Result<Arc<dyn HarnessAdapter>, HarnessError> + Send>;
 
-/// The worker's side of the link: writes are whole frames, one at a time.
+/// What the worker's writer task takes: a frame, or a request to confirm that everything
+/// before it was written.
+enum Out {
+    Frame(Vec<u8>),
+    Flushed(oneshot::Sender<()>),
+}
+
+/// How many frames wait for the writer task before senders are held back.
+const OUT_FRAMES: usize = 256;
+
+/// The most the writer task gathers into one write.
+const OUT_BATCH_BYTES: usize = 256 << 10;
+
+/// The worker's side of the link. Frames go through one writer task in order: it writes
+/// what has gathered since its last write in one write and one flush, so a burst of events
+/// costs a few writes, not one each (stdout's writes are each a trip to a blocking thread).
 struct Link {
-    writer: tokio::sync::Mutex<Box<dyn AsyncWrite + Send + Unpin>>,
+    out: mpsc::Sender<Out>,
     replies: Mutex<HashMap<Id, oneshot::Sender<ToWorker>>>,
     next: AtomicU64,
     closed: CancellationToken,
 }
 
 impl Link {
+    fn new(mut writer: Box<dyn AsyncWrite + Send + Unpin>) -> Arc<Self> {
+        let (out, mut frames) = mpsc::channel::<Out>(OUT_FRAMES);
+        let link = Arc::new(Self {
+            out,
+            replies: Mutex::new(HashMap::new()),
+            next: AtomicU64::new(1),
+            closed: CancellationToken::new(),
+        });
+        let closed = link.closed.clone();
+        tokio::spawn(async move {
+            let mut batch = Vec::new();
+            let mut confirm = Vec::new();
+            while let Some(first) = frames.recv().await {
+                let mut next = Some(first);
+                while let Some(item) = next.take() {
+                    match item {
+                        Out::Frame(frame) => batch.extend_from_slice(&frame),
+                        Out::Flushed(tx) => confirm.push(tx),
+                    }
+                    if batch.len() < OUT_BATCH_BYTES {
+                        next = frames.try_recv().ok();
+                    }
+                }
+                let written = async {
+                    writer.write_all(&batch).await?;
+                    writer.flush().await
+                };
+                if written.await.is_err() {
+                    closed.cancel();
+                    return;
+                }
+                batch.clear();
+                for tx in confirm.drain(..) {
+                    let _ = tx.send(());
+                }
+            }
+        });
+        link
+    }
+
     async fn send(&self, message: &FromWorker) -> Result<(), HarnessError> {
-        let mut writer = self.writer.lock().await;
-        write_frame(&mut **writer, message).await.map_err(|e| {
+        let frame = encode_frame(message).map_err(|e| gone(&e.to_string()))?;
+        self.out.send(Out::Frame(frame)).await.map_err(|_| {
             self.closed.cancel();
-            gone(&e.to_string())
+            gone("the link to the control plane failed")
         })
+    }
+
+    /// Waits until every frame sent so far is written.
+    async fn flush(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.out.send(Out::Flushed(tx)).await.is_ok() {
+            let _ = rx.await;
+        }
     }
 
     async fn ask(&self, make: impl FnOnce(Id) -> FromWorker) -> Result<ToWorker, HarnessError> {
@@ -336,13 +400,20 @@ pub async fn serve(
     make: MakeAdapter,
 ) -> Result<(), HarnessError> {
     let mut reader: Box<dyn AsyncRead + Send + Unpin> = Box::new(reader);
-    let link = Arc::new(Link {
-        writer: tokio::sync::Mutex::new(Box::new(writer)),
-        replies: Mutex::new(HashMap::new()),
-        next: AtomicU64::new(1),
-        closed: CancellationToken::new(),
-    });
-    let context = match read_frame::<_, ToWorker>(&mut reader).await {
+    let link = Link::new(Box::new(writer));
+    let result = run(&mut reader, &link, make).await;
+    // What the runtime said last (`cleanedUp`, or why it could not start) is written
+    // before the worker ends.
+    link.flush().await;
+    result
+}
+
+async fn run(
+    reader: &mut Box<dyn AsyncRead + Send + Unpin>,
+    link: &Arc<Link>,
+    make: MakeAdapter,
+) -> Result<(), HarnessError> {
+    let context = match read_frame::<_, ToWorker>(reader).await {
         Ok(ToWorker::Start { protocol, context }) => {
             if protocol != PROTOCOL_VERSION {
                 let error = refused(format!(
@@ -363,7 +434,7 @@ pub async fn serve(
         Err(e) => return Err(frame_error(e)),
     };
     let cancellation = CancellationToken::new();
-    let built = build(&link, *context, make, cancellation.clone()).await;
+    let built = build(link, *context, make, cancellation.clone()).await;
     let (runtime, heartbeat) = match built {
         Ok(built) => built,
         Err(e) => {
@@ -382,7 +453,7 @@ pub async fn serve(
         result: WireOutcome::Ok(()),
     })
     .await?;
-    let beat = Arc::clone(&link);
+    let beat = Arc::clone(link);
     let beating = tokio::spawn(async move {
         let mut every = tokio::time::interval(heartbeat);
         loop {
@@ -393,7 +464,7 @@ pub async fn serve(
         }
     });
     let pending: Arc<Mutex<Option<ActionRequest>>> = Arc::new(Mutex::new(None));
-    let result = serve_frames(&mut reader, &link, &runtime, &pending, &cancellation).await;
+    let result = serve_frames(reader, link, &runtime, &pending, &cancellation).await;
     beating.abort();
     cancellation.cancel();
     if result.is_err() || link.closed.is_cancelled() {

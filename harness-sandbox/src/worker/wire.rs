@@ -389,23 +389,27 @@ pub(crate) fn violation(what: impl Into<String>) -> HarnessError {
     .with_diagnostic(what)
 }
 
-/// Writes one frame: the length of the JSON body (4 bytes, big-endian), then the body.
+/// One frame: the length of the JSON body (4 bytes, big-endian), then the body.
+pub(crate) fn encode_frame<T: Serialize>(message: &T) -> std::io::Result<Vec<u8>> {
+    let mut frame = vec![0u8; 4];
+    serde_json::to_writer(&mut frame, message).map_err(std::io::Error::other)?;
+    let body = frame.len() - 4;
+    if body > MAX_FRAME_BYTES {
+        return Err(std::io::Error::other(format!(
+            "a frame of {body} bytes is over the protocol's {MAX_FRAME_BYTES}"
+        )));
+    }
+    let len = u32::try_from(body).map_err(std::io::Error::other)?;
+    frame[..4].copy_from_slice(&len.to_be_bytes());
+    Ok(frame)
+}
+
+/// Writes one frame, and flushes.
 pub(crate) async fn write_frame<W: AsyncWrite + Unpin + ?Sized, T: Serialize>(
     writer: &mut W,
     message: &T,
 ) -> std::io::Result<()> {
-    let body = serde_json::to_vec(message).map_err(std::io::Error::other)?;
-    if body.len() > MAX_FRAME_BYTES {
-        return Err(std::io::Error::other(format!(
-            "a frame of {} bytes is over the protocol's {MAX_FRAME_BYTES}",
-            body.len()
-        )));
-    }
-    let len = u32::try_from(body.len()).map_err(std::io::Error::other)?;
-    let mut frame = Vec::with_capacity(4 + body.len());
-    frame.extend_from_slice(&len.to_be_bytes());
-    frame.extend_from_slice(&body);
-    writer.write_all(&frame).await?;
+    writer.write_all(&encode_frame(message)?).await?;
     writer.flush().await
 }
 
