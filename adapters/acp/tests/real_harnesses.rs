@@ -32,10 +32,23 @@ use harness_core::service::{ExecutionHandle, ExecutionRequest, Outcome};
 use harness_layers::stack::HarnessStack;
 use tower::{Service, ServiceExt};
 
+/// Where a case runs the harness.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Placement {
+    /// A plain child process.
+    Plain,
+    /// In the operator's sandbox, its ACP client in the control plane.
+    Sandboxed,
+    /// In the operator's sandbox with its ACP client, hosted by `acp-sandbox-worker` over
+    /// the Sandbox Worker Protocol v1.
+    Hosted,
+}
+
 /// One case's world: the mock model, the workspace, the adapter behind the default stack.
 struct World {
     harness: Harness,
     sandboxed: bool,
+    placement: Placement,
     mark: String,
     workspace: PathBuf,
     adapter: AcpAdapter,
@@ -44,21 +57,25 @@ struct World {
 
 impl World {
     /// The harness as a plain child process, or in the operator's sandbox.
-    fn new(harness: Harness, case: &str, sandboxed: bool) -> Self {
+    fn new(harness: Harness, case: &str, placement: Placement) -> Self {
+        let sandboxed = placement != Placement::Plain;
         let mark = marker(case);
         let workspace = workspace(&mark);
         let scratch = workspace.with_extension("home");
         std::fs::create_dir_all(&scratch).unwrap();
         let mock = Mock::start(&fixtures(harness), &scratch);
-        let agent = if sandboxed {
-            harness.sandboxed_agent(&mark, &mock, workspace.clone())
-        } else {
-            harness.agent(&mark, &mock, &scratch, workspace.clone())
+        let agent = match placement {
+            Placement::Plain => harness.agent(&mark, &mock, &scratch, workspace.clone()),
+            Placement::Sandboxed => harness.sandboxed_agent(&mark, &mock, workspace.clone()),
+            Placement::Hosted => harness
+                .sandboxed_agent(&mark, &mock, workspace.clone())
+                .hosted_by_worker(env!("CARGO_BIN_EXE_acp-sandbox-worker")),
         };
         let adapter = AcpAdapter::new(agent).expect("a valid agent configuration");
         Self {
             harness,
             sandboxed,
+            placement,
             mark,
             workspace,
             adapter,
@@ -84,7 +101,11 @@ impl World {
     }
 
     fn report(&self, case: &str, verdict: &str, figures: &str) {
-        let sandbox = if self.sandboxed { " (sandboxed)" } else { "" };
+        let sandbox = match self.placement {
+            Placement::Plain => "",
+            Placement::Sandboxed => " (sandboxed)",
+            Placement::Hosted => " (sandboxed, hosted by a worker)",
+        };
         println!(
             "matrix: {}{sandbox} | {case} | {verdict} | {figures}",
             self.harness.name()
@@ -110,9 +131,16 @@ impl World {
                 outside.push(comm.trim().to_owned());
             }
         }
-        assert_eq!(outside, ["bwrap"], "only bwrap runs outside the sandbox");
-        // bwrap's init and at least the harness.
-        assert!(inside >= 2, "{inside} processes in the sandbox");
+        if self.placement == Placement::Hosted {
+            // The worker sets the mark for the harness it starts, not for bwrap or itself:
+            // the harness's whole tree is inside.
+            assert!(outside.is_empty(), "{outside:?} run outside the sandbox");
+            assert!(inside >= 1, "{inside} processes in the sandbox");
+        } else {
+            assert_eq!(outside, ["bwrap"], "only bwrap runs outside the sandbox");
+            // bwrap's init and at least the harness.
+            assert!(inside >= 2, "{inside} processes in the sandbox");
+        }
     }
 
     async fn done(self) {
@@ -136,8 +164,8 @@ fn ms(d: Duration) -> u128 {
     d.as_millis()
 }
 
-async fn text_case(harness: Harness, sandboxed: bool) {
-    let world = World::new(harness, "text", sandboxed);
+async fn text_case(harness: Harness, placement: Placement) {
+    let world = World::new(harness, "text", placement);
     let begun = Instant::now();
     let execution = world.start(ExecutionRequest::new("say hello")).await;
     let (mut initialized, mut first_text) = (None, None);
@@ -205,8 +233,8 @@ async fn to_approval(world: &World) -> (ExecutionHandle, harness_core::action::A
     ((execution), (**action).clone())
 }
 
-async fn approve_case(harness: Harness, sandboxed: bool) {
-    let world = World::new(harness, "approve", sandboxed);
+async fn approve_case(harness: Harness, placement: Placement) {
+    let world = World::new(harness, "approve", placement);
     let (execution, action) = to_approval(&world).await;
     let ActionKind::ToolApproval(approval) = &action.kind else {
         unreachable!()
@@ -228,8 +256,8 @@ async fn approve_case(harness: Harness, sandboxed: bool) {
     world.done().await;
 }
 
-async fn reject_case(harness: Harness, sandboxed: bool) {
-    let world = World::new(harness, "reject", sandboxed);
+async fn reject_case(harness: Harness, placement: Placement) {
+    let world = World::new(harness, "reject", placement);
     let (execution, action) = to_approval(&world).await;
     let ActionKind::ToolApproval(approval) = &action.kind else {
         unreachable!()
@@ -259,8 +287,8 @@ async fn reject_case(harness: Harness, sandboxed: bool) {
     world.done().await;
 }
 
-async fn cancel_stream_case(harness: Harness, sandboxed: bool) {
-    let world = World::new(harness, "cancel-stream", sandboxed);
+async fn cancel_stream_case(harness: Harness, placement: Placement) {
+    let world = World::new(harness, "cancel-stream", placement);
     let execution = world
         .start(ExecutionRequest::new("tell a long story"))
         .await;
@@ -294,8 +322,8 @@ async fn cancel_stream_case(harness: Harness, sandboxed: bool) {
     world.done().await;
 }
 
-async fn cancel_approval_case(harness: Harness, sandboxed: bool) {
-    let world = World::new(harness, "cancel-approval", sandboxed);
+async fn cancel_approval_case(harness: Harness, placement: Placement) {
+    let world = World::new(harness, "cancel-approval", placement);
     let (execution, _action) = to_approval(&world).await;
     let asked = Instant::now();
     let _request = execution.cancel(CancelReason::new("the user stopped it"));
@@ -329,8 +357,8 @@ fn minute() -> u64 {
         / 60
 }
 
-async fn follow_up_case(harness: Harness, sandboxed: bool) {
-    let world = World::new(harness, "follow-up", sandboxed);
+async fn follow_up_case(harness: Harness, placement: Placement) {
+    let world = World::new(harness, "follow-up", placement);
     let conversation: ConversationId = "conv_follow_up".parse().unwrap();
     let request =
         |message: &str| ExecutionRequest::new(message).with_conversation(conversation.clone());
@@ -395,32 +423,32 @@ macro_rules! cases {
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn text() {
-                text_case($harness, false).await;
+                text_case($harness, Placement::Plain).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn approve() {
-                approve_case($harness, false).await;
+                approve_case($harness, Placement::Plain).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn reject() {
-                reject_case($harness, false).await;
+                reject_case($harness, Placement::Plain).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn cancel_mid_stream() {
-                cancel_stream_case($harness, false).await;
+                cancel_stream_case($harness, Placement::Plain).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn cancel_awaiting_approval() {
-                cancel_approval_case($harness, false).await;
+                cancel_approval_case($harness, Placement::Plain).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn follow_up() {
-                follow_up_case($harness, false).await;
+                follow_up_case($harness, Placement::Plain).await;
             }
 
             /// The same cases with the harness in the operator's sandbox.
@@ -429,27 +457,57 @@ macro_rules! cases {
 
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn text() {
-                    text_case($harness, true).await;
+                    text_case($harness, Placement::Sandboxed).await;
                 }
 
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn approve() {
-                    approve_case($harness, true).await;
+                    approve_case($harness, Placement::Sandboxed).await;
                 }
 
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn reject() {
-                    reject_case($harness, true).await;
+                    reject_case($harness, Placement::Sandboxed).await;
                 }
 
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn cancel_mid_stream() {
-                    cancel_stream_case($harness, true).await;
+                    cancel_stream_case($harness, Placement::Sandboxed).await;
                 }
 
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn follow_up() {
-                    follow_up_case($harness, true).await;
+                    follow_up_case($harness, Placement::Sandboxed).await;
+                }
+            }
+            /// The same cases with the harness and its ACP client in the operator's sandbox,
+            /// hosted by a worker.
+            mod hosted {
+                use super::*;
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn text() {
+                    text_case($harness, Placement::Hosted).await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn approve() {
+                    approve_case($harness, Placement::Hosted).await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn reject() {
+                    reject_case($harness, Placement::Hosted).await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn cancel_mid_stream() {
+                    cancel_stream_case($harness, Placement::Hosted).await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn follow_up() {
+                    follow_up_case($harness, Placement::Hosted).await;
                 }
             }
         }
