@@ -92,6 +92,7 @@ pub(crate) async fn direct<A: HarnessAdapter>(
         limits: RunLimits::default(),
         thread_state: None,
         cancellation,
+        delivery: harness_core::adapter::Delivery::default(),
     };
     let runtime = hook("create_runtime", bounds.grace, move || {
         adapter.create_runtime(context)

@@ -136,6 +136,51 @@ pub struct RuntimeContext {
     pub thread_state: Option<ScopedThreadState>,
     /// Cancelled when the execution is cancelled; runtimes may watch it.
     pub cancellation: CancellationToken,
+    /// How the caller takes the execution's output: a runtime whose provider has a
+    /// non-streaming call may use it for [`Delivery::Outcome`] (see [`Delivery`]).
+    pub delivery: Delivery,
+}
+
+/// How the caller of an execution takes its output
+/// ([`ExecutionRequest::delivery`](crate::service::ExecutionRequest::delivery)).
+///
+/// Either way every event reaches the execution's log, and every layer sees it; what
+/// changes is only how a runtime may ask its provider. For [`Outcome`](Self::Outcome) the
+/// caller waits for the finished outcome
+/// ([`AdapterService::invoke`](crate::service::AdapterService::invoke)), so a runtime whose
+/// provider has a non-streaming call may make it (`invoke.non_streaming` native): its text
+/// then arrives as one `message.delta` per model request instead of many. A runtime that
+/// ignores it is correct: the outcome is collected from its stream (emulated).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Delivery {
+    /// Events as they come (the default).
+    #[default]
+    Stream,
+    /// Only the finished outcome is wanted: a runtime may ask its provider for whole
+    /// responses.
+    Outcome,
+}
+
+impl Delivery {
+    /// The default: [`Stream`](Self::Stream) (for serde's `skip_serializing_if`).
+    #[must_use]
+    #[allow(clippy::trivially_copy_pass_by_ref)] // serde passes a reference
+    pub fn is_stream(&self) -> bool {
+        *self == Self::Stream
+    }
 }
 
 pub use crate::file::{InputFile, ValidatedInputFile};

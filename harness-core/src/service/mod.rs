@@ -163,6 +163,7 @@ mod declared;
 mod driver;
 mod files;
 mod handle;
+pub mod invoke;
 mod persist;
 
 use std::fmt;
@@ -179,6 +180,8 @@ use tower::{Layer, ServiceBuilder, ServiceExt};
 use tracing::Instrument;
 
 pub use self::handle::{CancelStatus, ExecutionHandle, Outcome, WeakExecutionHandle};
+pub use self::invoke::{InvokeExt, InvokeOutcome, Invocation};
+pub use crate::adapter::Delivery;
 pub use self::segment::{
     AdapterStream, BoxSegmentStream, RuntimeService, RuntimeStack, Segment, SegmentKind,
     SegmentStream,
@@ -266,6 +269,13 @@ pub struct ExecutionRequest {
     /// smaller of the two). See [`RunLimits`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<RunLimits>,
+    /// How the caller takes the output: `stream` (the default) or `outcome`, which lets an
+    /// adapter whose provider has a non-streaming call make it (see [`Delivery`] and
+    /// [`invoke`](AdapterService::invoke), which sets it). Not part of the request's
+    /// identity: a retry that waits for the outcome finds the execution a streamed request
+    /// started, and the reverse.
+    #[serde(default, skip_serializing_if = "Delivery::is_stream")]
+    pub delivery: Delivery,
     /// Caller data for the application's own layers (never on the wire; not part of the
     /// request's identity). No layer of this project puts a policy here: a layer that
     /// rebuilds the request cannot switch anything off.
@@ -362,6 +372,13 @@ impl ExecutionRequest {
     #[must_use]
     pub fn with_limits(mut self, limits: RunLimits) -> Self {
         self.limits = Some(limits);
+        self
+    }
+
+    /// Sets how the caller takes the output (see [`delivery`](Self::delivery)).
+    #[must_use]
+    pub fn with_delivery(mut self, delivery: Delivery) -> Self {
+        self.delivery = delivery;
         self
     }
 
@@ -927,6 +944,19 @@ impl<A: HarnessAdapter> AdapterService<A> {
     }
 }
 
+impl<A: HarnessAdapter> AdapterService<A> {
+    /// Plain invocation (`invoke.non_streaming`): starts `request` for its outcome and
+    /// waits until it ends, or pauses on an action (then [`Invocation::resume`] answers and
+    /// waits again). This service alone: call [`InvokeExt::invoke`] on an admission stack
+    /// to go through its layers. See [`invoke`](self::invoke).
+    ///
+    /// # Errors
+    /// As [`start`](Self::start): nothing ran. A run that fails is an outcome, not an error.
+    pub async fn invoke(&self, request: ExecutionRequest) -> Result<Invocation, HarnessError> {
+        InvokeExt::invoke(self.clone(), request).await
+    }
+}
+
 /// The turn an execution of `request` runs.
 fn turn_of(
     id: ExecutionId,
@@ -1063,6 +1093,7 @@ impl<A: HarnessAdapter> AdapterService<A> {
             limits,
             thread_state,
             cancellation: shared.cancel.child_token(),
+            delivery: request.delivery,
         };
         let mut execution = ExecutionRuntime::new(
             Arc::clone(&shared),
@@ -1457,12 +1488,12 @@ impl<A: HarnessAdapter> AdapterService<A> {
 }
 
 /// What identifies a request for its idempotency key: the request without the key itself,
-/// its trace context and its deadline (a retry carries new ones), as the idempotency
-/// layer's fingerprint leaves them out.
+/// its trace context and its deadline (a retry carries new ones) and how its caller takes
+/// the output, as the idempotency layer's fingerprint leaves them out.
 fn identity(request: &Value) -> Value {
     let mut identity = request.clone();
     if let Some(members) = identity.as_object_mut() {
-        for volatile in ["idempotencyKey", "traceContext", "deadline"] {
+        for volatile in ["idempotencyKey", "traceContext", "deadline", "delivery"] {
             members.remove(volatile);
         }
     }

@@ -166,6 +166,7 @@ pub async fn runtime(adapter: &AcpAdapter) -> Box<dyn HarnessRuntime> {
         limits: RunLimits::default(),
         thread_state: None,
         cancellation: tokio_util::sync::CancellationToken::new(),
+        delivery: harness_core::adapter::Delivery::default(),
     };
     adapter
         .create_runtime(context)

@@ -106,6 +106,7 @@ pub(crate) fn context(options: Value) -> RuntimeContext {
         limits: RunLimits::default(),
         thread_state: None,
         cancellation: CancellationToken::new(),
+        delivery: harness_core::adapter::Delivery::default(),
     }
 }
 
