@@ -325,6 +325,12 @@ fn session_for(
         constraints(mediaTypes = ["application/pdf", "text/plain", "text/markdown", "application/json"]),
     ),
     capability(
+        "invoke.non_streaming",
+        emulated,
+        explanation = "ACP has no non-streaming prompt: the service's invoke collects the \
+            outcome from the execution's events",
+    ),
+    capability(
         "stream.usage",
         unsupported,
         explanation = "ACP v1 reports context-window occupancy (usage_update: tokens in context \

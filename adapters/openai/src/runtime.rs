@@ -12,7 +12,8 @@ use futures_util::stream::FuturesUnordered;
 use futures_util::{Stream, StreamExt};
 use harness_core::action::{ActionRequest, ApprovalRequest};
 use harness_core::adapter::{
-    AdapterEvent, AgentConfig, BoxFuture, BoxStream, CancelResult, DeploymentContext, EventResult,
+    AdapterEvent, AgentConfig, BoxFuture, BoxStream, CancelResult, Delivery, DeploymentContext,
+    EventResult,
     HarnessAdapter, HarnessRuntime, ResumeDecision, RunLimits, RuntimeContext, RuntimeIdentity,
     RuntimeInit, TurnInput,
 };
@@ -50,6 +51,9 @@ pub const DEFAULT_ENDPOINT: &str = "default";
 pub const HISTORY_KEY: &str = "openai/history";
 /// The most bytes of an error response's body that are read.
 const ERROR_BODY_BYTES: usize = 64 * 1024;
+/// The most bytes of a whole (non-streaming) response that are read: past it, the round
+/// fails `protocol`.
+const MAX_RESPONSE_BYTES: usize = 32 << 20;
 /// How many items a segment's producer may be ahead of its consumer.
 const AHEAD: usize = 64;
 
@@ -113,6 +117,13 @@ const AHEAD: usize = 64;
         explanation = "each round's usage (stream_options.include_usage, response.completed) \
             becomes one usage event, which also counts the round's model request (modelTurns: \
             1; a round whose server reports no usage has a usage event of its own for it)",
+    ),
+    capability(
+        "invoke.non_streaming",
+        native,
+        explanation = "an execution started for its outcome (the service's invoke, or a wait \
+            over HTTP) makes non-streaming model requests (\"stream\": false): each round's \
+            text is one message.delta, its reasoning one reasoning.delta",
     ),
     capability(
         "session.multi_turn",
@@ -394,6 +405,7 @@ impl HarnessAdapter for OpenAiAdapter {
                     names,
                     thread_state: context.thread_state,
                     limits: context.limits,
+                    whole: context.delivery == Delivery::Outcome,
                     cancellation: context.cancellation.child_token(),
                     turn: tokio::sync::Mutex::new(Turn::default()),
                     pending: Mutex::new(None),
@@ -488,6 +500,9 @@ struct OpenAiRuntime {
     /// past them (the service's driver would end the run there too, but only after the
     /// request was made or the call started).
     limits: RunLimits,
+    /// Whether the caller wants the outcome only ([`Delivery::Outcome`]): each round is one
+    /// non-streaming model request.
+    whole: bool,
     cancellation: CancellationToken,
     turn: tokio::sync::Mutex<Turn>,
     pending: Mutex<Option<ActionRequest>>,
@@ -821,14 +836,20 @@ impl OpenAiRuntime {
             functions: &functions,
             max_output_tokens: endpoint.max_output_tokens,
             temperature: self.temperature,
+            stream: !self.whole,
         }
         .body(transcript);
+        let accept = if self.whole {
+            "application/json"
+        } else {
+            "text/event-stream"
+        };
         let body = serde_json::to_vec(&body).map_err(|e| protocol(e.to_string()))?;
         let mut request = self
             .client()?
             .post(endpoint.url())
             .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .header(reqwest::header::ACCEPT, "text/event-stream")
+            .header(reqwest::header::ACCEPT, accept)
             // One connection per round, closed with it: nothing of a round (a pooled
             // connection, the task that returns it to a pool) outlives it, so everything the
             // HTTP stack does happens inside the execution, and cleanup holds no socket.
@@ -863,6 +884,9 @@ impl OpenAiRuntime {
             .and_then(|v| v.to_str().ok())
             .unwrap_or_default()
             .to_owned();
+        if self.whole {
+            return self.whole_round(emit, quiet, &content_type, response).await;
+        }
         if !content_type.starts_with("text/event-stream") {
             let body = self.read_bounded(quiet, response).await;
             return Err(protocol(format!(
@@ -917,6 +941,60 @@ impl OpenAiRuntime {
             }))
             .await;
         }
+        round.into_parts()
+    }
+
+    /// The rest of a round asked for whole (`"stream": false`): its body, read to its end
+    /// within [`MAX_RESPONSE_BYTES`] (a response whose text and calls fit the round's bounds
+    /// fits), then yielded as one text, one reasoning and one usage item.
+    async fn whole_round(
+        &self,
+        emit: &Emit,
+        quiet: Duration,
+        content_type: &str,
+        response: reqwest::Response,
+    ) -> Result<(String, Vec<Call>), HarnessError> {
+        let mut bytes = response.bytes_stream();
+        let mut body = Vec::new();
+        while let Some(chunk) = self.bounded(quiet, bytes.next()).await? {
+            let chunk = chunk.map_err(|e| transport_error(&e))?;
+            if body.len() + chunk.len() > MAX_RESPONSE_BYTES {
+                return Err(protocol(format!(
+                    "the model's response is longer than {MAX_RESPONSE_BYTES} bytes"
+                )));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        let value: Value = serde_json::from_slice(&body).map_err(|e| {
+            protocol(format!(
+                "the model endpoint answered {content_type:?} that is not a JSON response: {e}"
+            ))
+            .with_diagnostic(String::from_utf8_lossy(&body[..body.len().min(2048)]).into_owned())
+        })?;
+        let mut round = Round::new(self.endpoint().api);
+        let mut pieces = Vec::new();
+        round.apply_whole(&value, &mut pieces)?;
+        // The whole text (and reasoning) of the round is one delta each.
+        let (mut text, mut reasoning, mut usage) = (String::new(), String::new(), None);
+        for piece in pieces {
+            match piece {
+                Piece::Text(t) => text.push_str(&t),
+                Piece::Reasoning(t) => reasoning.push_str(&t),
+                Piece::Usage(u) => *usage.get_or_insert_with(Usage::default) += u,
+            }
+        }
+        if !reasoning.is_empty() {
+            emit.content(Content::ReasoningDelta(TextDelta::new(reasoning)))
+                .await;
+        }
+        if !text.is_empty() {
+            emit.content(Content::MessageDelta(TextDelta::new(text))).await;
+        }
+        emit.content(Content::Usage(Usage {
+            model_turns: 1,
+            ..usage.unwrap_or_default()
+        }))
+        .await;
         round.into_parts()
     }
 

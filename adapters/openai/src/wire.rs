@@ -145,6 +145,9 @@ pub(crate) struct RoundRequest<'a> {
     pub(crate) functions: &'a [FunctionSpec<'a>],
     pub(crate) max_output_tokens: Option<u32>,
     pub(crate) temperature: Option<f64>,
+    /// Whether the response streams (`"stream": true`), or comes whole (the caller wants the
+    /// outcome only: `invoke.non_streaming`).
+    pub(crate) stream: bool,
 }
 
 impl RoundRequest<'_> {
@@ -152,10 +155,12 @@ impl RoundRequest<'_> {
     pub(crate) fn body(&self, transcript: &[Item]) -> Value {
         let mut body = Map::new();
         body.insert("model".into(), self.model.into());
-        body.insert("stream".into(), true.into());
+        body.insert("stream".into(), self.stream.into());
         match self.api {
             Api::ChatCompletions => {
-                body.insert("stream_options".into(), json!({"include_usage": true}));
+                if self.stream {
+                    body.insert("stream_options".into(), json!({"include_usage": true}));
+                }
                 body.insert(
                     "messages".into(),
                     chat_messages(self.instructions, transcript),
@@ -520,6 +525,91 @@ impl Round {
         Ok(&mut self.calls[at])
     }
 
+    /// Reads a whole (non-streaming) response: a Chat Completions `chat.completion` or a
+    /// Responses `response` object. The round is over after it.
+    ///
+    /// # Errors
+    /// As [`apply`](Self::apply): `protocol` for what the API does not say or past a bound,
+    /// the provider's own error (classified) for an error body or a failed response.
+    pub(crate) fn apply_whole(
+        &mut self,
+        value: &Value,
+        pieces: &mut Vec<Piece>,
+    ) -> Result<(), HarnessError> {
+        if !value.is_object() {
+            return Err(protocol("the model's response is not a JSON object"));
+        }
+        match self.api {
+            Api::ChatCompletions => {
+                if let Some(error) = value.get("error").filter(|e| !e.is_null()) {
+                    return Err(provider_error(error));
+                }
+                // A choice's `message` reads as one delta holding everything.
+                let choice = value
+                    .get("choices")
+                    .and_then(Value::as_array)
+                    .and_then(|c| c.first())
+                    .ok_or_else(|| protocol("the model's response has no choice"))?;
+                let mut delta = json!({
+                    "choices": [{
+                        "delta": choice.get("message").cloned().unwrap_or(Value::Null),
+                        "finish_reason": choice.get("finish_reason").cloned().unwrap_or(Value::Null),
+                    }],
+                });
+                if let Some(usage) = value.get("usage") {
+                    delta["usage"] = usage.clone();
+                }
+                self.apply_chat(&delta, pieces)?;
+            }
+            Api::Responses => {
+                if value["status"] == "failed" || value.get("error").is_some_and(|e| !e.is_null())
+                {
+                    return Err(provider_error(
+                        value.get("error").filter(|e| !e.is_null()).unwrap_or(value),
+                    ));
+                }
+                let output = value
+                    .get("output")
+                    .and_then(Value::as_array)
+                    .ok_or_else(|| protocol("the model's response has no output"))?;
+                for item in output {
+                    match item["type"].as_str().unwrap_or_default() {
+                        "reasoning" => {
+                            for part in ["summary", "content"] {
+                                for piece in item[part].as_array().into_iter().flatten() {
+                                    if let Some(text) =
+                                        piece["text"].as_str().filter(|t| !t.is_empty())
+                                    {
+                                        pieces.push(Piece::Reasoning(text.to_owned()));
+                                    }
+                                }
+                            }
+                        }
+                        "message" => {
+                            for part in item["content"].as_array().into_iter().flatten() {
+                                if part["type"] == "output_text" {
+                                    self.push_text(part["text"].as_str().unwrap_or_default(), pieces)?;
+                                }
+                            }
+                        }
+                        "function_call" => {
+                            let event = json!({"type": "response.output_item.done", "item": item});
+                            self.apply_responses("response.output_item.done", &event, pieces)?;
+                        }
+                        _ => {}
+                    }
+                }
+                if let Some(usage) = value.get("usage").filter(|u| u.is_object()) {
+                    push_usage(responses_usage(usage), pieces);
+                }
+                let incomplete = value["status"] == "incomplete";
+                self.finish = Some(if incomplete { "length" } else { "stop" }.to_owned());
+            }
+        }
+        self.done = true;
+        Ok(())
+    }
+
     /// The round's text and calls, once it is over.
     ///
     /// # Errors
@@ -832,6 +922,7 @@ mod tests {
             functions: &spec,
             max_output_tokens: Some(100),
             temperature: None,
+            stream: true,
         };
         let body = request.body(&transcript);
         assert_eq!(

@@ -220,6 +220,12 @@ impl Stats {
         explanation = "`usage` steps report token usage increments and model turns",
     ),
     capability(
+        "invoke.non_streaming",
+        emulated,
+        explanation = "scripts stream; the service's invoke collects the outcome from the \
+            execution's events",
+    ),
+    capability(
         "session.multi_turn",
         native,
         explanation = "`remember` steps keep text in the conversation's thread state \
