@@ -18,7 +18,9 @@ pub use harness_layers::stack::HarnessStack;
 #[cfg(feature = "scripted")]
 pub use harness_scripted as scripted;
 
-pub use harness_core::service::{AdapterService, ExecutionHandle, ExecutionRequest, Outcome};
+pub use harness_core::service::{
+    AdapterService, ExecutionHandle, ExecutionRequest, Invocation, InvokeExt, Outcome,
+};
 
 /// Derive macros for adapter authors (feature `macros`): `#[derive(Adapter)]` builds a checked
 /// descriptor from an `#[adapter(...)]` attribute; `#[derive(AdapterOptions)]` makes an
@@ -63,7 +65,9 @@ pub mod prelude {
     pub use crate::error::{ErrorCategory, ErrorCode, HarnessError};
     pub use crate::event::{CancelReason, Content, Event, EventPayload, RunSucceeded, TextDelta};
     pub use crate::manifest::{Adapter, Describe, HarnessDescriptor};
-    pub use crate::service::{AdapterService, ExecutionHandle, ExecutionRequest, Outcome};
+    pub use crate::service::{
+        AdapterService, ExecutionHandle, ExecutionRequest, Invocation, InvokeExt, Outcome,
+    };
     #[cfg(feature = "macros")]
     pub use crate::{Adapter, AdapterOptions};
 }

@@ -13,9 +13,8 @@ use futures_util::{Stream, StreamExt};
 use harness_core::action::{ActionRequest, ApprovalRequest};
 use harness_core::adapter::{
     AdapterEvent, AgentConfig, BoxFuture, BoxStream, CancelResult, Delivery, DeploymentContext,
-    EventResult,
-    HarnessAdapter, HarnessRuntime, ResumeDecision, RunLimits, RuntimeContext, RuntimeIdentity,
-    RuntimeInit, TurnInput,
+    EventResult, HarnessAdapter, HarnessRuntime, ResumeDecision, RunLimits, RuntimeContext,
+    RuntimeIdentity, RuntimeInit, TurnInput,
 };
 use harness_core::capability::CapabilityReport;
 use harness_core::error::{ErrorCategory, ErrorCode, HarnessError};
@@ -988,7 +987,8 @@ impl OpenAiRuntime {
                 .await;
         }
         if !text.is_empty() {
-            emit.content(Content::MessageDelta(TextDelta::new(text))).await;
+            emit.content(Content::MessageDelta(TextDelta::new(text)))
+                .await;
         }
         emit.content(Content::Usage(Usage {
             model_turns: 1,

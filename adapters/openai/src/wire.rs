@@ -562,8 +562,7 @@ impl Round {
                 self.apply_chat(&delta, pieces)?;
             }
             Api::Responses => {
-                if value["status"] == "failed" || value.get("error").is_some_and(|e| !e.is_null())
-                {
+                if value["status"] == "failed" || value.get("error").is_some_and(|e| !e.is_null()) {
                     return Err(provider_error(
                         value.get("error").filter(|e| !e.is_null()).unwrap_or(value),
                     ));
@@ -588,7 +587,10 @@ impl Round {
                         "message" => {
                             for part in item["content"].as_array().into_iter().flatten() {
                                 if part["type"] == "output_text" {
-                                    self.push_text(part["text"].as_str().unwrap_or_default(), pieces)?;
+                                    self.push_text(
+                                        part["text"].as_str().unwrap_or_default(),
+                                        pieces,
+                                    )?;
                                 }
                             }
                         }

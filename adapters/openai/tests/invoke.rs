@@ -111,7 +111,11 @@ async fn an_invocation_makes_non_streaming_requests_and_returns_the_outcome() {
             .await
             .unwrap();
         let outcome = invocation.outcome();
-        assert_eq!(outcome.state, ExecutionState::Succeeded, "{api:?}: {outcome:?}");
+        assert_eq!(
+            outcome.state,
+            ExecutionState::Succeeded,
+            "{api:?}: {outcome:?}"
+        );
         assert!(matches!(invocation.ended(), Some(Outcome::Succeeded(_))));
         assert_eq!(outcome.text, "It is sunny in Paris.", "{api:?}");
         assert_eq!(outcome.tool_calls.len(), 1, "{api:?}");
@@ -237,6 +241,9 @@ async fn a_provider_error_is_a_classified_failure() {
         let Some(Outcome::Failed(full)) = invocation.ended() else {
             panic!("{:?}", invocation.ended())
         };
-        assert_eq!(full.category(), harness_core::error::ErrorCategory::Throttled);
+        assert_eq!(
+            full.category(),
+            harness_core::error::ErrorCategory::Throttled
+        );
     }
 }

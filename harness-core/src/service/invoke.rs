@@ -492,8 +492,10 @@ pub trait InvokeExt: Service<ExecutionRequest, Response = ExecutionHandle> + Siz
     /// # Errors
     /// The service's refusal (nothing ran). A run that fails is not an error of this call:
     /// its outcome says how it failed.
-    fn invoke(self, request: ExecutionRequest)
-    -> BoxFuture<'static, Result<Invocation, Self::Error>>;
+    fn invoke(
+        self,
+        request: ExecutionRequest,
+    ) -> BoxFuture<'static, Result<Invocation, Self::Error>>;
 }
 
 impl<S> InvokeExt for S

@@ -180,12 +180,12 @@ use tower::{Layer, ServiceBuilder, ServiceExt};
 use tracing::Instrument;
 
 pub use self::handle::{CancelStatus, ExecutionHandle, Outcome, WeakExecutionHandle};
-pub use self::invoke::{InvokeExt, InvokeOutcome, Invocation};
-pub use crate::adapter::Delivery;
+pub use self::invoke::{Invocation, InvokeExt, InvokeOutcome};
 pub use self::segment::{
     AdapterStream, BoxSegmentStream, RuntimeService, RuntimeStack, Segment, SegmentKind,
     SegmentStream,
 };
+pub use crate::adapter::Delivery;
 
 use self::clock::instant_of;
 pub use self::config::{DEFAULT_MAX_EVENTS, ServiceConfig};
