@@ -67,6 +67,10 @@ pub struct Config {
     /// The largest request body.
     #[serde(default)]
     pub body_limit: Option<usize>,
+    /// The longest wait for an execution's outcome, in seconds
+    /// ([`ServerBuilder::max_wait`](crate::ServerBuilder::max_wait)).
+    #[serde(default)]
+    pub max_wait_secs: Option<u64>,
     /// The socket layer's bounds.
     #[serde(default)]
     pub connections: ConnectionsConfig,
@@ -709,6 +713,9 @@ impl Config {
         let mut builder = Server::builder().authenticate(tokens);
         if let Some(limit) = self.body_limit {
             builder = builder.body_limit(limit);
+        }
+        if let Some(secs) = self.max_wait_secs {
+            builder = builder.max_wait(std::time::Duration::from_secs(secs));
         }
         for instance in instances {
             builder = builder.instance(instance);

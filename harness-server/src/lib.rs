@@ -36,9 +36,10 @@
 //!
 //! | method and path | what |
 //! |---|---|
-//! | `POST /v1/executions` | starts an execution: the [`ExecutionRequest`](harness_core::service::ExecutionRequest) fields and `adapter` (the instance id); the `Idempotency-Key` header (not a body field) and `traceparent` (ignored when malformed, as W3C Trace Context says). `201` with the execution, `200` when the key returned an earlier one, `409 IDEMPOTENCY_CONFLICT` when it was used for a different request |
+//! | `POST /v1/executions` | starts an execution: the [`ExecutionRequest`](harness_core::service::ExecutionRequest) fields and `adapter` (the instance id); the `Idempotency-Key` header (not a body field) and `traceparent` (ignored when malformed, as W3C Trace Context says). `201` with the execution, `200` when the key returned an earlier one, `409 IDEMPOTENCY_CONFLICT` when it was used for a different request. With `?wait=` (`30s`, `500ms`, at most [`ServerBuilder::max_wait`]) it is started for its outcome and the answer waits until it ends, pauses on an action, or the wait runs out: the body is then a [`Waited`] (see [`wait`]) |
 //! | `GET /v1/executions` | the caller's executions, newest first: `?limit=` (1 to 200, 50 by default), `?before=` the `next` of the previous page; each with its adapter, state, creation time, the first words of its message and its `conversationId` when it has one |
 //! | `GET /v1/executions/{id}` | state, pending actions, artifacts, outcome, last sequence number, `conversationId` when it has one (what a follow-up turn names) |
+//! | `GET /v1/executions/{id}/wait` | plain invocation: waits (`?timeout=`, 30 s by default, at most [`ServerBuilder::max_wait`]) until the execution ends or waits for an answer, and answers a [`Waited`]: `status` (`ended`, `awaiting_action`, `timed_out`), the `outcome` gathered from its log (text, reasoning, tool calls and results, artifacts, usage, state, pending action, the public error of a failure) and `next`, where to wait again; see [`wait`] |
 //! | `GET /v1/executions/{id}/events` | with `Accept: text/event-stream`, server-sent events: `id: <seq>`, `event: <kind>`, `data: <event JSON>`, from after `Last-Event-ID` (else `?after=`, else the start), keep-alive comments after 15 s without a frame ([`ServerBuilder::keep_alive`]), frames ready together written as one chunk, the stream ending after the terminal event. Otherwise a JSON page: `?after=`, `?limit=` (up to 8,192; 1,000 by default) |
 //! | `POST /v1/executions/{id}/actions/{actionId}` | answers an action: an [`ActionResponse`](harness_core::action::ActionResponse) (its `actionId` may be left out) |
 //! | `POST /v1/executions/{id}/cancel` | requests cancellation (`{"reason": ...}` optional): `202` with `status`: `requested` for the first request (claimed in the store's record, so one of any number of concurrent requests on any replica), `already_requested` for the others, `already_ended` once the run has ended; confirmed by `run.cancelled` on the stream |
@@ -144,6 +145,11 @@
 //!   after the cursor: the event at the cursor is not sent again.
 //! - `Last-Event-ID` wins over `?after=`: a browser's `EventSource` reconnects with the
 //!   header and its original URL.
+//! - **A wait is bounded and holds no execution**: `?wait=` and `/wait` hold their
+//!   connection at most [`ServerBuilder::max_wait`] (`max_wait_secs`, 60 s by default); a
+//!   longer one is refused `400` naming the maximum. A run paused on an action answers a
+//!   wait at once (`awaiting_action`, with the pending action); one still running when the
+//!   wait ends answers `timed_out` and where to wait again. See [`wait`].
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
@@ -161,6 +167,7 @@ mod routes;
 pub mod socket;
 mod view;
 pub mod visible;
+pub mod wait;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -180,6 +187,7 @@ pub use crate::view::{
     Answered, CancelAnswer, CancelOutcome, ErrorBody, EventPage, ExecutionPage, ExecutionSummary,
     ExecutionView, InstanceHealth, Readiness,
 };
+pub use crate::wait::{WaitStatus, Waited};
 
 /// The default bound on a request body: 1 MiB.
 pub const DEFAULT_BODY_LIMIT: usize = 1 << 20;
@@ -203,6 +211,8 @@ pub(crate) struct State {
     pub(crate) metrics: Option<PrometheusEndpoint>,
     pub(crate) body_limit: usize,
     pub(crate) keep_alive: Duration,
+    /// The longest wait for an outcome ([`ServerBuilder::max_wait`]).
+    pub(crate) max_wait: Duration,
     /// The executions this process started, until their terminal event: answered and
     /// streamed from the process's own log, and kept answerable when their callers go.
     pub(crate) local: Mutex<HashMap<ExecutionId, ExecutionHandle>>,
@@ -305,6 +315,7 @@ pub struct ServerBuilder {
     metrics: Option<PrometheusEndpoint>,
     body_limit: Option<usize>,
     keep_alive: Option<Duration>,
+    max_wait: Option<Duration>,
 }
 
 impl std::fmt::Debug for ServerBuilder {
@@ -361,6 +372,15 @@ impl ServerBuilder {
         self
     }
 
+    /// The longest a request may wait for an execution's outcome
+    /// (`POST /v1/executions?wait=`, `GET /v1/executions/{id}/wait?timeout=`;
+    /// [`wait::DEFAULT_MAX_WAIT`] by default): a longer wait is refused `400`, naming it. See
+    /// [`wait`].
+    pub fn max_wait(mut self, max: Duration) -> Self {
+        self.max_wait = Some(max);
+        self
+    }
+
     /// The server.
     ///
     /// # Errors
@@ -401,6 +421,7 @@ impl ServerBuilder {
                 metrics: self.metrics,
                 body_limit: self.body_limit.unwrap_or(DEFAULT_BODY_LIMIT),
                 keep_alive: self.keep_alive.unwrap_or(KEEP_ALIVE),
+                max_wait: self.max_wait.unwrap_or(wait::DEFAULT_MAX_WAIT),
                 local: Mutex::new(HashMap::new()),
                 store_health: health::Cached::default(),
                 console_codes: console::Codes::default(),

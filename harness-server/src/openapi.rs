@@ -72,6 +72,7 @@ pub fn document() -> Value {
     let adapter_id = sub::<AdapterId>(&mut g);
     let key = sub::<IdempotencyKey>(&mut g);
     let event = sub::<Event>(&mut g);
+    let waited = sub::<crate::wait::Waited>(&mut g);
     let mut schemas = g.take_definitions(true);
     let (Some(request_name), Some(answer_name)) = (name(&request), name(&answer)) else {
         unreachable!("named types are referenced, not inlined")
@@ -159,12 +160,21 @@ pub fn document() -> Value {
     let by_id = |operation: &str| json!({"operationId": operation, "parameters": {"id": "$response.body#/id"}});
     let started_links = json!({
         "readExecution": by_id("readExecution"),
+        "waitExecution": by_id("waitExecution"),
         "executionEvents": by_id("executionEvents"),
         "cancelExecution": by_id("cancelExecution"),
     });
-    let mut started = ok("the execution, started", &view);
+    // With `?wait=`, what the wait found instead of the view.
+    let view_or_waited = json!({"anyOf": [view, waited]});
+    let mut started = ok(
+        "the execution, started (with `wait`, what the wait found)",
+        &view_or_waited,
+    );
     started["links"] = started_links.clone();
-    let mut replayed = ok("the execution the idempotency key started earlier", &view);
+    let mut replayed = ok(
+        "the execution the idempotency key started earlier (with `wait`, what the wait found)",
+        &view_or_waited,
+    );
     replayed["links"] = started_links;
     start_responses.insert("201".into(), started);
     start_responses.insert("200".into(), replayed);
@@ -191,6 +201,22 @@ pub fn document() -> Value {
          `data: <event JSON>`) ending after the terminal event; otherwise a JSON page"
     );
     events_responses.insert("200".into(), events_ok);
+
+    let mut wait_responses = errors(&[invalid, not_found]);
+    wait_responses.insert(
+        "200".into(),
+        ok(
+            "what the wait found: the execution ended, waits for an answer, or still runs",
+            &waited,
+        ),
+    );
+    // A wait the document allows is within the default maximum (60 s); a server whose
+    // operator set a smaller one refuses more, naming it.
+    let duration = json!({
+        "type": "string",
+        "pattern": "^(([0-9]|[1-5][0-9]|60)s?|[0-9]{1,4}ms)$",
+        "examples": ["30s", "500ms"],
+    });
 
     let mut answer_responses = errors(&[
         invalid,
@@ -261,6 +287,7 @@ pub fn document() -> Value {
                     "operationId": "startExecution",
                     "summary": "Start an execution",
                     "parameters": [
+                        {"name": "wait", "in": "query", "description": "Start the execution for its outcome and wait this long for it to end or pause on an action (at most the server's maximum, 60 s by default): the answer is then what the wait found.", "schema": duration},
                         header("Idempotency-Key", "An equivalent request with this key returns the original execution (`200`); a different one is `409`.", json!(key)),
                         header("traceparent", "The caller's W3C trace context; one that does not parse is ignored, as W3C Trace Context says.", json!({"type": "string"})),
                     ],
@@ -283,6 +310,17 @@ pub fn document() -> Value {
                     "summary": "State, pending actions, artifacts, outcome",
                     "parameters": [id],
                     "responses": read_responses,
+                },
+            },
+            "/v1/executions/{id}/wait": {
+                "get": {
+                    "operationId": "waitExecution",
+                    "summary": "Wait for the execution to end or pause on an action; its outcome so far",
+                    "parameters": [
+                        id,
+                        {"name": "timeout", "in": "query", "description": "How long to wait (30 s by default, at most the server's maximum, 60 s by default).", "schema": duration},
+                    ],
+                    "responses": wait_responses,
                 },
             },
             "/v1/executions/{id}/events": {

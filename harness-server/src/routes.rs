@@ -30,7 +30,7 @@ use crate::view::{
     ExecutionView, Readiness,
 };
 
-type Shared = Arc<State>;
+pub(crate) type Shared = Arc<State>;
 
 pub(crate) fn router(state: Shared) -> Router {
     let limit = state.body_limit;
@@ -38,6 +38,7 @@ pub(crate) fn router(state: Shared) -> Router {
         .route("/v1/executions", post(start).get(list))
         .route("/v1/executions/{id}", get(read))
         .route("/v1/executions/{id}/events", get(events))
+        .route("/v1/executions/{id}/wait", get(crate::wait::route))
         .route("/v1/executions/{id}/actions/{action}", post(answer))
         .route("/v1/executions/{id}/cancel", post(cancel))
         .route("/v1/agui/{adapter}", post(agui_run))
@@ -82,7 +83,7 @@ async fn guard(mut response: Response) -> Response {
 }
 
 /// The authenticated principal of a request.
-struct Caller(CallerId);
+pub(crate) struct Caller(pub(crate) CallerId);
 
 impl FromRequestParts<Shared> for Caller {
     type Rejection = Response;
@@ -97,7 +98,7 @@ impl FromRequestParts<Shared> for Caller {
     }
 }
 
-fn fail(state: &State, error: impl Into<ApiError>) -> Response {
+pub(crate) fn fail(state: &State, error: impl Into<ApiError>) -> Response {
     error.into().redacted(&state.redactor).into_response()
 }
 
@@ -178,7 +179,11 @@ fn json_object(bytes: &[u8], what: &str) -> Result<serde_json::Map<String, Value
 
 /// The record of `id` if `caller` owns it; `404` alike for a missing id and another
 /// principal's execution.
-async fn owned(state: &State, caller: &CallerId, id: &str) -> Result<ExecutionRecord, ApiError> {
+pub(crate) async fn owned(
+    state: &State,
+    caller: &CallerId,
+    id: &str,
+) -> Result<ExecutionRecord, ApiError> {
     let Ok(parsed) = id.parse::<ExecutionId>() else {
         return Err(ApiError::not_found(id));
     };
@@ -211,17 +216,36 @@ fn header_text<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>
         .transpose()
 }
 
+/// `?wait=` of `POST /v1/executions`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StartQuery {
+    wait: Option<String>,
+}
+
 async fn start(
     Extract(state): Extract<Shared>,
     Caller(caller): Caller,
     headers: HeaderMap,
+    query: Result<Query<StartQuery>, axum::extract::rejection::QueryRejection>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Response {
     let bytes = match body(&state, bytes) {
         Ok(bytes) => bytes,
         Err(e) => return fail(&state, e),
     };
-    match start_execution(&state, caller, &headers, &bytes).await {
+    let wait = query
+        .map_err(|e| ApiError::invalid(format!("the query: {e} (`wait` is a duration, as `30s`)")))
+        .and_then(|Query(q)| {
+            q.wait
+                .map(|w| crate::wait::parse_wait("wait", &w, state.max_wait))
+                .transpose()
+        });
+    let wait = match wait {
+        Ok(wait) => wait,
+        Err(e) => return fail(&state, e),
+    };
+    match start_execution(&state, caller, &headers, &bytes, wait).await {
         Ok(response) => response,
         Err(e) => fail(&state, e),
     }
@@ -300,7 +324,7 @@ fn instance_named<'a>(state: &'a State, adapter: &str) -> Result<&'a crate::Inst
 
 /// The events of `id` after `after`: from the process's own log while it runs here, else
 /// from the store.
-fn event_source(
+pub(crate) fn event_source(
     state: &State,
     id: &ExecutionId,
     after: u64,
@@ -337,6 +361,7 @@ async fn start_execution(
     caller: CallerId,
     headers: &HeaderMap,
     bytes: &[u8],
+    wait: Option<std::time::Duration>,
 ) -> Result<Response, ApiError> {
     let mut body = json_object(bytes, "the request body")?;
     let adapter = match body.remove("adapter") {
@@ -370,6 +395,10 @@ async fn start_execution(
         request.trace_context = Some(trace);
     }
     request.extensions.insert(caller);
+    if wait.is_some() {
+        // The caller waits for the outcome: a provider with a non-streaming call may make it.
+        request.delivery = harness_core::service::Delivery::Outcome;
+    }
     let handle = instance.admission.clone().oneshot(request).await?;
     if !handle.state().is_terminal() {
         state.hold(&handle);
@@ -384,8 +413,12 @@ async fn start_execution(
     } else {
         StatusCode::CREATED
     };
-    let view = ExecutionView::of_handle(&record, &handle);
     let location = format!("/v1/executions/{}", handle.id());
+    if let Some(wait) = wait {
+        let waited = crate::wait::wait(state, handle.id(), wait).await?;
+        return Ok((status, [(header::LOCATION, location)], Json(waited)).into_response());
+    }
+    let view = ExecutionView::of_handle(&record, &handle);
     Ok((status, [(header::LOCATION, location)], Json(view)).into_response())
 }
 

@@ -370,6 +370,57 @@ async fn real_answers_fit_the_document() {
         202
     );
     call("GET", "/v1/executions?limit=5", true, None, None).await;
+    // Waits: the ended one, a paused one, one that runs out, and a refused one.
+    let (status, waited) = call(
+        "GET",
+        &format!("/v1/executions/{id}/wait?timeout=2s"),
+        true,
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, &waited["status"]),
+        (200, &json!("ended")),
+        "{waited}"
+    );
+    let (status, paused) = call(
+        "POST",
+        "/v1/executions?wait=5s",
+        true,
+        Some(json!({"adapter": "scripted", "message": "summarize"})),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, &paused["status"]),
+        (201, &json!("awaiting_action")),
+        "{paused}"
+    );
+    let slow = Script::builder()
+        .delay(Duration::from_secs(2))
+        .complete("ok")
+        .build();
+    let slow = json!({"adapter": "scripted", "message": "go",
+        "options": ScriptedOptions::with_script(slow).to_value()});
+    let (status, running) = call("POST", "/v1/executions?wait=0", true, Some(slow), None).await;
+    assert_eq!(
+        (status, &running["status"]),
+        (201, &json!("timed_out")),
+        "{running}"
+    );
+    assert_eq!(
+        call(
+            "GET",
+            &format!("/v1/executions/{id}/wait?timeout=1h"),
+            true,
+            None,
+            None
+        )
+        .await
+        .0,
+        400
+    );
     call("GET", "/v1/adapters", true, None, None).await;
     call("GET", "/v1/adapters/scripted", true, None, None).await;
     call("GET", "/readyz", false, None, None).await;
