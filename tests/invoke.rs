@@ -304,3 +304,25 @@ async fn a_huge_output_is_kept_up_to_the_bound_and_marked_truncated() {
     assert!(outcome.truncated);
     assert_eq!(outcome.text.len(), 1020, "whole deltas up to the bound");
 }
+
+#[tokio::test]
+async fn an_idempotent_retry_of_a_run_answered_since_waits_past_its_old_pause() {
+    let service = service();
+    let key: harness_core::id::IdempotencyKey = "notes-1".parse().unwrap();
+    let first = service
+        .clone()
+        .invoke(ExecutionRequest::new("summarize my notes").with_idempotency_key(key.clone()))
+        .await
+        .unwrap();
+    let action = first.pending_action().cloned().unwrap();
+    let first = first.resume(action.approve_all()).await.unwrap();
+    assert_eq!(first.outcome().state, ExecutionState::Succeeded);
+    // The replay reads the log from its start, past the answered pause, to the end.
+    let again = service
+        .invoke(ExecutionRequest::new("summarize my notes").with_idempotency_key(key))
+        .await
+        .unwrap();
+    assert!(again.handle().is_replay());
+    assert_eq!(again.outcome().state, ExecutionState::Succeeded);
+    assert_eq!(again.outcome(), first.outcome());
+}

@@ -421,13 +421,16 @@ impl Invocation {
         if self.ended.is_some() {
             return self;
         }
+        // A pause before the last event there is now was answered already (a log read
+        // from its start: an idempotent replay of a run that went on).
+        let now = self.handle.log().last().map_or(0, |e| e.seq().get());
         let mut events = self.handle.events(self.collector.cursor());
         while let Some(event) = events.next().await {
             self.collector.push(&event);
             let outcome = self.collector.outcome();
             // The pause is the lifecycle event that enters it (`run.awaiting_*`): one
             // gathered before is waited past (its `action.resolved`, then `run.running`).
-            let entered = event.payload().implied_state().is_some();
+            let entered = event.payload().implied_state().is_some() && event.seq().get() >= now;
             if outcome.is_ended() || (outcome.is_paused() && entered) {
                 break;
             }
