@@ -13,6 +13,9 @@ use harness_server::auth::BearerTokens;
 use harness_server::{Instance, Server};
 use serde_json::{Value, json};
 
+#[path = "support/processes.rs"]
+mod processes;
+
 const ALICE: &str = "alice-token-0123456789";
 const BOB: &str = "bob-token-0123456789ab";
 
@@ -311,4 +314,84 @@ async fn waits_the_server_refuses_start_nothing() {
             .unwrap()
             .contains("at most 5s")
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_asks_the_model_loop_for_whole_responses() {
+    let dir = std::env::temp_dir().join(format!("harness-wait-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (_mock, model) = processes::aimock(
+        &dir,
+        &json!([{"match": {"userMessage": "hello"}, "response": {"content": "Hello there, friend.",
+            "usage": {"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9}}, "chunkSize": 4}]),
+    );
+    let config = harness_server::config::Config::from_toml(&format!(
+        r#"max_wait_secs = 10
+
+[store]
+kind = "memory"
+
+[[tokens]]
+principal = "alice"
+sha256 = "{alice}"
+
+[openai.endpoints.default]
+baseUrl = "{model}/v1"
+model = "gpt-4.1"
+"#,
+        alice = harness_server::auth::digest(ALICE),
+    ))
+    .unwrap();
+    let (server, _) = config.server(config.tokens().unwrap()).await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, server.router()).await });
+    let running = Running {
+        url,
+        http: reqwest::Client::new(),
+    };
+    let body = json!({"adapter": "openai", "message": "hello"});
+    let (status, _, waited) = running.start("?wait=10s", body.clone()).await;
+    assert_eq!(status, 201, "{waited}");
+    assert_eq!(waited["status"], "ended", "{waited}");
+    assert_eq!(waited["outcome"]["text"], "Hello there, friend.");
+    assert_eq!(waited["outcome"]["usage"]["outputTokens"], 4);
+    // The operator's `max_wait_secs` bounds it.
+    let (status, _, refused) = running.start("?wait=11s", body.clone()).await;
+    assert_eq!(status, 400, "{refused}");
+    // One whole response: one text delta where a stream made several.
+    let id = waited["outcome"]["executionId"].as_str().unwrap();
+    let (_, page) = running
+        .get(&format!("/v1/executions/{id}/events"), ALICE)
+        .await;
+    let deltas = page["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "message.delta")
+        .count();
+    assert_eq!(deltas, 1, "{page}");
+    // Without a wait, the same request streams.
+    let (status, _, view) = running.start("", body).await;
+    assert_eq!(status, 201);
+    let id = view["id"].as_str().unwrap();
+    let (_, waited) = running
+        .get(&format!("/v1/executions/{id}/wait?timeout=5s"), ALICE)
+        .await;
+    assert_eq!(waited["status"], "ended", "{waited}");
+    let journal: Value = reqwest::get(format!("{model}/__aimock/journal"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let streamed: Vec<&Value> = journal
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|entry| &entry["body"]["stream"])
+        .collect();
+    assert_eq!(streamed, [&json!(false), &json!(true)], "{journal}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
