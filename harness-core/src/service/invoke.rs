@@ -97,7 +97,9 @@ use crate::action::{ActionRequest, ActionResponse};
 use crate::adapter::{BoxFuture, Delivery};
 use crate::artifact::ArtifactDescriptor;
 use crate::error::{HarnessError, PublicError};
-use crate::event::{CancelReason, Event, EventPayload, ToolCallOutcome, Usage};
+use crate::event::{
+    CancelReason, Event, EventPayload, ToolCall, ToolCallCompleted, ToolCallOutcome, Usage,
+};
 use crate::id::{Cursor, ExecutionId, ToolCallId};
 use crate::lifecycle::ExecutionState;
 
@@ -295,67 +297,17 @@ impl Collector {
             self.outcome.state = state;
         }
         match payload {
-            EventPayload::MessageDelta(delta) => {
-                if self.room(delta.text.len()) {
-                    self.outcome.text.push_str(&delta.text);
-                }
-            }
-            EventPayload::ReasoningDelta(delta) => {
-                if self.room(delta.text.len()) {
-                    self.outcome.reasoning.push_str(&delta.text);
-                }
-            }
+            EventPayload::MessageDelta(delta) => self.text(&delta.text),
+            EventPayload::ReasoningDelta(delta) => self.reasoning(&delta.text),
             EventPayload::Usage(usage) => self.outcome.usage += *usage,
-            EventPayload::ToolCallStarted(call) => {
-                if self.room(call.tool.len() + json_len(&call.arguments)) {
-                    self.calls
-                        .insert(call.call_id.clone(), self.outcome.tool_calls.len());
-                    self.outcome.tool_calls.push(ToolCallResult {
-                        call_id: call.call_id.clone(),
-                        tool: call.tool.clone(),
-                        arguments: call.arguments.clone(),
-                        outcome: None,
-                    });
-                }
-            }
-            EventPayload::ToolCallUpdated(call) => {
-                if let Some(&at) = self.calls.get(&call.call_id)
-                    && self.room(call.tool.len() + json_len(&call.arguments))
-                {
-                    let kept = &mut self.outcome.tool_calls[at];
-                    kept.tool.clone_from(&call.tool);
-                    kept.arguments = call.arguments.clone();
-                }
-            }
-            EventPayload::ToolCallCompleted(completed) => {
-                if let Some(&at) = self.calls.get(&completed.call_id) {
-                    let size = match &completed.outcome {
-                        ToolCallOutcome::Success { output } => json_len(output),
-                        other => json_len(other),
-                    };
-                    if self.room(size) {
-                        self.outcome.tool_calls[at].outcome = Some(completed.outcome.clone());
-                    }
-                }
-            }
-            EventPayload::ArtifactCreated(artifact) => {
-                if self.room(json_len(artifact)) {
-                    self.outcome.artifacts.push((**artifact).clone());
-                }
-            }
+            EventPayload::ToolCallStarted(call) => self.started(call),
+            EventPayload::ToolCallUpdated(call) => self.updated(call),
+            EventPayload::ToolCallCompleted(completed) => self.completed(completed),
+            EventPayload::ArtifactCreated(artifact) => self.artifact(artifact),
             EventPayload::ActionRequested(request) => {
                 self.outcome.pending_action = Some((**request).clone());
             }
-            EventPayload::ActionResolved(resolved) => {
-                if self
-                    .outcome
-                    .pending_action
-                    .as_ref()
-                    .is_some_and(|p| p.id == resolved.action_id)
-                {
-                    self.outcome.pending_action = None;
-                }
-            }
+            EventPayload::ActionResolved(resolved) => self.resolved(&resolved.action_id),
             EventPayload::RunRunning => self.outcome.pending_action = None,
             EventPayload::RunSucceeded(succeeded) => {
                 self.outcome.summary.clone_from(&succeeded.summary);
@@ -365,6 +317,73 @@ impl Collector {
             _ => {}
         }
         if payload.is_terminal() {
+            self.outcome.pending_action = None;
+        }
+    }
+}
+
+impl Collector {
+    fn text(&mut self, text: &str) {
+        if self.room(text.len()) {
+            self.outcome.text.push_str(text);
+        }
+    }
+
+    fn reasoning(&mut self, text: &str) {
+        if self.room(text.len()) {
+            self.outcome.reasoning.push_str(text);
+        }
+    }
+
+    fn started(&mut self, call: &ToolCall) {
+        if self.room(call.tool.len() + json_len(&call.arguments)) {
+            self.calls
+                .insert(call.call_id.clone(), self.outcome.tool_calls.len());
+            self.outcome.tool_calls.push(ToolCallResult {
+                call_id: call.call_id.clone(),
+                tool: call.tool.clone(),
+                arguments: call.arguments.clone(),
+                outcome: None,
+            });
+        }
+    }
+
+    fn updated(&mut self, call: &ToolCall) {
+        if let Some(&at) = self.calls.get(&call.call_id)
+            && self.room(call.tool.len() + json_len(&call.arguments))
+        {
+            let kept = &mut self.outcome.tool_calls[at];
+            kept.tool.clone_from(&call.tool);
+            kept.arguments = call.arguments.clone();
+        }
+    }
+
+    fn completed(&mut self, completed: &ToolCallCompleted) {
+        let Some(&at) = self.calls.get(&completed.call_id) else {
+            return;
+        };
+        let size = match &completed.outcome {
+            ToolCallOutcome::Success { output } => json_len(output),
+            other => json_len(other),
+        };
+        if self.room(size) {
+            self.outcome.tool_calls[at].outcome = Some(completed.outcome.clone());
+        }
+    }
+
+    fn artifact(&mut self, artifact: &ArtifactDescriptor) {
+        if self.room(json_len(artifact)) {
+            self.outcome.artifacts.push(artifact.clone());
+        }
+    }
+
+    fn resolved(&mut self, action: &crate::id::ActionId) {
+        if self
+            .outcome
+            .pending_action
+            .as_ref()
+            .is_some_and(|p| p.id == *action)
+        {
             self.outcome.pending_action = None;
         }
     }
