@@ -36,7 +36,7 @@
 //! ```
 //!
 //! A wait answers a [`Waited`]: the execution's
-//! [`InvokeOutcome`](harness_core::service::InvokeOutcome) (its text, reasoning, tool calls
+//! [`InvokeOutcome`] (its text, reasoning, tool calls
 //! with their results, artifacts, usage summed, state, and the public error of a failure),
 //! gathered from its stored log, and why the wait ended ([`WaitStatus`]):
 //!

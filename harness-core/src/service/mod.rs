@@ -948,7 +948,7 @@ impl<A: HarnessAdapter> AdapterService<A> {
     /// Plain invocation (`invoke.non_streaming`): starts `request` for its outcome and
     /// waits until it ends, or pauses on an action (then [`Invocation::resume`] answers and
     /// waits again). This service alone: call [`InvokeExt::invoke`] on an admission stack
-    /// to go through its layers. See [`invoke`](self::invoke).
+    /// to go through its layers. See the [module](self::invoke).
     ///
     /// # Errors
     /// As [`start`](Self::start): nothing ran. A run that fails is an outcome, not an error.
