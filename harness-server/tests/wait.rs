@@ -395,3 +395,25 @@ model = "gpt-4.1"
     assert_eq!(streamed, [&json!(false), &json!(true)], "{journal}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_concurrent_waits_each_get_their_own_outcome() {
+    let server = Arc::new(server().await);
+    let waits = (0..48).map(|i| {
+        let server = Arc::clone(&server);
+        async move {
+            let script = Script::builder()
+                .text(format!("reply {i}"))
+                .delay(Duration::from_millis(20))
+                .complete("ok")
+                .build();
+            let (status, _, waited) = server.start("?wait=5s", scripted(&script)).await;
+            (i, status, waited)
+        }
+    });
+    for (i, status, waited) in futures_util::future::join_all(waits).await {
+        assert_eq!(status, 201, "{waited}");
+        assert_eq!(waited["status"], "ended", "{waited}");
+        assert_eq!(waited["outcome"]["text"], format!("reply {i}"));
+    }
+}
