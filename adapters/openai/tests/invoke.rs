@@ -247,3 +247,103 @@ async fn a_provider_error_is_a_classified_failure() {
         );
     }
 }
+
+/// A server that answers every request with `head` then `body`, then closes the connection
+/// (with `hold`, keeps it open without a byte more).
+async fn stub(head: &'static str, body: Vec<u8>, hold: bool) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let body = body.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                let _ = socket.read(&mut buf).await;
+                let _ = socket.write_all(head.as_bytes()).await;
+                for piece in body.chunks(64 * 1024) {
+                    if socket.write_all(piece).await.is_err() {
+                        return;
+                    }
+                }
+                if hold {
+                    tokio::time::sleep(std::time::Duration::from_secs(600)).await;
+                }
+            });
+        }
+    });
+    url
+}
+
+const JSON: &str = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n";
+
+async fn invoked(url: String, api: Api) -> harness_core::service::InvokeOutcome {
+    let endpoint = Endpoint::new(url, "m")
+        .with_api(api)
+        .with_idle_timeout(std::time::Duration::from_secs(30));
+    let service = AdapterService::new(OpenAiAdapter::new(endpoint).unwrap());
+    tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        service.invoke(ExecutionRequest::new("hi")),
+    )
+    .await
+    .expect("within a minute")
+    .unwrap()
+    .into_outcome()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_response_that_is_hostile_is_a_protocol_failure() {
+    for api in APIS {
+        // Not JSON.
+        let outcome = invoked(
+            stub(JSON, b"{\"choices\": [oops".to_vec(), false).await,
+            api,
+        )
+        .await;
+        let error = outcome.error.expect("failed");
+        assert_eq!(error.category, harness_core::error::ErrorCategory::Protocol);
+        assert!(error.message.contains("not a JSON response"), "{error:?}");
+        // JSON, but not a response.
+        let outcome = invoked(stub(JSON, b"[1, 2]".to_vec(), false).await, api).await;
+        let error = outcome.error.expect("failed");
+        assert_eq!(error.category, harness_core::error::ErrorCategory::Protocol);
+        // Longer than the bound, the connection held open after it: refused at the bound,
+        // not read on.
+        let mut huge = b"{\"x\": \"".to_vec();
+        huge.extend(std::iter::repeat_n(b'x', 33 << 20));
+        let outcome = invoked(stub(JSON, huge, true).await, api).await;
+        let error = outcome.error.expect("failed");
+        assert_eq!(error.category, harness_core::error::ErrorCategory::Protocol);
+        assert!(error.message.contains("longer than"), "{error:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_response_with_reasoning_and_usage_reads_as_the_stream_would() {
+    let chat = json!({"choices": [{"message": {"role": "assistant", "content": "Hi.",
+        "reasoning_content": "greet"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2}});
+    let responses = json!({"status": "completed", "output": [
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "greet"}]},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Hi."}]}],
+        "usage": {"input_tokens": 3, "output_tokens": 2}});
+    for (api, body) in [(Api::ChatCompletions, chat), (Api::Responses, responses)] {
+        let outcome = invoked(stub(JSON, body.to_string().into_bytes(), false).await, api).await;
+        assert_eq!(
+            outcome.state,
+            ExecutionState::Succeeded,
+            "{api:?}: {outcome:?}"
+        );
+        assert_eq!(outcome.text, "Hi.");
+        assert_eq!(outcome.reasoning, "greet");
+        assert_eq!(
+            (
+                outcome.usage.input_tokens,
+                outcome.usage.output_tokens,
+                outcome.usage.model_turns
+            ),
+            (3, 2, 1)
+        );
+    }
+}
