@@ -326,3 +326,28 @@ async fn an_idempotent_retry_of_a_run_answered_since_waits_past_its_old_pause() 
     assert_eq!(again.outcome().state, ExecutionState::Succeeded);
     assert_eq!(again.outcome(), first.outcome());
 }
+
+#[tokio::test]
+async fn a_durable_retry_that_waits_finds_the_execution_a_plain_start_made() {
+    use harness_core::service::AdapterService;
+    use harness_core::store::{MemoryStore, ReplicaId};
+    // No idempotency layer: the store's own record of the key decides.
+    let service = AdapterService::builder(ScriptedAdapter::quickstart())
+        .store(
+            std::sync::Arc::new(MemoryStore::new()),
+            ReplicaId::new("r1"),
+        )
+        .build();
+    let script = Script::builder().text("once").complete("ok").build();
+    let key: harness_core::id::IdempotencyKey = "durable-1".parse().unwrap();
+    let first = service
+        .start(request(&script).with_idempotency_key(key.clone()))
+        .await
+        .unwrap();
+    let again = service
+        .invoke(request(&script).with_idempotency_key(key))
+        .await
+        .expect("the same request, waited for: `delivery` is not its identity");
+    assert_eq!(again.handle().id(), first.id());
+    assert_eq!(again.outcome().text, "once");
+}

@@ -417,3 +417,34 @@ async fn many_concurrent_waits_each_get_their_own_outcome() {
         assert_eq!(waited["outcome"]["text"], format!("reply {i}"));
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_that_waits_finds_the_execution_a_plain_start_made() {
+    let server = server().await;
+    let script = Script::builder().text("once").complete("ok").build();
+    let start = |query: &'static str| {
+        let body = scripted(&script);
+        let server = &server;
+        async move {
+            server
+                .http
+                .post(format!("{}/v1/executions{query}", server.url))
+                .bearer_auth(ALICE)
+                .header("idempotency-key", "retry-1")
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    let first = start("").await;
+    assert_eq!(first.status(), 201);
+    let first: Value = first.json().await.unwrap();
+    // The same request, waited for: not a different one (`delivery` is not its identity).
+    let again = start("?wait=4s").await;
+    assert_eq!(again.status(), 200);
+    let again: Value = again.json().await.unwrap();
+    assert_eq!(again["outcome"]["executionId"], first["id"], "{again}");
+    assert_eq!(again["status"], "ended");
+    assert_eq!(again["outcome"]["text"], "once");
+}

@@ -156,6 +156,9 @@ impl Equivalence for CanonicalFingerprint {
 ///   must still find its original execution;
 /// - **`deadline`**: a retry computes its deadline afresh from its own clock, so an honest
 ///   retry almost never carries the same one;
+/// - **`delivery`**: whether the caller waits for the outcome or follows the stream is how
+///   it takes the answer, not what it asks (a retry that waits finds the execution a
+///   streamed request started);
 /// - **`extensions`**: process-local policies added by layers (and the caller's identity, which
 ///   scopes the key instead), never part of the request's identity.
 ///
