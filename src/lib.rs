@@ -18,9 +18,8 @@ pub use harness_layers::stack::HarnessStack;
 #[cfg(feature = "scripted")]
 pub use harness_scripted as scripted;
 
-pub use harness_core::service::{
-    AdapterService, ExecutionHandle, ExecutionRequest, Invocation, InvokeExt, Outcome,
-};
+pub use harness_core::service::invoke::{Invocation, InvokeExt};
+pub use harness_core::service::{AdapterService, ExecutionHandle, ExecutionRequest, Outcome};
 
 /// Derive macros for adapter authors (feature `macros`): `#[derive(Adapter)]` builds a checked
 /// descriptor from an `#[adapter(...)]` attribute; `#[derive(AdapterOptions)]` makes an
@@ -65,9 +64,8 @@ pub mod prelude {
     pub use crate::error::{ErrorCategory, ErrorCode, HarnessError};
     pub use crate::event::{CancelReason, Content, Event, EventPayload, RunSucceeded, TextDelta};
     pub use crate::manifest::{Adapter, Describe, HarnessDescriptor};
-    pub use crate::service::{
-        AdapterService, ExecutionHandle, ExecutionRequest, Invocation, InvokeExt, Outcome,
-    };
+    pub use crate::service::invoke::{Invocation, InvokeExt};
+    pub use crate::service::{AdapterService, ExecutionHandle, ExecutionRequest, Outcome};
     #[cfg(feature = "macros")]
     pub use crate::{Adapter, AdapterOptions};
 }

@@ -13,7 +13,8 @@ use harness_core::error::{ErrorCategory, ErrorCode};
 use harness_core::event::{CancelSource, ToolCallOutcome};
 use harness_core::lifecycle::ExecutionState;
 use harness_core::manifest::Describe;
-use harness_core::service::{ExecutionRequest, InvokeExt, Outcome};
+use harness_core::service::invoke::InvokeExt;
+use harness_core::service::{ExecutionRequest, Outcome};
 use serde_json::json;
 
 fn stack(adapter: ScriptedAdapter) -> StackService {
@@ -288,8 +289,8 @@ async fn many_concurrent_invocations_each_get_their_own_outcome() {
 
 #[tokio::test]
 async fn a_huge_output_is_kept_up_to_the_bound_and_marked_truncated() {
-    use harness_core::service::Invocation;
     use harness_core::service::invoke::Collector;
+    use harness_core::service::invoke::Invocation;
     let script = Script::builder()
         .text_repeated("0123456789", 1000)
         .complete("ok")

@@ -82,8 +82,8 @@ use axum::extract::{Path, Query, State as Extract};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 use harness_core::id::ExecutionId;
-use harness_core::service::InvokeOutcome;
 use harness_core::service::invoke::Collector;
+use harness_core::service::invoke::InvokeOutcome;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 

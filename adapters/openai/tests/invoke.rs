@@ -277,7 +277,7 @@ async fn stub(head: &'static str, body: Vec<u8>, hold: bool) -> String {
 
 const JSON: &str = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n";
 
-async fn invoked(url: String, api: Api) -> harness_core::service::InvokeOutcome {
+async fn invoked(url: String, api: Api) -> harness_core::service::invoke::InvokeOutcome {
     let endpoint = Endpoint::new(url, "m")
         .with_api(api)
         .with_idle_timeout(std::time::Duration::from_secs(30));

@@ -6,7 +6,8 @@
 //! use harness_core::event::{Content, RunSucceeded, TextDelta, Usage};
 //! use harness_core::lifecycle::ExecutionState;
 //! use harness_core::manifest::{Describe, HarnessDescriptor};
-//! use harness_core::service::{AdapterService, ExecutionRequest, InvokeExt};
+//! use harness_core::service::invoke::InvokeExt;
+//! use harness_core::service::{AdapterService, ExecutionRequest};
 //! use tower::ServiceBuilder;
 //!
 //! struct Echo(HarnessDescriptor);
@@ -92,9 +93,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tower::{Service, ServiceExt};
 
-use super::{ExecutionHandle, ExecutionRequest, Outcome};
+use super::handle::{ExecutionHandle, Outcome};
+use super::{AdapterService, ExecutionRequest};
 use crate::action::{ActionRequest, ActionResponse};
-use crate::adapter::{BoxFuture, Delivery};
+use crate::adapter::{BoxFuture, Delivery, HarnessAdapter};
 use crate::artifact::ArtifactDescriptor;
 use crate::error::{HarnessError, PublicError};
 use crate::event::{
@@ -505,7 +507,7 @@ impl Invocation {
 }
 
 /// [`invoke`](Self::invoke) on any admission stack: a service of [`ExecutionRequest`]s
-/// answering [`ExecutionHandle`]s (an [`AdapterService`](super::AdapterService), or one with
+/// answering [`ExecutionHandle`]s (an [`AdapterService`], or one with
 /// layers around it).
 pub trait InvokeExt: Service<ExecutionRequest, Response = ExecutionHandle> + Sized {
     /// Starts `request` for its outcome ([`Delivery::Outcome`]) through this service, and
@@ -535,5 +537,18 @@ where
             let handle = self.oneshot(request).await?;
             Ok(Invocation::collect(handle).await)
         })
+    }
+}
+
+impl<A: HarnessAdapter> AdapterService<A> {
+    /// Plain invocation (`invoke.non_streaming`): starts `request` for its outcome and
+    /// waits until it ends, or pauses on an action (then [`Invocation::resume`] answers and
+    /// waits again). This service alone: call [`InvokeExt::invoke`] on an admission stack
+    /// to go through its layers. See the [module docs](self).
+    ///
+    /// # Errors
+    /// As [`start`](Self::start): nothing ran. A run that fails is an outcome, not an error.
+    pub async fn invoke(&self, request: ExecutionRequest) -> Result<Invocation, HarnessError> {
+        InvokeExt::invoke(self.clone(), request).await
     }
 }

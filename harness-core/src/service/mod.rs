@@ -180,7 +180,6 @@ use tower::{Layer, ServiceBuilder, ServiceExt};
 use tracing::Instrument;
 
 pub use self::handle::{CancelStatus, ExecutionHandle, Outcome, WeakExecutionHandle};
-pub use self::invoke::{Invocation, InvokeExt, InvokeOutcome};
 pub use self::segment::{
     AdapterStream, BoxSegmentStream, RuntimeService, RuntimeStack, Segment, SegmentKind,
     SegmentStream,
@@ -941,19 +940,6 @@ impl<A: HarnessAdapter> AdapterService<A> {
         // polling this call), so what the driver and the adapter log belongs to the execution.
         tokio.spawn(driver.run(queued).instrument(tracing::Span::current()));
         Ok(handle)
-    }
-}
-
-impl<A: HarnessAdapter> AdapterService<A> {
-    /// Plain invocation (`invoke.non_streaming`): starts `request` for its outcome and
-    /// waits until it ends, or pauses on an action (then [`Invocation::resume`] answers and
-    /// waits again). This service alone: call [`InvokeExt::invoke`] on an admission stack
-    /// to go through its layers. See the [module](self::invoke).
-    ///
-    /// # Errors
-    /// As [`start`](Self::start): nothing ran. A run that fails is an outcome, not an error.
-    pub async fn invoke(&self, request: ExecutionRequest) -> Result<Invocation, HarnessError> {
-        InvokeExt::invoke(self.clone(), request).await
     }
 }
 
