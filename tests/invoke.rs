@@ -352,3 +352,25 @@ async fn a_durable_retry_that_waits_finds_the_execution_a_plain_start_made() {
     assert_eq!(again.handle().id(), first.id());
     assert_eq!(again.outcome().text, "once");
 }
+
+#[tokio::test]
+async fn the_run_limits_hold_for_an_invocation() {
+    let script = Script::builder()
+        .text_repeated("0123456789", 100)
+        .complete("ok")
+        .build();
+    let limits = harness_core::limits::RunLimits::none()
+        .with_max_output_bytes(64)
+        .unwrap();
+    let invocation = service()
+        .invoke(request(&script).with_limits(limits))
+        .await
+        .unwrap();
+    let outcome = invocation.outcome();
+    assert_eq!(outcome.state, ExecutionState::Failed);
+    assert_eq!(
+        outcome.error.as_ref().unwrap().code,
+        ErrorCode::LIMIT_OUTPUT_BYTES
+    );
+    assert!(outcome.text.len() <= 64, "{}", outcome.text.len());
+}
