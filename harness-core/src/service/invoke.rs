@@ -456,7 +456,8 @@ impl Invocation {
                 break;
             }
         }
-        if self.collector.outcome().is_ended() || self.handle.state().is_terminal() {
+        // What the log said is what this reports: an end only once the log holds it.
+        if self.collector.outcome().is_ended() {
             self.ended = Some(self.handle.outcome().await);
         }
         self
