@@ -49,10 +49,14 @@
 //!
 //! What happens when...
 //!
+//! - **the log is long**: what is stored is read to its end first, page by page, whatever
+//!   the wait (it is there: reading it is not waiting; memory is the outcome's bound); the
+//!   wait bounds how long the server then waits for what comes. So `0` answers the state
+//!   as stored, at once.
 //! - **the wait is longer than the operator allows** ([`ServerBuilder::max_wait`](crate::ServerBuilder::max_wait),
 //!   [`DEFAULT_MAX_WAIT`] by default; `max_wait_secs` in `harness.toml`): `400
 //!   REQUEST_INVALID` naming the maximum, and (for `POST`) nothing is started. A wait is
-//!   `<n>ms`, `<n>s` or `<n>` seconds; `0` answers the current state at once.
+//!   `<n>ms`, `<n>s` or `<n>` seconds.
 //! - **`GET .../wait` has no `timeout`**: it waits [`DEFAULT_WAIT`], or the maximum if that
 //!   is less.
 //! - **the execution is another principal's**: `404 EXECUTION_NOT_FOUND`, as for every
@@ -175,26 +179,25 @@ pub(crate) async fn wait(
     let instance = state
         .any()
         .ok_or_else(|| ApiError::not_found(id.as_str()))?;
+    let deadline = tokio::time::Instant::now() + timeout;
     let mut collector = Collector::new(id.clone());
-    let gather = async {
-        // What is stored so far: its last pause, if it is paused now, is the current one.
-        loop {
-            let page = instance
-                .control
-                .read_events(id, collector.cursor(), crate::events::PAGE)
-                .await?;
-            if page.is_empty() {
-                break;
-            }
-            page.iter().for_each(|event| collector.push(event));
+    // What is stored so far, read to its end whatever the timeout (it is there: reading it
+    // is not waiting): its last pause, if it is paused now, is the current one.
+    loop {
+        let page = instance
+            .control
+            .read_events(id, collector.cursor(), crate::events::PAGE)
+            .await?;
+        if page.is_empty() {
+            break;
         }
-        let outcome = collector.outcome();
-        if outcome.is_ended() || outcome.is_paused() {
-            return Ok::<_, ApiError>(());
-        }
-        // Then what comes: up to the end, or the next pause.
+        page.iter().for_each(|event| collector.push(event));
+    }
+    let settled = collector.outcome().is_ended() || collector.outcome().is_paused();
+    if !settled {
+        // Then what comes, until the deadline: up to the end, or the next pause.
         let mut events = event_source(state, id, collector.cursor().after())?;
-        while let Some(event) = events.next().await {
+        while let Ok(Some(event)) = tokio::time::timeout_at(deadline, events.next()).await {
             collector.push(&event);
             let entered = event.payload().implied_state().is_some();
             let outcome = collector.outcome();
@@ -202,10 +205,6 @@ pub(crate) async fn wait(
                 break;
             }
         }
-        Ok(())
-    };
-    if let Ok(gathered) = tokio::time::timeout(timeout, gather).await {
-        gathered?;
     }
     let outcome = collector.into_outcome();
     let status = if outcome.is_ended() {

@@ -151,6 +151,12 @@ async fn a_run_that_ends_in_time_answers_its_outcome() {
         .await;
     assert_eq!(status, 200);
     assert_eq!(again, waited);
+    // A wait of 0 reads what is stored, then waits no more.
+    let (status, stored) = server
+        .get(&format!("/v1/executions/{id}/wait?timeout=0"), ALICE)
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(stored, waited);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -447,4 +453,49 @@ async fn a_retry_that_waits_finds_the_execution_a_plain_start_made() {
     assert_eq!(again["outcome"]["executionId"], first["id"], "{again}");
     assert_eq!(again["status"], "ended");
     assert_eq!(again["outcome"]["text"], "once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_of_zero_answers_what_the_store_holds() {
+    // SQLite answers reads off the caller's task: a wait of 0 still reads what is stored.
+    let dir = std::env::temp_dir().join(format!("harness-wait-zero-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = harness_server::config::Config::from_toml(&format!(
+        r#"[store]
+kind = "sqlite"
+path = "{db}"
+
+[[tokens]]
+principal = "alice"
+sha256 = "{alice}"
+
+[scripted]
+"#,
+        db = dir.join("harness.db").display(),
+        alice = harness_server::auth::digest(ALICE),
+    ))
+    .unwrap();
+    let (server, _) = config.server(config.tokens().unwrap()).await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, server.router()).await });
+    let running = Running {
+        url,
+        http: reqwest::Client::new(),
+    };
+    // The bundled script pauses on an approval.
+    let body = json!({"adapter": "scripted", "message": "summarize my notes"});
+    let (status, _, paused) = running.start("?wait=4s", body).await;
+    assert_eq!(status, 201, "{paused}");
+    assert_eq!(paused["status"], "awaiting_action", "{paused}");
+    let id = paused["outcome"]["executionId"].as_str().unwrap();
+    for _ in 0..20 {
+        let (status, now) = running
+            .get(&format!("/v1/executions/{id}/wait?timeout=0"), ALICE)
+            .await;
+        assert_eq!(status, 200);
+        assert_eq!(now, paused);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
