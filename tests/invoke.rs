@@ -168,7 +168,6 @@ async fn a_paused_run_returns_its_pending_action_and_resume_finishes_it() {
     let service = service();
     // The quickstart asks to approve one `write_file` call.
     let invocation = service
-        .clone()
         .invoke(ExecutionRequest::new("summarize my notes"))
         .await
         .unwrap();
@@ -251,13 +250,11 @@ async fn an_idempotent_retry_gets_the_original_outcome() {
     let script = Script::builder().text("once").complete("ok").build();
     let key = "order-42".parse().unwrap();
     let first = service
-        .clone()
         .invoke(request(&script).with_idempotency_key(key))
         .await
         .unwrap();
     let key = "order-42".parse().unwrap();
     let again = service
-        .clone()
         .invoke(request(&script).with_idempotency_key(key))
         .await
         .unwrap();
@@ -311,7 +308,6 @@ async fn an_idempotent_retry_of_a_run_answered_since_waits_past_its_old_pause() 
     let service = service();
     let key: harness_core::id::IdempotencyKey = "notes-1".parse().unwrap();
     let first = service
-        .clone()
         .invoke(ExecutionRequest::new("summarize my notes").with_idempotency_key(key.clone()))
         .await
         .unwrap();

@@ -508,34 +508,39 @@ impl Invocation {
 }
 
 /// [`invoke`](Self::invoke) on any admission stack: a service of [`ExecutionRequest`]s
-/// answering [`ExecutionHandle`]s (an [`AdapterService`], or one with
-/// layers around it).
-pub trait InvokeExt: Service<ExecutionRequest, Response = ExecutionHandle> + Sized {
-    /// Starts `request` for its outcome ([`Delivery::Outcome`]) through this service, and
-    /// waits until it ends or pauses on an action (see the [module docs](self)).
+/// answering [`ExecutionHandle`]s (an [`AdapterService`], or one with layers around it).
+///
+/// It takes `&self` and calls a clone of the service, as [`ServiceExt::oneshot`] on a
+/// clone would (a clone starts unready, and is readied for this one request): the stack
+/// stays the caller's, for the next call.
+pub trait InvokeExt: Service<ExecutionRequest, Response = ExecutionHandle> + Clone {
+    /// Starts `request` for its outcome ([`Delivery::Outcome`]) through (a clone of) this
+    /// service, and waits until it ends or pauses on an action (see the
+    /// [module docs](self)).
     ///
     /// # Errors
     /// The service's refusal (nothing ran). A run that fails is not an error of this call:
     /// its outcome says how it failed.
     fn invoke(
-        self,
+        &self,
         request: ExecutionRequest,
     ) -> BoxFuture<'static, Result<Invocation, Self::Error>>;
 }
 
 impl<S> InvokeExt for S
 where
-    S: Service<ExecutionRequest, Response = ExecutionHandle> + Send + 'static,
+    S: Service<ExecutionRequest, Response = ExecutionHandle> + Clone + Send + 'static,
     S::Future: Send,
     S::Error: Send,
 {
     fn invoke(
-        self,
+        &self,
         mut request: ExecutionRequest,
     ) -> BoxFuture<'static, Result<Invocation, Self::Error>> {
         request.delivery = Delivery::Outcome;
+        let service = self.clone();
         Box::pin(async move {
-            let handle = self.oneshot(request).await?;
+            let handle = service.oneshot(request).await?;
             Ok(Invocation::collect(handle).await)
         })
     }
@@ -550,6 +555,6 @@ impl<A: HarnessAdapter> AdapterService<A> {
     /// # Errors
     /// As [`start`](Self::start): nothing ran. A run that fails is an outcome, not an error.
     pub async fn invoke(&self, request: ExecutionRequest) -> Result<Invocation, HarnessError> {
-        InvokeExt::invoke(self.clone(), request).await
+        InvokeExt::invoke(self, request).await
     }
 }
