@@ -411,6 +411,7 @@ impl WorkerRuntime {
                 prompt: context.prompt.clone(),
                 tools,
                 limits: context.limits,
+                delivery: context.delivery,
                 thread_state: context.thread_state.is_some(),
                 heartbeat_ms: u64::try_from(options.heartbeat.as_millis()).unwrap_or(u64::MAX),
                 settings,

@@ -26,7 +26,8 @@
 //! worker answers `ready` `{protocol: 1, result: {ok: null} | {err: <error>}}`. The
 //! `context` is the runtime's narrowed construction context: adapter id, execution id, the
 //! validated options and model, the session binding (if any), the prompt, the granted
-//! tools (each a descriptor and whether its calls need approval), the run limits, whether
+//! tools (each a descriptor and whether its calls need approval), the run limits, the
+//! delivery the caller asked for, whether
 //! it gets thread state, the heartbeat interval, and the adapter's own `settings` (the
 //! operator's configuration of the instance). A worker that speaks another version answers
 //! `ready` with an error and ends.

@@ -518,6 +518,7 @@ async fn build(
             limits: context.limits,
             thread_state,
             cancellation,
+            delivery: context.delivery,
         })
         .await?;
     let heartbeat = Duration::from_millis(context.heartbeat_ms.clamp(10, 60_000));

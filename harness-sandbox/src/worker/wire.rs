@@ -298,6 +298,10 @@ pub(crate) struct WireContext {
     pub(crate) prompt: Option<String>,
     pub(crate) tools: Vec<WireTool>,
     pub(crate) limits: RunLimits,
+    /// How the caller takes the output (a hosted runtime may ask its provider for whole
+    /// responses).
+    #[serde(default)]
+    pub(crate) delivery: harness_core::adapter::Delivery,
     /// Whether the runtime gets thread state (of `binding`, through the control plane).
     pub(crate) thread_state: bool,
     /// How often the worker sends `heartbeat`.
