@@ -407,6 +407,7 @@ impl WorkerRuntime {
                 execution_id: context.execution_id.clone(),
                 options: context.config.options.clone(),
                 model: context.config.model.clone(),
+                conversation: context.config.conversation.as_ref().map(|c| c.id().clone()),
                 binding: context.binding.clone(),
                 prompt: context.prompt.clone(),
                 tools,

@@ -25,7 +25,7 @@
 //! **Handshake.** The control plane's first frame is `start` `{protocol: 1, context}`; the
 //! worker answers `ready` `{protocol: 1, result: {ok: null} | {err: <error>}}`. The
 //! `context` is the runtime's narrowed construction context: adapter id, execution id, the
-//! validated options and model, the session binding (if any), the prompt, the granted
+//! validated options and model, the conversation's id, the session binding (if any), the prompt, the granted
 //! tools (each a descriptor and whether its calls need approval), the run limits, the
 //! delivery the caller asked for, whether
 //! it gets thread state, the heartbeat interval, and the adapter's own `settings` (the
@@ -98,8 +98,10 @@
 //!   payloads, action requests and responses, public errors, tool outcomes), already
 //!   specified and schema'd as JSON; a frame costs one serialization each way.
 //! - A worker hosts one runtime (one execution): its process, and its sandbox, are the
-//!   execution's. It sees no conversation key (`config.conversation` is `None`): what lasts
-//!   across turns is in the thread state.
+//!   execution's. It sees the conversation's id but not its caller (its
+//!   `config.conversation` is the id in the anonymous scope): within one runtime the id
+//!   is key enough, what lasts across turns is in the thread state of the caller's
+//!   binding, and the caller stays in the control plane.
 //! - The worker's thread state handle cannot clear its session (`session.clear` is the
 //!   control plane's).
 //! - Backpressure: each segment buffers 256 items for its reader; beyond that the control

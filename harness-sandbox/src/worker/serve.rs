@@ -20,7 +20,8 @@ use harness_core::event::EventPayload;
 use harness_core::file::{FileHandle, FileSource, ValidatedInputFile};
 use harness_core::manifest::ContractVersion;
 use harness_core::session::{
-    ScopedThreadState, SessionBinding, StateEntry, StateError, StateKey, ThreadStateStore, Version,
+    Conversation, ScopedThreadState, SessionBinding, StateEntry, StateError, StateKey,
+    ThreadStateStore, Version,
 };
 use harness_core::tool::{PortableTool, ToolCallContext, ToolDescriptor, ToolHandle, ToolOutcome};
 use serde_json::Value;
@@ -510,7 +511,7 @@ async fn build(
             config: AgentConfig {
                 options: context.options,
                 model: context.model,
-                conversation: None,
+                conversation: context.conversation.map(Conversation::anonymous),
             },
             binding: context.binding,
             prompt: context.prompt,

@@ -294,6 +294,9 @@ pub(crate) struct WireContext {
     pub(crate) execution_id: ExecutionId,
     pub(crate) options: Value,
     pub(crate) model: Option<String>,
+    /// The conversation's id, without its caller (the worker hosts one runtime: the id is
+    /// enough to key what it keeps, and the caller stays in the control plane).
+    pub(crate) conversation: Option<ConversationId>,
     pub(crate) binding: Option<SessionBinding>,
     pub(crate) prompt: Option<String>,
     pub(crate) tools: Vec<WireTool>,

@@ -21,6 +21,8 @@ pub struct AcpKnobs {
     workspace: std::path::PathBuf,
     /// Every agent runs in this sandbox, when set; `escape` is offered then only.
     sandbox: Option<Sandbox>,
+    /// With its ACP client hosted by `acp-sandbox-worker` in the sandbox.
+    hosted: bool,
 }
 
 /// The test agent's modes the knobs offer, by agent name (the same).
@@ -50,6 +52,7 @@ impl AcpKnobs {
             conversations: super::workspace(&super::marker("conformance-conversations")),
             workspace: super::workspace(&super::marker("conformance")),
             sandbox: None,
+            hosted: false,
         }
     }
 
@@ -65,9 +68,21 @@ impl AcpKnobs {
         }
     }
 
+    /// As [`sandboxed`](Self::sandboxed), each agent's ACP client hosted by a worker in the
+    /// sandbox with it (the Sandbox Worker Protocol v1).
+    pub fn hosted() -> Self {
+        Self {
+            hosted: true,
+            ..Self::sandboxed()
+        }
+    }
+
     fn agent(&self, mode: &str, workspace: &std::path::Path) -> AcpAgent {
         let agent = agent(mode, workspace);
         match &self.sandbox {
+            Some(sandbox) if self.hosted => agent
+                .in_sandbox(sandbox.clone())
+                .hosted_by_worker(env!("CARGO_BIN_EXE_acp-sandbox-worker")),
             Some(sandbox) => agent.in_sandbox(sandbox.clone()),
             None => agent,
         }
