@@ -669,6 +669,21 @@ impl HarnessRuntime for SpiedRuntime {
         self.spy.record("cleanup", &self.execution);
         self.inner.cleanup()
     }
+
+    fn restore(
+        &self,
+        restored: harness_core::adapter::Restored,
+    ) -> BoxFuture<'_, Result<(), HarnessError>> {
+        self.inner.restore(restored)
+    }
+
+    fn restorable(&self) -> bool {
+        self.inner.restorable()
+    }
+
+    fn lost(&self) -> BoxFuture<'_, ()> {
+        self.inner.lost()
+    }
 }
 
 /// Runs `request` through the trace layer over the spied adapter, to its end, and waits

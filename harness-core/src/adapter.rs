@@ -342,6 +342,18 @@ pub trait HarnessRuntime: Send + Sync + 'static {
         })
     }
 
+    /// Whether a fresh runtime could take over this runtime's current pause
+    /// ([`restore`](Self::restore)) from durable state, should this one be let go now. The
+    /// service's pool of paused runtimes asks it before it evicts one (see
+    /// [`service::pool`](crate::service::pool)), only for an adapter whose descriptor declares
+    /// `runtime.eviction_recovery` usable; a runtime that answers `false` stays alive until
+    /// its answer (out of the pool). By default `true`: such an adapter restores any pause.
+    /// A runtime whose pause lives in the conversation's thread state answers `false` for an
+    /// execution without a conversation.
+    fn restorable(&self) -> bool {
+        true
+    }
+
     /// Completes when the provider is gone for good (its process exited, its connection
     /// closed), so that an execution awaiting an action does not wait for an answer that
     /// nothing could continue from; by default, never. The driver waits on it only while the

@@ -258,6 +258,15 @@ impl Stats {
             process or replica reads it back from the thread state",
     ),
     capability(
+        "runtime.eviction_recovery",
+        native,
+        explanation = "a runtime paused on a `form` or `approval` step may be evicted by the \
+            service's pool of idle runtimes: the answer restores the pause on a fresh runtime \
+            from the execution's log (scripts are linear) and its earlier answers, as for a \
+            takeover by another replica",
+        constraints(when = "paused on an action"),
+    ),
+    capability(
         "interrupt.form_input",
         native,
         explanation = "`form` steps pause for typed form input; submitted values fill \

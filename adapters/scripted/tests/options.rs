@@ -148,6 +148,7 @@ fn the_descriptor_declares_exactly_what_the_adapter_delivers() {
             CapabilityKey::RuntimeRestart,
             CapabilityKey::RuntimeBoundedCleanup,
             CapabilityKey::RuntimeLeaseFencing,
+            CapabilityKey::RuntimeEvictionRecovery,
         ]
     );
     for (key, capability) in declared {

@@ -16,6 +16,10 @@ pub struct ServiceConfig {
     /// durable service holds at most two memory windows of each live execution
     /// ([`AdapterServiceBuilder::memory_window`](super::AdapterServiceBuilder::memory_window)).
     pub max_events: usize,
+    /// How many runtimes of executions paused on an action stay alive, and for how long
+    /// (see [`pool`](super::pool)): evicted ones are restored from durable state when the
+    /// answer comes.
+    pub runtime_pool: super::pool::RuntimePoolConfig,
 }
 
 /// The default [`ServiceConfig::max_events`]: a million events, about 110 MB of log.
@@ -27,6 +31,7 @@ impl Default for ServiceConfig {
             cancel_grace: Duration::from_secs(5),
             cleanup_deadline: Duration::from_secs(10),
             max_events: DEFAULT_MAX_EVENTS,
+            runtime_pool: super::pool::RuntimePoolConfig::default(),
         }
     }
 }

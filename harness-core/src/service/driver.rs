@@ -76,6 +76,10 @@ pub(super) struct Driver {
     pub(super) budget: Budget,
     /// The service's store, when it is durable.
     pub(super) durable: Option<super::persist::Durable>,
+    /// The service's pool of paused runtimes, when the adapter's may be evicted.
+    pub(super) pool: Option<Arc<super::pool::Pool>>,
+    /// The answers accepted so far, in order: what a runtime restoring a later pause gets.
+    pub(super) answers: Vec<ActionResponse>,
 }
 
 /// Records `response` as the answer to the pending action in the store, when it is a valid
@@ -687,15 +691,26 @@ impl Driver {
             return Err(Unanswered::Cancel(self.abandon(awaiting)));
         }
         let cell = self.execution.current();
-        let id = self.shared.id.clone();
-        let lost = async move {
-            match cell {
-                Some(cell) => cell.lost(&id).await,
-                None => std::future::pending().await,
-            }
+        // A paused runtime takes a place in the pool, which may evict it while it waits.
+        let mut idle = match (&self.pool, &cell) {
+            (Some(pool), Some(_)) => Some(pool.enter()),
+            _ => None,
         };
-        tokio::pin!(lost);
+        let id = self.shared.id.clone();
+        let mut lost: Pin<Box<dyn std::future::Future<Output = ()> + Send>> =
+            Box::pin(async move {
+                match cell {
+                    Some(cell) => cell.lost(&id).await,
+                    None => std::future::pending().await,
+                }
+            });
         loop {
+            let evicted = async {
+                match idle.as_mut() {
+                    Some(idle) => idle.evicted().await,
+                    None => std::future::pending().await,
+                }
+            };
             let command = tokio::select! {
                 biased;
                 stop = stop(&shared, clock) => {
@@ -714,6 +729,14 @@ impl Driver {
                 }
                 () = &mut lost => {
                     return Err(Unanswered::Withdrawn(awaiting.withdraw(), provider_lost()));
+                }
+                () = evicted => {
+                    idle = None;
+                    if self.evict(awaiting.pending_request().clone()).await {
+                        // The runtime is gone: its provider's loss means nothing any more.
+                        lost = Box::pin(std::future::pending());
+                    }
+                    continue;
                 }
                 command = next_command(&shared, self.listening) => command,
             };
@@ -743,8 +766,10 @@ impl Driver {
                 let _ = reply.send(Err(err));
                 continue;
             }
+            let kept = response.clone();
             match awaiting.answer(response) {
                 Ok((running, validated)) => {
+                    self.answers.push(kept);
                     self.shared.snapshot().resolved.insert(id);
                     let _ = reply.send(Ok(()));
                     return Ok((running, ResumeDecision::new(validated)));
@@ -755,6 +780,32 @@ impl Driver {
                 }
             }
         }
+    }
+
+    /// Lets the paused runtime go (the pool evicted it): cleaned up now, bounded by the
+    /// cleanup deadline; the answer restores the pause on a fresh one.
+    ///
+    /// A runtime that says it could not be restored now
+    /// ([`HarnessRuntime::restorable`](crate::adapter::HarnessRuntime::restorable)) is
+    /// kept, out of the pool. Returns whether the runtime went.
+    async fn evict(&self, pending: ActionRequest) -> bool {
+        let restorable = self.execution.current().is_some_and(|cell| {
+            std::panic::catch_unwind(AssertUnwindSafe(|| cell.restorable())).unwrap_or(false)
+        });
+        if !restorable {
+            tracing::debug!(execution = %self.shared.id, "paused runtime kept: it cannot be restored");
+            return false;
+        }
+        let Some(cell) = self.execution.evict(pending, self.answers.clone()) else {
+            return false;
+        };
+        if let Some(pool) = &self.pool {
+            pool.evicted_one();
+        }
+        tracing::debug!(execution = %self.shared.id, "paused runtime evicted from the pool");
+        cell.cleanup(self.config.cleanup_deadline, &self.shared.id)
+            .await;
+        true
     }
 
     /// Cancels an execution nobody can answer any more (every handle dropped).

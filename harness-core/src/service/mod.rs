@@ -165,6 +165,7 @@ mod files;
 mod handle;
 pub mod invoke;
 mod persist;
+pub mod pool;
 
 use std::fmt;
 use std::sync::Arc;
@@ -192,6 +193,7 @@ use self::driver::Driver;
 use self::handle::{Holders, Shared};
 use self::persist::Durable;
 pub use self::persist::Recovery;
+pub use self::pool::{RuntimePoolConfig, RuntimePoolStats};
 use self::segment::{ExecutionRuntime, catch};
 use crate::adapter::{
     AgentConfig, DeploymentContext, HarnessAdapter, Restored, RunLimits, RuntimeContext, TurnInput,
@@ -409,6 +411,8 @@ struct ServiceInner<A> {
     thread_state: Arc<dyn ThreadStateStore>,
     tools: Option<Arc<crate::tool::ToolSet>>,
     files: files::FileSettings,
+    /// The pool of paused runtimes; `None` when the adapter cannot restore an evicted one.
+    pool: Option<Arc<pool::Pool>>,
 }
 
 /// The default [`AdapterServiceBuilder::memory_window`] of a durable service: the stored
@@ -744,7 +748,6 @@ impl<A: HarnessAdapter, L> AdapterServiceBuilder<A, L> {
             .highest_common_version(&deployment.contract_versions);
         AdapterService {
             inner: Arc::new(ServiceInner {
-                adapter,
                 config: self.config,
                 deployment,
                 contract_version,
@@ -756,6 +759,9 @@ impl<A: HarnessAdapter, L> AdapterServiceBuilder<A, L> {
                     .unwrap_or_else(|| Arc::new(InMemoryThreadStateStore::new())),
                 tools: self.tools,
                 files: self.files,
+                pool: pool::evictable(adapter.descriptor())
+                    .then(|| Arc::new(pool::Pool::new(self.config.runtime_pool))),
+                adapter,
             }),
         }
     }
@@ -813,6 +819,14 @@ impl<A: HarnessAdapter> AdapterService<A> {
     #[must_use]
     pub fn contract_version(&self) -> Option<ContractVersion> {
         self.inner.contract_version
+    }
+
+    /// What the service's pool of paused runtimes holds and has evicted (see [`pool`]);
+    /// `None` for an adapter whose paused runtimes are never evicted (it does not declare
+    /// `runtime.eviction_recovery` usable).
+    #[must_use]
+    pub fn runtime_pool(&self) -> Option<RuntimePoolStats> {
+        self.inner.pool.as_ref().map(|pool| pool.stats())
     }
 
     /// The tools offered to the service's executions ([`AdapterServiceBuilder::tools`]), if
@@ -1099,6 +1113,11 @@ impl<A: HarnessAdapter> AdapterService<A> {
             .and_then(|r| r.log.first())
             .map_or_else(Timestamp::now, |first| first.time());
         let mut budget = budget::Budget::new(limits, inner.config.max_events, accepted);
+        // The answers before a pause, for a runtime that restores it.
+        let answers = restored
+            .as_ref()
+            .map(|r| r.answers.clone())
+            .unwrap_or_default();
         if let Some(restored) = restored {
             budget.replay(&restored.log);
             execution = execution.with_restored(restored);
@@ -1116,6 +1135,8 @@ impl<A: HarnessAdapter> AdapterService<A> {
             content: Vec::new(),
             budget,
             durable: inner.durable.clone(),
+            pool: inner.pool.clone(),
+            answers,
         }
     }
 

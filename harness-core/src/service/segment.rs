@@ -313,14 +313,27 @@ pub(crate) struct ExecutionRuntime {
     extensions: Extensions,
     cleanup_deadline: Duration,
     slot: Mutex<Slot>,
-    /// Set for an execution taken over while paused: the first resume creates a runtime
-    /// and restores the pause on it.
-    restored: Option<Restored>,
+    /// Set for an execution taken over while paused, or whose paused runtime the pool
+    /// evicted: the next resume creates a runtime and restores the pause on it.
+    restore: Mutex<Option<RestoreFrom>>,
     /// The service's tools and the request's selection of them, when the service has tools.
     tools: Option<(Arc<ToolSet>, Option<Vec<ToolId>>)>,
     /// The tools resolved for this execution (once: every runtime of the execution gets the
     /// same handles), and what was unavailable, until the first turn reports it.
     resolved: tokio::sync::Mutex<Option<Resolved>>,
+}
+
+/// Where the pause a fresh runtime takes over comes from.
+enum RestoreFrom {
+    /// What the store kept, read when the execution was taken over from another replica.
+    Stored(Restored),
+    /// The runtime that paused was evicted by the pool: the log is read back when the
+    /// answer comes (from memory, or from the store past the memory window), so that an
+    /// evicted execution holds no copy of it meanwhile.
+    Evicted {
+        pending: crate::action::ActionRequest,
+        answers: Vec<crate::action::ActionResponse>,
+    },
 }
 
 /// The tools of one execution, once resolved.
@@ -360,7 +373,7 @@ impl ExecutionRuntime {
                 cell: None,
                 attempt: 0,
             }),
-            restored: None,
+            restore: Mutex::new(None),
             tools: None,
             resolved: tokio::sync::Mutex::new(None),
         }
@@ -418,9 +431,60 @@ impl ExecutionRuntime {
     }
 
     /// For an execution taken over while paused on `restored.pending`.
-    pub(super) fn with_restored(mut self, restored: Restored) -> Self {
-        self.restored = Some(restored);
+    pub(super) fn with_restored(self, restored: Restored) -> Self {
+        *lock(&self.restore) = Some(RestoreFrom::Stored(restored));
         self
+    }
+
+    /// Lets the paused runtime go (the pool evicted it): the next resume restores the
+    /// pause on `pending` on a fresh runtime, with `answers` (those before it, in order).
+    /// Returns the runtime, for the driver to clean up.
+    pub(super) fn evict(
+        &self,
+        pending: crate::action::ActionRequest,
+        answers: Vec<crate::action::ActionResponse>,
+    ) -> Option<Arc<RuntimeCell>> {
+        let cell = self.slot().cell.take()?;
+        *lock(&self.restore) = Some(RestoreFrom::Evicted { pending, answers });
+        Some(cell)
+    }
+
+    /// What a fresh runtime restores, once: the stored pause, or the evicted one with the
+    /// log read back up to its `action.requested`.
+    async fn take_restore(&self) -> Option<Result<Restored, HarnessError>> {
+        let from = lock(&self.restore).take()?;
+        Some(match from {
+            RestoreFrom::Stored(restored) => Ok(restored),
+            RestoreFrom::Evicted { pending, answers } => {
+                use futures_util::StreamExt;
+                let mut log = Vec::new();
+                let mut events = self.shared.reader.subscribe(crate::id::Cursor::START);
+                let mut found = false;
+                while let Some(event) = events.next().await {
+                    let asked = matches!(
+                        event.payload(),
+                        crate::event::EventPayload::ActionRequested(request) if request.id == pending.id
+                    );
+                    log.push(event);
+                    if asked {
+                        found = true;
+                        break;
+                    }
+                }
+                if found {
+                    Ok(Restored::new(self.turn.clone(), pending, log, answers))
+                } else {
+                    Err(HarnessError::new(
+                        ErrorCategory::Internal,
+                        "the paused execution's log could not be read back to restore it",
+                    )
+                    .with_diagnostic(format!(
+                        "the log ended before the action.requested of {}",
+                        pending.id
+                    )))
+                }
+            }
+        })
     }
 
     fn slot(&self) -> MutexGuard<'_, Slot> {
@@ -479,6 +543,12 @@ impl RuntimeCell {
         if tokio::time::timeout(grace, hook).await.is_err() {
             tracing::warn!(execution = %id, ?grace, "runtime cancel hook exceeded its grace period");
         }
+    }
+
+    /// Whether a fresh runtime could take this one's pause over
+    /// ([`HarnessRuntime::restorable`]).
+    pub(super) fn restorable(&self) -> bool {
+        self.runtime.restorable()
     }
 
     /// Completes when the runtime reports its provider lost
@@ -561,12 +631,18 @@ impl<A: HarnessAdapter> tower::Service<Segment> for RuntimeService<A> {
                     Ok(AdapterStream::open(&cell.runtime, move |rt| rt.stream(turn)).after(first))
                 }
                 Work::Resume(decision) => {
-                    let cell = match (execution.current(), &execution.restored) {
+                    let current = execution.current();
+                    let restore = match current {
+                        Some(_) => None,
+                        None => execution.take_restore().await,
+                    };
+                    let cell = match (current, restore) {
                         (Some(cell), _) => cell,
-                        // Taken over while paused: a fresh runtime takes the pause over.
+                        // Taken over while paused, or evicted: a fresh runtime takes the
+                        // pause over.
                         (None, Some(restored)) => {
+                            let restored = restored?;
                             let cell = execution.runtime_for(attempt, &*adapter).await?;
-                            let restored = restored.clone();
                             catch(async { cell.runtime.restore(restored).await }).await??;
                             cell
                         }
@@ -691,6 +767,10 @@ pub(super) fn panic_error(what: &str, payload: &(dyn Any + Send)) -> HarnessErro
     HarnessError::new(ErrorCategory::Internal, "the adapter failed unexpectedly")
         .with_code(ErrorCode::ADAPTER_PANICKED)
         .with_diagnostic(format!("adapter panicked in {what}: {text}"))
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Runs an adapter future, turning a panic into an `ADAPTER_PANICKED` error.
