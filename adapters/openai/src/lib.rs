@@ -12,7 +12,9 @@ pub use config::{
     Api, DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_IDLE_TIMEOUT_MS, DEFAULT_MAX_HISTORY_BYTES,
     DEFAULT_MAX_TOOL_ROUNDS, Endpoint, MAX_TOOL_ROUNDS, OpenAiOptions,
 };
-pub use runtime::{ADAPTER_ID, DEFAULT_ENDPOINT, HISTORY_KEY, OpenAiAdapter, descriptor};
+pub use runtime::{
+    ADAPTER_ID, DEFAULT_ENDPOINT, HISTORY_KEY, OpenAiAdapter, PAUSED_KEY, descriptor,
+};
 pub use wire::{MAX_ARGUMENT_BYTES, MAX_CALLS, MAX_TEXT_BYTES};
 
 /// Decodes `stream` (the body of a model's response) as the runtime does, fed in chunks of

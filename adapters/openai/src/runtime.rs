@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -13,7 +14,8 @@ use futures_util::{Stream, StreamExt};
 use harness_core::action::{ActionRequest, ApprovalRequest};
 use harness_core::adapter::{
     AdapterEvent, AgentConfig, BoxFuture, BoxStream, CancelResult, Delivery, DeploymentContext,
-    EventResult, HarnessAdapter, HarnessRuntime, ResumeDecision, RunLimits, RuntimeContext,
+    EventResult, HarnessAdapter, HarnessRuntime, Restored, ResumeDecision, RunLimits,
+    RuntimeContext,
     RuntimeIdentity, RuntimeInit, TurnInput,
 };
 use harness_core::capability::CapabilityReport;
@@ -48,6 +50,10 @@ pub const ADAPTER_ID: &str = "openai";
 pub const DEFAULT_ENDPOINT: &str = "default";
 /// Where a conversation's history lives in its thread state.
 pub const HISTORY_KEY: &str = "openai/history";
+/// Where a conversation's turn paused on an approval keeps what a fresh runtime needs to
+/// take the pause over (its transcript so far and the round's calls): one record per
+/// conversation, the latest pause's.
+pub const PAUSED_KEY: &str = "openai/paused";
 /// The most bytes of an error response's body that are read.
 const ERROR_BODY_BYTES: usize = 64 * 1024;
 /// The most bytes of a whole (non-streaming) response that are read: past it, the round
@@ -140,6 +146,16 @@ const AHEAD: usize = 64;
         native,
         explanation = "the history is read back from the thread state by any runtime, process or \
             replica",
+    ),
+    capability(
+        "runtime.eviction_recovery",
+        native,
+        explanation = "a turn paused on an approval keeps its transcript and the round's calls \
+            in the conversation's thread state (key openai/paused): a runtime evicted by the \
+            service's pool of idle runtimes is restored from it on a fresh runtime when the \
+            answer comes; a pause of an execution without a conversation has nowhere to be \
+            kept, so its runtime stays alive until answered",
+        constraints(requires = "a conversation id"),
     ),
     capability(
         "thread.durable_commit",
@@ -408,6 +424,7 @@ impl HarnessAdapter for OpenAiAdapter {
                     cancellation: context.cancellation.child_token(),
                     turn: tokio::sync::Mutex::new(Turn::default()),
                     pending: Mutex::new(None),
+                    kept: AtomicBool::new(false),
                 }) as Box<dyn HarnessRuntime>
             });
         Box::pin(async move { result })
@@ -468,6 +485,45 @@ struct Awaiting {
     results: Vec<Option<String>>,
 }
 
+/// A turn paused on an approval, as the thread state keeps it ([`PAUSED_KEY`]).
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PausedTurn {
+    /// The format's version (1).
+    version: u32,
+    /// The execution that paused, and the action it awaits: a restore checks both.
+    execution: String,
+    action: String,
+    transcript: Vec<Item>,
+    history_version: Option<Version>,
+    rounds: u32,
+    tool_calls: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    trace: Option<TraceContext>,
+    calls: Vec<PausedCall>,
+    results: Vec<Option<String>>,
+}
+
+/// One call of the paused round: its tool by id (handles are found again by id).
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PausedCall {
+    call_id: ToolCallId,
+    provider: Call,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tool: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    arguments: Option<Value>,
+    /// `run`, `approve` or `refused`.
+    plan: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    message: Option<String>,
+}
+
+fn paused_key() -> StateKey {
+    PAUSED_KEY.parse().expect("a valid state key")
+}
+
 /// The state of the turn in progress.
 #[derive(Debug, Default)]
 struct Turn {
@@ -505,6 +561,9 @@ struct OpenAiRuntime {
     cancellation: CancellationToken,
     turn: tokio::sync::Mutex<Turn>,
     pending: Mutex<Option<ActionRequest>>,
+    /// Whether the current pause is kept in the thread state (a fresh runtime could take
+    /// it over).
+    kept: AtomicBool,
 }
 
 impl fmt::Debug for OpenAiRuntime {
@@ -596,6 +655,7 @@ impl OpenAiRuntime {
             ));
         };
         *lock(&self.pending) = None;
+        self.forget_pause().await;
         let Awaiting { calls, mut results } = awaiting;
         for (planned, result) in calls.iter().zip(results.iter_mut()) {
             let Plan::Approve { handle, .. } = &planned.plan else {
@@ -742,6 +802,7 @@ impl OpenAiRuntime {
                     calls: planned,
                     results,
                 });
+                self.keep_pause(state, &request).await;
                 return Ok(AdapterEvent::Action(request));
             }
             push_results(&mut state.transcript, &planned, results);
@@ -1044,6 +1105,148 @@ impl OpenAiRuntime {
         body
     }
 
+    /// Keeps the paused turn in the conversation's thread state, for a fresh runtime to take
+    /// over ([`HarnessRuntime::restore`]) if this one is evicted. Without a conversation, or
+    /// when the write fails, the pause is not kept: this runtime then says it cannot be
+    /// restored, and the service keeps it alive.
+    async fn keep_pause(&self, state: &Turn, request: &ActionRequest) {
+        self.kept.store(false, Ordering::SeqCst);
+        let (Some(thread), Some(awaiting)) = (&self.thread_state, &state.awaiting) else {
+            return;
+        };
+        let calls = awaiting
+            .calls
+            .iter()
+            .map(|p| {
+                let (plan, tool, arguments, message) = match &p.plan {
+                    Plan::Run { handle, arguments } => (
+                        "run",
+                        Some(self.tools[*handle].id().to_string()),
+                        Some(arguments.clone()),
+                        None,
+                    ),
+                    Plan::Approve { handle, arguments } => (
+                        "approve",
+                        Some(self.tools[*handle].id().to_string()),
+                        Some(arguments.clone()),
+                        None,
+                    ),
+                    Plan::Refused { message } => ("refused", None, None, Some(message.clone())),
+                };
+                PausedCall {
+                    call_id: p.call_id.clone(),
+                    provider: p.provider.clone(),
+                    tool,
+                    arguments,
+                    plan: plan.to_owned(),
+                    message,
+                }
+            })
+            .collect();
+        let paused = PausedTurn {
+            version: 1,
+            execution: self.execution_id.to_string(),
+            action: request.id.to_string(),
+            transcript: state.transcript.clone(),
+            history_version: state.history_version,
+            rounds: state.rounds,
+            tool_calls: state.tool_calls,
+            trace: state.trace.clone(),
+            calls,
+            results: awaiting.results.clone(),
+        };
+        let kept = async {
+            let current = thread.get(&paused_key()).await?.map(|v| v.version);
+            thread.put_json(&paused_key(), &paused, current).await
+        };
+        match kept.await {
+            Ok(_) => self.kept.store(true, Ordering::SeqCst),
+            Err(e) => {
+                tracing::warn!(error = %e, "the paused turn could not be kept in the thread state; its runtime stays alive");
+            }
+        }
+    }
+
+    /// Forgets the kept pause once it is answered (best effort: a record left behind is
+    /// the conversation's one, overwritten by its next pause, and a restore checks whose
+    /// it is).
+    async fn forget_pause(&self) {
+        if !self.kept.swap(false, Ordering::SeqCst) {
+            return;
+        }
+        let Some(thread) = &self.thread_state else {
+            return;
+        };
+        if let Ok(Some(kept)) = thread.get(&paused_key()).await {
+            let _ = thread.delete(&paused_key(), kept.version).await;
+        }
+    }
+
+    /// Takes over the pause `restored` describes from the thread state.
+    async fn take_over(&self, restored: Restored) -> Result<(), HarnessError> {
+        let lost = |why: &str| {
+            HarnessError::new(
+                ErrorCategory::Persistence,
+                "the paused turn could not be restored from the conversation's state",
+            )
+            .with_diagnostic(why.to_owned())
+        };
+        let Some(thread) = &self.thread_state else {
+            return Err(lost("the execution has no conversation: nothing was kept"));
+        };
+        let Some((paused, _)) = thread.get_json::<PausedTurn>(&paused_key()).await? else {
+            return Err(lost("no paused turn is kept for the conversation"));
+        };
+        if paused.execution != self.execution_id.as_str()
+            || paused.action != restored.pending.id.as_str()
+        {
+            return Err(lost(
+                "the kept paused turn is another execution's or another action's (a later \
+                 turn of the conversation paused since)",
+            ));
+        }
+        let handle_of = |tool: Option<&String>| {
+            tool.and_then(|t| self.tools.iter().position(|h| h.id().as_str() == t))
+                .ok_or_else(|| lost("a paused call's tool is not among the execution's tools"))
+        };
+        let mut calls = Vec::with_capacity(paused.calls.len());
+        for call in paused.calls {
+            let plan = match call.plan.as_str() {
+                "run" => Plan::Run {
+                    handle: handle_of(call.tool.as_ref())?,
+                    arguments: call.arguments.unwrap_or(Value::Null),
+                },
+                "approve" => Plan::Approve {
+                    handle: handle_of(call.tool.as_ref())?,
+                    arguments: call.arguments.unwrap_or(Value::Null),
+                },
+                "refused" => Plan::Refused {
+                    message: call.message.unwrap_or_default(),
+                },
+                other => return Err(lost(&format!("unknown plan `{other}`"))),
+            };
+            calls.push(Planned {
+                call_id: call.call_id,
+                provider: call.provider,
+                plan,
+            });
+        }
+        *self.turn.lock().await = Turn {
+            transcript: paused.transcript,
+            history_version: paused.history_version,
+            rounds: paused.rounds,
+            tool_calls: paused.tool_calls,
+            trace: paused.trace,
+            awaiting: Some(Awaiting {
+                calls,
+                results: paused.results,
+            }),
+        };
+        *lock(&self.pending) = Some(restored.pending);
+        self.kept.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+
     /// Commits the conversation's history (bounded): once per successful turn.
     async fn commit(&self, state: &mut Turn) -> Result<(), HarnessError> {
         let Some(thread) = &self.thread_state else {
@@ -1201,6 +1404,15 @@ impl HarnessRuntime for OpenAiRuntime {
         *lock(&self.pending) = None;
         *lock(&self.client) = None;
         Box::pin(async {})
+    }
+
+    fn restorable(&self) -> bool {
+        self.kept.load(Ordering::SeqCst)
+    }
+
+    /// Takes over a pause kept in the conversation's thread state (see [`PAUSED_KEY`]).
+    fn restore(&self, restored: Restored) -> BoxFuture<'_, Result<(), HarnessError>> {
+        Box::pin(self.take_over(restored))
     }
 }
 
