@@ -95,6 +95,9 @@ pub struct Config {
     /// The operator's sandbox profiles, which agents name (`sandbox = "<name>"`).
     #[serde(default)]
     pub sandbox: Option<SandboxConfig>,
+    /// How many paused runtimes each adapter instance keeps alive.
+    #[serde(default)]
+    pub runtimes: RuntimesConfig,
     /// The directory of the file read, against which relative paths were resolved.
     #[serde(skip)]
     base: Option<PathBuf>,
@@ -123,6 +126,23 @@ pub struct ConnectionsConfig {
     /// Connections open at once from one IP address.
     #[serde(default)]
     pub max_per_peer: Option<usize>,
+}
+
+/// `[runtimes]`: the pool of paused runtimes of each adapter instance (see
+/// [`harness_core::service::pool`]); each left out keeps its default.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct RuntimesConfig {
+    /// The most runtimes of executions awaiting an answer kept alive per instance
+    /// ([`DEFAULT_MAX_IDLE_RUNTIMES`](harness_core::service::pool::DEFAULT_MAX_IDLE_RUNTIMES));
+    /// one more evicts the one paused longest. 0 evicts every paused runtime at once.
+    #[serde(default)]
+    pub max_idle: Option<usize>,
+    /// Seconds a paused runtime is kept alive
+    /// ([`DEFAULT_IDLE_TIMEOUT`](harness_core::service::pool::DEFAULT_IDLE_TIMEOUT)).
+    #[serde(default)]
+    pub idle_timeout_secs: Option<f64>,
 }
 
 /// `[store]`.
@@ -656,6 +676,42 @@ impl Config {
             )?))
     }
 
+    /// The adapter services' configuration: `[runtimes]` over the defaults.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let config = harness_server::config::Config::from_toml(
+    ///     "[runtimes]\nmax_idle = 32\nidle_timeout_secs = 90",
+    /// ).unwrap();
+    /// let pool = config.service_config().unwrap().runtime_pool;
+    /// assert_eq!((pool.max_idle, pool.idle_timeout), (32, Duration::from_secs(90)));
+    /// let bad = harness_server::config::Config::from_toml("[runtimes]\nidle_timeout_secs = 0").unwrap();
+    /// assert!(bad.service_config().unwrap_err().to_string().contains("`runtimes.idle_timeout_secs`"));
+    /// ```
+    ///
+    /// # Errors
+    /// An idle timeout that is not a positive number of seconds (at most a week).
+    pub fn service_config(&self) -> Result<harness_core::service::ServiceConfig, HarnessError> {
+        let r = &self.runtimes;
+        let mut config = harness_core::service::ServiceConfig::default();
+        if let Some(max) = r.max_idle {
+            config.runtime_pool.max_idle = max;
+        }
+        match r.idle_timeout_secs {
+            None => {}
+            Some(s) if s > 0.0 && s <= 604_800.0 => {
+                config.runtime_pool.idle_timeout = std::time::Duration::from_secs_f64(s);
+            }
+            Some(s) => {
+                return Err(invalid(format!(
+                    "`runtimes.idle_timeout_secs` is {s}: it must be a number of seconds above 0 \
+                     and at most 604800 (a week)"
+                )));
+            }
+        }
+        Ok(config)
+    }
+
     /// The tokens of `[[tokens]]`.
     ///
     /// # Errors
@@ -732,6 +788,7 @@ impl Config {
         S: harness_core::store::ExecutionStore + harness_core::session::ThreadStateStore + 'static,
     {
         let mut instances = Vec::new();
+        let service = self.service_config()?;
         let scripted = match (&self.scripted, &self.acp, &self.openai) {
             (Some(scripted), _, _) => Some(scripted.clone()),
             (None, None, None) => Some(ScriptedConfig::default()),
@@ -752,7 +809,9 @@ impl Config {
             };
             let adapter = ScriptedAdapter::new(script);
             let limits = limits_for(&adapter, scripted.limits.as_ref(), "scripted")?;
-            let stack = HarnessStack::defaults_for(&adapter)?.limits(limits);
+            let stack = HarnessStack::defaults_for(&adapter)?
+                .limits(limits)
+                .config(service);
             instances.push(Instance::new(
                 &stack,
                 adapter,
@@ -766,6 +825,7 @@ impl Config {
                 self.sandbox.as_ref(),
                 store,
                 replica,
+                service,
             )?);
         }
         if let Some(openai) = &self.openai {
@@ -775,6 +835,7 @@ impl Config {
                 self.sandbox.as_ref(),
                 store,
                 replica,
+                service,
             )?);
         }
         Ok(instances)
@@ -788,6 +849,7 @@ impl Instance {
         sandboxes: Option<&SandboxConfig>,
         store: &Arc<S>,
         replica: &ReplicaId,
+        service: harness_core::service::ServiceConfig,
     ) -> Result<Self, HarnessError>
     where
         S: harness_core::store::ExecutionStore + harness_core::session::ThreadStateStore + 'static,
@@ -830,7 +892,8 @@ impl Instance {
         let limits = limits_for(&adapter, openai.limits.as_ref(), "openai")?;
         let stack = HarnessStack::defaults_for(&adapter)?
             .tools(tools)
-            .limits(limits);
+            .limits(limits)
+            .config(service);
         Ok(Self::new(
             &stack,
             adapter,
@@ -844,6 +907,7 @@ impl Instance {
         sandboxes: Option<&SandboxConfig>,
         store: &Arc<S>,
         replica: &ReplicaId,
+        service: harness_core::service::ServiceConfig,
     ) -> Result<Self, HarnessError>
     where
         S: harness_core::store::ExecutionStore + harness_core::session::ThreadStateStore + 'static,
@@ -858,7 +922,9 @@ impl Instance {
             }
         }
         let limits = limits_for(&adapter, acp.limits.as_ref(), "acp")?;
-        let stack = HarnessStack::defaults_for(&adapter)?.limits(limits);
+        let stack = HarnessStack::defaults_for(&adapter)?
+            .limits(limits)
+            .config(service);
         Ok(Self::new(
             &stack,
             adapter,
