@@ -94,6 +94,14 @@
 //! carrying the limit's code. Limits on tokens or model turns for an adapter that reports no
 //! usage (ACP) stop the server from starting, naming them.
 //!
+//! Idle runtimes: `[runtimes]` in `harness.toml` (`max_idle`, 256 by default;
+//! `idle_timeout_secs`, 300) bounds, per adapter instance, the runtimes of executions paused
+//! on an action that stay alive
+//! ([`pool`](harness_core::service::pool)): one more evicts the one paused longest, and the
+//! answer (`POST .../actions/...`, on any replica) restores an evicted pause on a fresh
+//! runtime. Only adapters that can restore a pause are pooled (scripted; the model loop for
+//! executions of a conversation); an ACP agent's pause stays alive with its process.
+//!
 //! # The `harness` command
 //!
 //! `harness serve` serves this API, and the other verbs are its client ([`client`]):

@@ -374,6 +374,13 @@ fn session_for(
             the agent's process group is shut down",
     ),
     capability(
+        "runtime.eviction_recovery",
+        unsupported,
+        explanation = "a paused permission request or elicitation belongs to the agent process \
+            that asked, and no fresh process could answer it: the service's pool of idle \
+            runtimes never evicts a paused ACP runtime, which stays alive until answered",
+    ),
+    capability(
         "interrupt.form_input",
         native,
         explanation = "a form-mode elicitation/create becomes form input; the client advertises \

@@ -44,6 +44,10 @@
 //!   `LIMIT_TOOL_CALLS`, `LIMIT_MODEL_TURNS`, `LIMIT_OUTPUT_BYTES`, `LIMIT_TOKENS`; not
 //!   retryable), after cleanup (and, past the wall time, the cancel hook first, as for the
 //!   deadline). The runtime gets the limits in force in [`RuntimeContext::limits`];
+//! - **paused runtimes are bounded**: the runtimes of executions awaiting an action stay
+//!   alive up to a cap and an idle timeout ([`ServiceConfig::runtime_pool`]); past them the
+//!   one paused longest is cleaned up and the answer restores the pause on a fresh runtime
+//!   from durable state (see [`pool`] for what happens when, and for which adapters);
 //! - **the contract version is negotiated**: the service picks the highest version both the
 //!   adapter's descriptor and the control plane speak ([`AdapterService::contract_version`],
 //!   what each runtime receives); with none in common every execution is refused with
@@ -1249,8 +1253,9 @@ impl<A: HarnessAdapter> AdapterService<A> {
     ///   pause ([`HarnessRuntime::restore`](crate::adapter::HarnessRuntime::restore)).
     /// - One whose cancel was requested (or begun) ends `run.cancelled`.
     /// - Any other ends `run.failed` (`unavailable`, retryable, `OWNER_LOST`): continuing a
-    ///   run mid-stream (`runtime.eviction_recovery`) would need the provider's own state of
-    ///   the unfinished turn, which no adapter of this project keeps.
+    ///   run mid-stream would need the provider's own state of the unfinished turn, which no
+    ///   adapter of this project keeps. (A pause whose runtime the service's own
+    ///   [`pool`] evicted is restored the same way as a takeover, on this replica.)
     ///
     /// # Errors
     /// `persistence` when the store fails; `configuration` when the service has no store.

@@ -39,8 +39,20 @@
 //!   evicted (its provider is working), and a finished turn's runtime is cleaned up at once.
 //! - An execution taken over from another replica while paused holds no runtime until its
 //!   answer comes: there is nothing to pool.
+//! - A runtime whose pause could not be taken over now says so
+//!   ([`HarnessRuntime::restorable`](crate::adapter::HarnessRuntime::restorable): the model
+//!   loop for an execution without a conversation, whose pause has nowhere to be kept): when
+//!   the pool would evict it, it is taken out of the pool instead and stays alive until
+//!   answered. Only what can be restored is ever let go.
 //! - `max_idle` 0 is allowed: every pause lets its runtime go at once (the smallest memory,
 //!   a restore per answer).
+//! - A conversation cleared ([`clear_session`](super::AdapterService::clear_session)) while
+//!   its pause was evicted: the fresh runtime holds the old epoch's thread state, which is
+//!   fenced, so a restore that reads it fails the run `persistence` (`STATE_EPOCH_STALE`), as
+//!   a live runtime's next read would.
+//! - The answers before the pause are kept by the driver (in memory, as the log is) and
+//!   handed to the restoring runtime; the log is read back only when the answer comes, so an
+//!   evicted execution holds no second copy of it.
 //! - Cancelling an evicted execution calls no cancel hook or cleanup: its runtime was
 //!   cleaned up already, and there is no other.
 
