@@ -40,8 +40,12 @@ fn pool(max_idle: usize, idle_timeout: Duration) -> ServiceConfig {
 const LONG: Duration = Duration::from_secs(3600);
 
 fn call(id: &str) -> ApprovalCall {
-    ApprovalCall::new(id.parse().unwrap(), "shell", serde_json::json!({"cmd": "ls"}))
-        .with_output(serde_json::json!("listed"))
+    ApprovalCall::new(
+        id.parse().unwrap(),
+        "shell",
+        serde_json::json!({"cmd": "ls"}),
+    )
+    .with_output(serde_json::json!("listed"))
 }
 
 /// Remembers `marker`, pauses on an approval, then says "after" and recalls.
@@ -143,7 +147,10 @@ async fn an_answer_after_eviction_resumes_the_run_on_a_fresh_runtime_exactly_onc
         action(&h).await;
         others.push(h);
     }
-    until("a's runtime cleaned up", || stats.snapshot().live_runtimes() == 2).await;
+    until("a's runtime cleaned up", || {
+        stats.snapshot().live_runtimes() == 2
+    })
+    .await;
     let pooled = service.runtime_pool().unwrap();
     assert_eq!((pooled.idle, pooled.evictions), (2, 1));
     // Nothing of the eviction reaches the log: a still awaits its answer.
@@ -199,7 +206,10 @@ async fn a_runtime_idle_past_the_timeout_is_evicted_and_restored_with_earlier_fo
     let h = service.start(request(script)).await.unwrap();
     let form = action(&h).await;
     // The form's pause is evicted too, before the answer.
-    until("the form's runtime evicted", || stats.snapshot().live_runtimes() == 0).await;
+    until("the form's runtime evicted", || {
+        stats.snapshot().live_runtimes() == 0
+    })
+    .await;
     h.respond(
         FormResponse::submit(
             form.id.clone(),
@@ -263,7 +273,10 @@ async fn a_durable_execution_evicted_on_one_replica_is_answered_through_another(
         .await
         .unwrap();
     action(&second).await;
-    until("the first runtime evicted", || stats.snapshot().live_runtimes() == 1).await;
+    until("the first runtime evicted", || {
+        stats.snapshot().live_runtimes() == 1
+    })
+    .await;
 
     // The answer, sent to replica b, is recorded in the store; a applies it on a fresh
     // runtime that restores the pause from the stored log.
@@ -281,7 +294,11 @@ async fn a_durable_execution_evicted_on_one_replica_is_answered_through_another(
         .unwrap();
     let terminal = stored.iter().filter(|e| e.kind().is_terminal()).count();
     assert_eq!(terminal, 1);
-    assert!(stored.windows(2).all(|w| w[1].seq().get() == w[0].seq().get() + 1));
+    assert!(
+        stored
+            .windows(2)
+            .all(|w| w[1].seq().get() == w[0].seq().get() + 1)
+    );
 
     // The conversation's next turn, on replica b, sees what it kept.
     let next = b
@@ -444,7 +461,11 @@ async fn many_conversations_on_a_small_pool_lose_no_turn_and_never_hold_two_runt
         pooled.evictions > 0,
         "the pool of {POOL} evicted paused runtimes"
     );
-    assert_eq!(max.load(Ordering::SeqCst), 1, "one runtime per conversation");
+    assert_eq!(
+        max.load(Ordering::SeqCst),
+        1,
+        "one runtime per conversation"
+    );
     assert_eq!(stats.snapshot().live_runtimes(), 0);
     let s = stats.snapshot();
     // A turn each, a recall each, and a restore per eviction.
@@ -452,4 +473,51 @@ async fn many_conversations_on_a_small_pool_lose_no_turn_and_never_hold_two_runt
         s.runtimes_created,
         2 * CONVERSATIONS as u64 + pooled.evictions
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_durable_log_past_its_memory_window_is_read_back_from_the_store_to_restore() {
+    let store = Arc::new(MemoryStore::new());
+    let adapter = ScriptedAdapter::quickstart();
+    let stats = adapter.stats();
+    let service = AdapterService::builder(adapter)
+        .config(pool(0, LONG))
+        .durable(Arc::clone(&store), ReplicaId::new("a"))
+        .memory_window(1024)
+        .build();
+    // Two pauses, thousands of events before each: the first pauses are out of memory.
+    let script = Script::builder()
+        .text_repeated("x", 3000)
+        .approval([call("call_1")])
+        .text_repeated("y", 3000)
+        .approval([call("call_2")])
+        .text("|done")
+        .complete("done")
+        .build();
+    let h = service.start(request(script)).await.unwrap();
+    let first = action(&h).await;
+    until("evicted at once", || stats.snapshot().live_runtimes() == 0).await;
+    h.respond(first.approve_all()).await.unwrap();
+    let second = nth_action(&h, 2).await;
+    until("evicted again", || {
+        stats.snapshot().live_runtimes() == 0 && service.runtime_pool().unwrap().evictions == 2
+    })
+    .await;
+    assert!(
+        h.log().first_held() > 1,
+        "the log's start is in the store only"
+    );
+    h.respond(second.approve_all()).await.unwrap();
+    assert!(matches!(outcome(&h).await, Outcome::Succeeded(_)));
+    let stored = service
+        .read_events(h.id(), Cursor::START, 100_000)
+        .await
+        .unwrap();
+    let completed = stored
+        .iter()
+        .filter(|e| e.kind().as_str() == "tool.call.completed")
+        .count();
+    assert_eq!(completed, 2);
+    assert_eq!(stored.last().unwrap().kind().as_str(), "run.succeeded");
+    assert_eq!(stats.snapshot().runtimes_created, 3);
 }
