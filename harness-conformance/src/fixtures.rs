@@ -176,6 +176,12 @@ pub static FIXTURES: &[Fixture] = &[
         "a replica cut off past its lease is fenced: another ends the execution, the stale one stops"
     ),
     fixture!(
+        "runtime.eviction_recovery",
+        Sessions,
+        [RuntimeEvictionRecovery, InterruptToolApproval],
+        "a paused runtime evicted by the service's pool is restored when the answer comes, and the run resumes once"
+    ),
+    fixture!(
         "action.form_input",
         Actions,
         [InterruptFormInput],
@@ -618,6 +624,9 @@ async fn body<Kn: Knobs>(knobs: &Kn, id: &str) -> Result<Verdict, Skip> {
         }
         "runtime.lease_fencing" => {
             replicas::lease_fencing(knobs, req(knobs, Behaviour::Hang)?).await
+        }
+        "runtime.eviction_recovery" => {
+            replicas::eviction_recovery(knobs, req(knobs, ONE_APPROVAL)?).await
         }
         "action.form_input" => form_input(knobs, req(knobs, Behaviour::FormInput)?).await,
         "action.duplicate_resume" => {

@@ -111,6 +111,13 @@
 //!   `OWNER_LOST`); when `a` reaches the store again it is fenced: its local run stops and
 //!   the store keeps exactly one terminal event, `b`'s.
 //!
+//! - `runtime.eviction_recovery`: on a service whose pool of paused runtimes holds none
+//!   (every pause evicted at once), a run on a fresh conversation pauses on a tool approval;
+//!   its runtime must be evicted (the runtime says it can be restored), and the answer must
+//!   resume the run on a fresh runtime that restores the pause, to `run.succeeded` with the
+//!   calls completed and one `action.resolved`; a second answer is refused. One service, no
+//!   store: the pause is restored from what the adapter kept (its thread state, the log).
+//!
 //! The replicas of these fixtures are services of their own over a fresh adapter each
 //! ([`Knobs::adapter`]), sharing one [`MemoryStore`](harness_core::store::MemoryStore)
 //! (executions and thread state) with a 300 ms lease.

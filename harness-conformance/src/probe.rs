@@ -270,7 +270,7 @@ pub(crate) fn tooled<A: HarnessAdapter>(
     }
 }
 
-fn config(bounds: Bounds) -> ServiceConfig {
+pub(crate) fn config(bounds: Bounds) -> ServiceConfig {
     ServiceConfig {
         cancel_grace: bounds.grace,
         cleanup_deadline: bounds.grace,

@@ -485,6 +485,88 @@ pub(crate) async fn cross_replica_resume<Kn: Knobs>(
     ))
 }
 
+/// `runtime.eviction_recovery`: on a service whose pool of paused runtimes holds none (every
+/// pause is evicted at once), a run on a fresh conversation pauses on a tool approval; its
+/// runtime must be evicted (the adapter says it can be restored), the answer must resume the
+/// run, on a fresh runtime that restores the pause, to `run.succeeded` with the calls
+/// completed; a second answer is refused.
+pub(crate) async fn eviction_recovery<Kn: Knobs>(
+    knobs: &Kn,
+    approval: ExecutionRequest,
+) -> Verdict {
+    let b = knobs.bounds();
+    let (builder, _) = probe::tooled(knobs.adapter(), b);
+    let service = builder
+        .config(harness_core::service::ServiceConfig {
+            runtime_pool: harness_core::service::RuntimePoolConfig::new(
+                0,
+                Duration::from_secs(3600),
+            ),
+            ..probe::config(b)
+        })
+        .build();
+    let handle = service
+        .start(approval.with_conversation(ConversationId::generate()))
+        .await
+        .map_err(|e| format!("the service refused the request: {e}"))?;
+    let action = probe::wait_action(&handle, b).await?;
+    let ActionKind::ToolApproval(request) = &action.kind else {
+        return Err("the approval behaviour opened a form, not a tool approval".to_owned());
+    };
+    let evicted = async {
+        while service.runtime_pool().is_none_or(|p| p.evictions == 0) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    if tokio::time::timeout(b.grace, evicted).await.is_err() {
+        return Err(
+            "the paused runtime was not evicted by a pool that holds none: it said its pause \
+             could not be restored (HarnessRuntime::restorable)"
+                .to_owned(),
+        );
+    }
+    let answer = action.decide(|_| Decision::Approve);
+    handle
+        .respond(answer.clone())
+        .await
+        .map_err(|e| format!("the answer to the evicted pause was refused: {e}"))?;
+    let obs = probe::finish(&handle, b).await?;
+    obs.check_log()?;
+    if !matches!(obs.outcome, Outcome::Succeeded(_)) {
+        return Err(format!(
+            "the run resumed after its runtime was evicted ended {}, not succeeded",
+            obs.ended()
+        ));
+    }
+    let completed = obs
+        .events
+        .iter()
+        .filter(|e| e.kind() == EventKind::ToolCallCompleted)
+        .count();
+    if completed < request.calls().len() {
+        return Err(format!(
+            "the restored run completed {completed} of the approval's {} call(s)",
+            request.calls().len()
+        ));
+    }
+    let resolved = obs
+        .events
+        .iter()
+        .filter(|e| e.kind() == EventKind::ActionResolved)
+        .count();
+    if resolved != 1 {
+        return Err(format!("{resolved} action.resolved events, not one"));
+    }
+    if handle.respond(answer).await.is_ok() {
+        return Err("a second answer to the evicted pause was accepted".to_owned());
+    }
+    Ok(format!(
+        "paused on {} call(s), runtime evicted; the answer restored the pause on a fresh \
+         runtime and the run succeeded; a second answer refused",
+        request.calls().len()
+    ))
+}
+
 /// Replica `a` on a thread and a Tokio runtime of its own: starts `approval`, waits until the
 /// pause is stored, then dies (its runtime shut down with every task where it stands).
 async fn paused_then_lost<A: HarnessAdapter>(

@@ -97,6 +97,9 @@ enum Fault {
     /// `runtime.sandbox_isolation` declared native; the probes run in the control plane's
     /// own process (reading, writing, connecting all succeed) and a fork bomb meets no limit.
     ClaimsSandbox,
+    /// `runtime.eviction_recovery` declared native; a fresh runtime cannot take a pause over
+    /// (`restore` is the contract's default refusal).
+    ClaimsEvictionRecovery,
 }
 
 /// Ends the blocking work of [`Fault::BlocksForever`] runs (for good: the test releases it
@@ -156,6 +159,9 @@ impl Broken {
         }
         if fault == Fault::ClaimsSandbox {
             builder = builder.capability(K::RuntimeSandboxIsolation, Capability::native());
+        }
+        if fault == Fault::ClaimsEvictionRecovery {
+            builder = builder.capability(K::RuntimeEvictionRecovery, Capability::native());
         }
         Self {
             fault,
@@ -734,6 +740,16 @@ async fn fails(fault: Fault, id: &str, reason: &str) -> Report {
 async fn a_claimed_sandbox_that_contains_nothing_is_caught() {
     let report = fails(Fault::ClaimsSandbox, "sandbox.escape", "reported `ok`").await;
     assert_fails_saying(report.result("sandbox.limits").unwrap(), "ended Succeeded");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claimed_eviction_recovery_that_cannot_restore_is_caught() {
+    fails(
+        Fault::ClaimsEvictionRecovery,
+        "runtime.eviction_recovery",
+        "not succeeded",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

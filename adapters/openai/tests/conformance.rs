@@ -244,6 +244,7 @@ async fn certify_one(api: Api, report_name: &str) {
         "session.clear",
         "session.expired_state",
         "observability.trace_propagation",
+        "runtime.eviction_recovery",
     ] {
         assert!(
             matches!(

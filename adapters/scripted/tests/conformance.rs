@@ -37,6 +37,7 @@ async fn the_scripted_adapter_passes_the_conformance_suite() {
         "session.clear",
         "session.expired_state",
         "runtime.lease_fencing",
+        "runtime.eviction_recovery",
     ] {
         assert!(
             matches!(
