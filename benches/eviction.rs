@@ -121,7 +121,10 @@ async fn measure(label: &'static str, pool: RuntimePoolConfig, n: usize) -> Meas
     // Every conversation still works: the answer resumes it (restored if evicted).
     let start = Instant::now();
     for handle in &handles {
-        let asked = handle.log().pending_action().expect("paused on an approval");
+        let asked = handle
+            .log()
+            .pending_action()
+            .expect("paused on an approval");
         handle.respond(asked.approve_all()).await.expect("answered");
     }
     for handle in &handles {

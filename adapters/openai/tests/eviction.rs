@@ -89,10 +89,8 @@ async fn scoped(
     conversation: &ConversationId,
 ) -> ScopedThreadState {
     let conversation = Conversation::anonymous(conversation.clone());
-    let id = BindingId::for_conversation(
-        &harness_openai::ADAPTER_ID.parse().unwrap(),
-        &conversation,
-    );
+    let id =
+        BindingId::for_conversation(&harness_openai::ADAPTER_ID.parse().unwrap(), &conversation);
     let binding = state.current(&id, conversation.id()).await.unwrap();
     ScopedThreadState::new(Arc::clone(state) as Arc<dyn ThreadStateStore>, binding)
 }
@@ -220,6 +218,9 @@ async fn a_pause_without_a_conversation_is_kept_alive_rather_than_lost() {
     assert_eq!((pool.idle, pool.evictions), (0, 0));
     paused.respond(asked.approve_all()).await.unwrap();
     let log = payloads(&paused).await;
-    assert!(matches!(paused.outcome().await, Outcome::Succeeded(_)), "{log:?}");
+    assert!(
+        matches!(paused.outcome().await, Outcome::Succeeded(_)),
+        "{log:?}"
+    );
     assert_eq!(text(&log), "Done tidying.");
 }
