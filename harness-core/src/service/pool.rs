@@ -7,7 +7,7 @@
 //! takes it). What can stay alive for long is the runtime of an execution *awaiting an
 //! action*: an approval may come hours later, and ten thousand conversations waiting on one
 //! would hold ten thousand runtimes (agent processes, HTTP clients, transcripts). The pool
-//! bounds them ([`RuntimePoolConfig`], in [`ServiceConfig::runtime_pool`]):
+//! bounds them ([`RuntimePoolConfig`], in [`ServiceConfig::runtime_pool`](super::ServiceConfig::runtime_pool)):
 //!
 //! - **a cap**: at most [`max_idle`](RuntimePoolConfig::max_idle) paused runtimes of the
 //!   service stay alive; one more pushes out the one that has waited longest (least

@@ -326,7 +326,7 @@ pub(crate) struct ExecutionRuntime {
 /// Where the pause a fresh runtime takes over comes from.
 enum RestoreFrom {
     /// What the store kept, read when the execution was taken over from another replica.
-    Stored(Restored),
+    Stored(Box<Restored>),
     /// The runtime that paused was evicted by the pool: the log is read back when the
     /// answer comes (from memory, or from the store past the memory window), so that an
     /// evicted execution holds no copy of it meanwhile.
@@ -432,7 +432,7 @@ impl ExecutionRuntime {
 
     /// For an execution taken over while paused on `restored.pending`.
     pub(super) fn with_restored(self, restored: Restored) -> Self {
-        *lock(&self.restore) = Some(RestoreFrom::Stored(restored));
+        *lock(&self.restore) = Some(RestoreFrom::Stored(Box::new(restored)));
         self
     }
 
@@ -454,7 +454,7 @@ impl ExecutionRuntime {
     async fn take_restore(&self) -> Option<Result<Restored, HarnessError>> {
         let from = lock(&self.restore).take()?;
         Some(match from {
-            RestoreFrom::Stored(restored) => Ok(restored),
+            RestoreFrom::Stored(restored) => Ok(*restored),
             RestoreFrom::Evicted { pending, answers } => {
                 use futures_util::StreamExt;
                 let mut log = Vec::new();
