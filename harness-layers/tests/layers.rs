@@ -525,6 +525,7 @@ async fn extreme_limits_neither_panic_nor_fail_the_run() {
         cancel_grace: Duration::MAX,
         cleanup_deadline: Duration::MAX,
         max_events: usize::MAX,
+        ..harness_core::service::ServiceConfig::default()
     })
     .layer(TimeoutLayer::new().init(Duration::MAX).turn(Duration::MAX))
     .build();
