@@ -15,8 +15,7 @@ use harness_core::action::{ActionRequest, ApprovalRequest};
 use harness_core::adapter::{
     AdapterEvent, AgentConfig, BoxFuture, BoxStream, CancelResult, Delivery, DeploymentContext,
     EventResult, HarnessAdapter, HarnessRuntime, Restored, ResumeDecision, RunLimits,
-    RuntimeContext,
-    RuntimeIdentity, RuntimeInit, TurnInput,
+    RuntimeContext, RuntimeIdentity, RuntimeInit, TurnInput,
 };
 use harness_core::capability::CapabilityReport;
 use harness_core::error::{ErrorCategory, ErrorCode, HarnessError};
