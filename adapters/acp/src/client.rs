@@ -760,6 +760,35 @@ fn spawn_failure(agent: &AcpAgent, program: &str, err: &std::io::Error) -> Strin
     )
 }
 
+/// The agent's program resolved on its search path, for a sandbox (which runs an absolute
+/// path).
+pub(crate) fn resolve_for_sandbox(
+    agent: &AcpAgent,
+    program: &str,
+) -> Result<std::path::PathBuf, HarnessError> {
+    harness_core::program::resolve(program, &agent.cwd, &agent.search_path()).map_err(|why| {
+        HarnessError::new(
+            ErrorCategory::Unavailable,
+            "the ACP agent could not be started",
+        )
+        .with_diagnostic(format!(
+            "resolving `{program}` for the sandbox in {}: {}",
+            agent.cwd.display(),
+            why.category()
+        ))
+    })
+}
+
+/// `launch` with the variables the agent inherits (`env`), from this process.
+pub(crate) fn inherited(agent: &AcpAgent, mut launch: Launch) -> Launch {
+    for name in &agent.env {
+        if let Some(value) = std::env::var_os(name) {
+            launch = launch.env(name.clone(), value);
+        }
+    }
+    launch
+}
+
 /// Starts the agent in the operator's sandbox: its program resolved on the agent's search
 /// path (the sandbox runs an absolute path), its environment as an unsandboxed agent's
 /// (what `env` names, from this process, then `setEnv`), all of it allowed by the profile.
@@ -769,25 +798,9 @@ async fn spawn_sandboxed(
     program: &str,
     args: &[String],
 ) -> Result<harness_sandbox::Sandboxed, HarnessError> {
-    let resolved = harness_core::program::resolve(program, &agent.cwd, &agent.search_path())
-        .map_err(|why| {
-            HarnessError::new(
-                ErrorCategory::Unavailable,
-                "the ACP agent could not be started",
-            )
-            .with_diagnostic(format!(
-                "resolving `{program}` for the sandbox in {}: {}",
-                agent.cwd.display(),
-                why.category()
-            ))
-        })?;
-    let mut launch = Launch::new(resolved, &agent.cwd);
+    let resolved = resolve_for_sandbox(agent, program)?;
+    let mut launch = inherited(agent, Launch::new(resolved, &agent.cwd));
     launch.args.extend(args.iter().map(Into::into));
-    for name in &agent.env {
-        if let Some(value) = std::env::var_os(name) {
-            launch = launch.env(name.clone(), value);
-        }
-    }
     for (name, value) in &agent.set_env {
         launch.env.retain(|(n, _)| n != name);
         launch = launch.env(name.clone(), value);

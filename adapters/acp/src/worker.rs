@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use harness_core::adapter::{HarnessRuntime, RuntimeContext};
-use harness_core::error::{ErrorCategory, HarnessError};
+use harness_core::error::HarnessError;
 use harness_sandbox::worker::{WorkerLink, WorkerOptions, WorkerRuntime};
 use harness_sandbox::{Launch, Sandbox};
 use serde_json::{Value, json};
@@ -24,26 +24,10 @@ pub(crate) async fn start(
         .first()
         .map(String::as_str)
         .unwrap_or_default();
-    let resolved = harness_core::program::resolve(program, &agent.cwd, &agent.search_path())
-        .map_err(|why| {
-            HarnessError::new(
-                ErrorCategory::Unavailable,
-                "the ACP agent could not be started",
-            )
-            .with_diagnostic(format!(
-                "resolving `{program}` for the sandbox in {}: {}",
-                agent.cwd.display(),
-                why.category()
-            ))
-        })?;
+    let resolved = crate::client::resolve_for_sandbox(agent, program)?;
     // The worker gets the variables the agent inherits (`env`), from this process; it sets
     // `setEnv` for the agent itself. The profile allows each (`AcpAgent::check`).
-    let mut launch = Launch::new(worker, &agent.cwd).also(resolved);
-    for name in &agent.env {
-        if let Some(value) = std::env::var_os(name) {
-            launch = launch.env(name.clone(), value);
-        }
-    }
+    let launch = crate::client::inherited(agent, Launch::new(worker, &agent.cwd).also(resolved));
     let link = WorkerLink::sandboxed(sandbox.spawn(launch).await?)?;
     let runtime = WorkerRuntime::start(
         link,

@@ -196,6 +196,18 @@ mod hosted {
     }
 
     #[tokio::test]
+    async fn a_hosted_worker_past_its_output_limit_is_torn_down() {
+        // Each one-character delta crosses as a frame: 200,000 of them are some 15 MB.
+        let mark = marker("hflood");
+        let mut limits = limits();
+        limits.output_bytes = 1 << 20;
+        let agent = test_agent("burst", &mark)
+            .in_sandbox(Sandbox::new(SandboxProfile::default().limits(limits)).unwrap())
+            .hosted_by_worker(WORKER);
+        failed_with(agent, "200000", "SANDBOX_LIMIT", everything(&mark)).await;
+    }
+
+    #[tokio::test]
     async fn cancelling_a_hosted_run_ends_it_once_and_leaves_nothing() {
         let mark = marker("hcancel");
         let execution = forever(adapter_for(hosted(SandboxProfile::default(), &mark))).await;

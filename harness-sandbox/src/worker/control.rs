@@ -88,21 +88,52 @@ impl WorkerLink {
         };
         let writer = sandboxed.child.stdin.take().ok_or_else(taken)?;
         let reader = sandboxed.child.stdout.take().ok_or_else(taken)?;
-        // What the worker writes to stderr is drained, so that it never blocks on it.
-        if let Some(mut stderr) = sandboxed.child.stderr.take() {
+        let guard = sandboxed.guard;
+        // What the worker writes to stderr is drained, so that it never blocks on it, and
+        // counted with its frames against the profile's output limit.
+        if let Some(stderr) = sandboxed.child.stderr.take() {
+            let mut stderr = Counted {
+                inner: stderr,
+                guard: guard.clone(),
+            };
             tokio::spawn(async move {
                 let _ = tokio::io::copy(&mut stderr, &mut tokio::io::sink()).await;
             });
         }
-        let guard = sandboxed.guard;
         let killer = guard.clone();
         Ok(Self {
-            reader: Box::new(reader),
+            reader: Box::new(Counted {
+                inner: reader,
+                guard: guard.clone(),
+            }),
             writer: Box::new(writer),
             kill: Arc::new(move || killer.kill()),
             guard: Some(guard),
             child: Some(sandboxed.child),
         })
+    }
+}
+
+/// A sandboxed worker's output, counted against its profile's output limit (past it, the
+/// guard tears the sandbox down and the runtime ends `SANDBOX_LIMIT`).
+struct Counted<R> {
+    inner: R,
+    guard: SandboxGuard,
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for Counted<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let read = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        if read.is_ready() {
+            let n = buf.filled().len() - before;
+            self.guard.count_output(n);
+        }
+        read
     }
 }
 

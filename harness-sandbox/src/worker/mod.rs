@@ -83,7 +83,9 @@
 //! approve, or more than [`MAX_WORKER_REQUESTS`] requests open at once, ends the worker:
 //! `protocol` `WORKER_PROTOCOL`, logged with what it was, never the server. A worker that
 //! exits, closes its output or misses its lease is `unavailable` `WORKER_LOST` (a sandbox
-//! limit it reached is that limit's error, `SANDBOX_LIMIT` or `SANDBOX_WALL_TIME`). Either
+//! limit it reached is that limit's error, `SANDBOX_LIMIT` or `SANDBOX_WALL_TIME`; what a
+//! sandboxed worker writes, its frames and its stderr, counts against the profile's
+//! `outputBytes`). Either
 //! way every open segment ends with that error as its last item (so the execution gets
 //! exactly one terminal event), the worker is killed with its sandbox, and
 //! [`lost`](harness_core::adapter::HarnessRuntime::lost) resolves for an execution awaiting
