@@ -4,12 +4,15 @@
 //! LISTEN/NOTIFY), and [`suite`], the store conformance suite every backend passes,
 //! [`MemoryStore`](harness_core::store::MemoryStore) included.
 //!
+//! [`files`]: uploaded files, each its caller's until its expiry, in the same database.
+//!
 //! The contract is [`ExecutionStore`](harness_core::store::ExecutionStore), in harness-core.
 #![warn(missing_docs)]
 // docs.rs: a badge naming the feature on each item that needs one.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod common;
+pub mod files;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod sqlite;

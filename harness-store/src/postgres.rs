@@ -7,8 +7,10 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
+use harness_core::error::HarnessError;
 use harness_core::event::Event;
-use harness_core::id::{ActionId, Cursor, ExecutionId, IdempotencyKey};
+use harness_core::file::{FileId, FileWorkspace, StoredFile};
+use harness_core::id::{ActionId, CallerId, Cursor, ExecutionId, IdempotencyKey};
 use harness_core::session::{
     SessionBinding, StateEntry, StateError, StateKey, ThreadStateStore, Version,
 };
@@ -20,14 +22,15 @@ use harness_core::time::Timestamp;
 use tokio::sync::{Mutex, watch};
 use tokio_postgres::{AsyncMessage, Client, GenericClient, NoTls, Row};
 
+use crate::files::{FileInfo, FileStore, NewFile};
 use crate::common::{
     FirstCallers, RECORD_COLUMNS, corrupt, from_millis, lock, parse_state, state_name,
 };
 
 /// The schema version this code writes. 2: one `harness_event_batches` row per append.
 /// 3: thread state. 4: the index of ended executions. 5: the index of principals' executions.
-/// 6: bindings scoped by principal (no new table: existing bindings move).
-const SCHEMA_VERSION: i32 = 6;
+/// 6: bindings scoped by principal (no new table: existing bindings move). 7: uploaded files.
+const SCHEMA_VERSION: i32 = 7;
 
 /// The channel of the store's notifications: `<execution>:<last seq>` after an append,
 /// `<execution>:` after an answer or a cancel request.
@@ -95,6 +98,20 @@ CREATE TABLE IF NOT EXISTS harness_resolutions (
     body TEXT NOT NULL,
     PRIMARY KEY (execution, action)
 );
+-- Uploaded files (see `crate::files`); expiry in the database's clock's milliseconds.
+CREATE TABLE IF NOT EXISTS harness_files (
+    id TEXT PRIMARY KEY,
+    principal TEXT NOT NULL,
+    name TEXT NOT NULL,
+    media_type TEXT NOT NULL,
+    size BIGINT NOT NULL,
+    created_at BIGINT NOT NULL,
+    expires_at BIGINT NOT NULL,
+    data BYTEA NOT NULL
+);
+-- Images and PDFs are compressed already.
+ALTER TABLE harness_files ALTER COLUMN data SET STORAGE EXTERNAL;
+CREATE INDEX IF NOT EXISTS harness_files_by_expiry ON harness_files (expires_at);
 ";
 
 /// The [`ExecutionStore`] on PostgreSQL: for several replicas over one database.
@@ -297,7 +314,7 @@ async fn migrate(client: &mut Client) -> Result<(), StoreError> {
             .await
             .map_err(|e| unavailable(&e))?;
         }
-        Some(old @ 1..=5) => {
+        Some(old @ 1..=6) => {
             // Version 1 held one `harness_events` row per event: each becomes a batch of one.
             if old == 1 {
                 tx.batch_execute(
@@ -308,8 +325,11 @@ async fn migrate(client: &mut Client) -> Result<(), StoreError> {
                 .await
                 .map_err(|e| unavailable(&e))?;
             }
-            // Versions 3 to 5 add tables and indexes only, created above; 6 moves bindings.
-            scope_bindings(&tx).await.map_err(|e| unavailable(&e))?;
+            // Versions 3 to 5 and 7 add tables and indexes only, created above; 6 moves
+            // bindings.
+            if old <= 5 {
+                scope_bindings(&tx).await.map_err(|e| unavailable(&e))?;
+            }
             tx.execute("UPDATE harness_schema SET version = $1", &[&SCHEMA_VERSION])
                 .await
                 .map_err(|e| unavailable(&e))?;
@@ -1156,6 +1176,162 @@ impl ThreadStateStore for PostgresStore {
             .map_err(|e| state_unavailable(&e))?;
             tx.commit().await.map_err(|e| state_unavailable(&e))?;
             Ok(binding.clone().with_epoch(next))
+        })
+    }
+}
+
+/// The columns a file's [`FileInfo`] is read from, in [`to_file_info`]'s order.
+const FILE_COLUMNS: &str = "id, name, media_type, size, created_at, expires_at";
+
+fn to_file_info(row: &Row) -> Result<FileInfo, HarnessError> {
+    let bad = |e: tokio_postgres::Error| corrupt("a file column", &e).to_harness_error();
+    let time = |ms: i64| from_millis(ms).map_err(|e| e.to_harness_error());
+    Ok(FileInfo {
+        id: crate::files::file_id(row.try_get(0).map_err(bad)?)?,
+        name: row.try_get(1).map_err(bad)?,
+        media_type: crate::files::media_type(row.try_get(2).map_err(bad)?)?,
+        size: u64::try_from(row.try_get::<_, i64>(3).map_err(bad)?).unwrap_or(0),
+        created_at: time(row.try_get(4).map_err(bad)?)?,
+        expires_at: time(row.try_get(5).map_err(bad)?)?,
+    })
+}
+
+fn failed(e: &tokio_postgres::Error) -> HarnessError {
+    unavailable(e).to_harness_error()
+}
+
+impl PostgresStore {
+    /// `caller`'s unexpired file `id`, by the database's clock.
+    async fn find_file(
+        &self,
+        caller: &CallerId,
+        id: &FileId,
+    ) -> Result<Option<FileInfo>, HarnessError> {
+        let client = self.client().await;
+        let row = client
+            .query_opt(
+                &format!(
+                    "SELECT {FILE_COLUMNS} FROM harness_files \
+                     WHERE id = $1 AND principal = $2 AND expires_at > {NOW_MS}"
+                ),
+                &[&id.as_str(), &caller.as_str()],
+            )
+            .await
+            .map_err(|e| failed(&e))?;
+        row.as_ref().map(to_file_info).transpose()
+    }
+}
+
+impl FileWorkspace for PostgresStore {
+    fn open<'a>(
+        &'a self,
+        caller: &'a CallerId,
+        id: &'a FileId,
+    ) -> BoxFuture<'a, Result<Option<StoredFile>, HarnessError>> {
+        Box::pin(async move {
+            let Some(info) = self.find_file(caller, id).await? else {
+                return Ok(None);
+            };
+            let store = self.clone();
+            let (caller, id) = (caller.clone(), id.clone());
+            Ok(Some(crate::files::stored(info, move || {
+                let (store, caller, id) = (store.clone(), caller.clone(), id.clone());
+                Box::pin(async move {
+                    let client = store.client().await;
+                    let row = client
+                        .query_opt(
+                            "SELECT data FROM harness_files WHERE id = $1 AND principal = $2",
+                            &[&id.as_str(), &caller.as_str()],
+                        )
+                        .await
+                        .map_err(|e| failed(&e))?;
+                    match row {
+                        Some(row) => {
+                            let bytes: Vec<u8> = row.try_get(0).map_err(|e| {
+                                corrupt("a file's bytes", &e).to_harness_error()
+                            })?;
+                            Ok(Arc::from(bytes))
+                        }
+                        None => Err(crate::files::gone(&id)),
+                    }
+                })
+            })))
+        })
+    }
+}
+
+impl FileStore for PostgresStore {
+    fn put<'a>(
+        &'a self,
+        caller: &'a CallerId,
+        file: NewFile,
+    ) -> BoxFuture<'a, Result<FileInfo, HarnessError>> {
+        Box::pin(async move {
+            let id = FileId::generate();
+            let client = self.client().await;
+            let row = client
+                .query_one(
+                    &format!(
+                        "INSERT INTO harness_files (id, principal, name, media_type, size, \
+                         created_at, expires_at, data) \
+                         VALUES ($1, $2, $3, $4, $5, {NOW_MS}, {NOW_MS} + $6, $7) \
+                         RETURNING {FILE_COLUMNS}"
+                    ),
+                    &[
+                        &id.as_str(),
+                        &caller.as_str(),
+                        &file.name,
+                        &file.media_type.as_str(),
+                        &as_i64(file.bytes.len() as u64),
+                        &crate::files::retention_ms(file.retention),
+                        &&file.bytes[..],
+                    ],
+                )
+                .await
+                .map_err(|e| failed(&e))?;
+            to_file_info(&row)
+        })
+    }
+
+    fn info<'a>(
+        &'a self,
+        caller: &'a CallerId,
+        id: &'a FileId,
+    ) -> BoxFuture<'a, Result<Option<FileInfo>, HarnessError>> {
+        Box::pin(self.find_file(caller, id))
+    }
+
+    fn delete<'a>(
+        &'a self,
+        caller: &'a CallerId,
+        id: &'a FileId,
+    ) -> BoxFuture<'a, Result<bool, HarnessError>> {
+        Box::pin(async move {
+            let client = self.client().await;
+            let n = client
+                .execute(
+                    &format!(
+                        "DELETE FROM harness_files \
+                         WHERE id = $1 AND principal = $2 AND expires_at > {NOW_MS}"
+                    ),
+                    &[&id.as_str(), &caller.as_str()],
+                )
+                .await
+                .map_err(|e| failed(&e))?;
+            Ok(n > 0)
+        })
+    }
+
+    fn sweep(&self) -> BoxFuture<'_, Result<u64, HarnessError>> {
+        Box::pin(async move {
+            let client = self.client().await;
+            client
+                .execute(
+                    &format!("DELETE FROM harness_files WHERE expires_at <= {NOW_MS}"),
+                    &[],
+                )
+                .await
+                .map_err(|e| failed(&e))
         })
     }
 }

@@ -6,8 +6,10 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
+use harness_core::error::{ErrorCategory, HarnessError};
 use harness_core::event::Event;
-use harness_core::id::{ActionId, Cursor, ExecutionId, IdempotencyKey};
+use harness_core::file::{FileId, FileWorkspace, StoredFile};
+use harness_core::id::{ActionId, CallerId, Cursor, ExecutionId, IdempotencyKey};
 use harness_core::session::{
     SessionBinding, StateEntry, StateError, StateKey, ThreadStateStore, Version,
 };
@@ -18,6 +20,7 @@ use harness_core::store::{
 use harness_core::time::Timestamp;
 use rusqlite::{Connection, OptionalExtension, params};
 
+use crate::files::{FileInfo, FileStore, NewFile};
 use crate::common::{
     FirstCallers, RECORD_COLUMNS, corrupt, from_millis, lock, parse_state, state_name,
 };
@@ -25,8 +28,24 @@ use tokio::sync::{oneshot, watch};
 
 /// The schema version this code writes (`PRAGMA user_version`). 2: one `events` row per
 /// append (a batch), not per event. 3: thread state. 4: the index of principals' executions.
-/// 5: bindings scoped by principal (no new table: existing bindings move).
-const SCHEMA_VERSION: i64 = 5;
+/// 5: bindings scoped by principal (no new table: existing bindings move). 6: uploaded files.
+const SCHEMA_VERSION: i64 = 6;
+
+/// Uploaded files (schema 6; see [`crate::files`]): a rowid table, as SQLite advises for
+/// rows this large.
+const FILES: &str = "
+CREATE TABLE IF NOT EXISTS files (
+    id TEXT NOT NULL UNIQUE,
+    principal TEXT NOT NULL,
+    name TEXT NOT NULL,
+    media_type TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    created_at INTEGER NOT NULL,
+    expires_at INTEGER NOT NULL,
+    data BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS files_by_expiry ON files (expires_at);
+";
 
 /// The index that pages a principal's executions (schema 4).
 const BY_PRINCIPAL: &str =
@@ -242,7 +261,7 @@ fn migrate(conn: &Connection) -> Result<(), StoreError> {
 /// Applies the schema to a database at `version`, inside the caller's transaction.
 fn migrate_from(conn: &Connection, version: i64) -> Result<(), StoreError> {
     let ddl = match version {
-        0 => format!("{SCHEMA} {THREAD_STATE} {BY_PRINCIPAL}"),
+        0 => format!("{SCHEMA} {THREAD_STATE} {BY_PRINCIPAL} {FILES}"),
         // Version 1 held one row per event: each becomes a batch of one.
         1 => format!(
             "CREATE TABLE events_v2 (
@@ -256,10 +275,11 @@ fn migrate_from(conn: &Connection, version: i64) -> Result<(), StoreError> {
              DROP TABLE events;
              ALTER TABLE events_v2 RENAME TO events;
              {THREAD_STATE}
-             {BY_PRINCIPAL}"
+             {BY_PRINCIPAL}
+             {FILES}"
         ),
-        2 | 3 => format!("{THREAD_STATE} {BY_PRINCIPAL}"),
-        4 => String::new(),
+        2 | 3 => format!("{THREAD_STATE} {BY_PRINCIPAL} {FILES}"),
+        4 | 5 => FILES.to_owned(),
         SCHEMA_VERSION => return Ok(()),
         newer => {
             return Err(StoreError::Corrupt(format!(
@@ -269,7 +289,7 @@ fn migrate_from(conn: &Connection, version: i64) -> Result<(), StoreError> {
         }
     };
     conn.execute_batch(&ddl).map_err(|e| unavailable(&e))?;
-    if version > 0 {
+    if (1..5).contains(&version) {
         scope_bindings(conn).map_err(|e| unavailable(&e))?;
     }
     conn.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}"))
@@ -1438,5 +1458,191 @@ impl ThreadStateStore for SqliteStore {
             .map_err(|e| unavailable(&e))?;
             Ok(Ok(b.clone().with_epoch(next)))
         })
+    }
+}
+
+/// The columns a file's [`FileInfo`] is read from, in [`file_info`]'s order.
+const FILE_COLUMNS: &str = "id, name, media_type, size, created_at, expires_at";
+
+fn file_info(row: &rusqlite::Row<'_>) -> rusqlite::Result<(String, String, String, i64, i64, i64)> {
+    Ok((
+        row.get(0)?,
+        row.get(1)?,
+        row.get(2)?,
+        row.get(3)?,
+        row.get(4)?,
+        row.get(5)?,
+    ))
+}
+
+/// The [`FileInfo`] of a row read by [`file_info`].
+fn to_file_info(
+    (id, name, media_type, size, created_at, expires_at): (String, String, String, i64, i64, i64),
+) -> Result<FileInfo, HarnessError> {
+    let time = |ms| from_millis(ms).map_err(|e| e.to_harness_error());
+    Ok(FileInfo {
+        id: crate::files::file_id(&id)?,
+        name,
+        media_type: crate::files::media_type(&media_type)?,
+        size: u64::try_from(size).unwrap_or(0),
+        created_at: time(created_at)?,
+        expires_at: time(expires_at)?,
+    })
+}
+
+impl SqliteStore {
+    /// `caller`'s unexpired file `id`.
+    fn find_file(
+        &self,
+        caller: &CallerId,
+        id: &FileId,
+    ) -> BoxFuture<'static, Result<Option<FileInfo>, HarnessError>> {
+        let (caller, id) = (caller.to_string(), id.to_string());
+        let read = self.read_with(move |conn| {
+            cached_query_row(
+                conn,
+                &format!(
+                    "SELECT {FILE_COLUMNS} FROM files \
+                     WHERE id = ?1 AND principal = ?2 AND expires_at > ?3"
+                ),
+                params![id, caller, Timestamp::now().as_millis()],
+                file_info,
+            )
+            .optional()
+            .map_err(|e| unavailable(&e))
+        });
+        Box::pin(async move {
+            read.await
+                .map_err(|e| e.to_harness_error())?
+                .map(to_file_info)
+                .transpose()
+        })
+    }
+}
+
+impl FileWorkspace for SqliteStore {
+    fn open<'a>(
+        &'a self,
+        caller: &'a CallerId,
+        id: &'a FileId,
+    ) -> BoxFuture<'a, Result<Option<StoredFile>, HarnessError>> {
+        Box::pin(async move {
+            let Some(info) = self.find_file(caller, id).await? else {
+                return Ok(None);
+            };
+            let store = self.clone();
+            let (caller, id) = (caller.to_string(), id.clone());
+            Ok(Some(crate::files::stored(info, move || {
+                let (caller, id) = (caller.clone(), id.clone());
+                let key = id.to_string();
+                let read = store.read_with(move |conn| {
+                    cached_query_row(
+                        conn,
+                        "SELECT data FROM files WHERE id = ?1 AND principal = ?2",
+                        params![key, caller],
+                        |r| r.get::<_, Vec<u8>>(0),
+                    )
+                    .optional()
+                    .map_err(|e| unavailable(&e))
+                });
+                Box::pin(async move {
+                    match read.await.map_err(|e| e.to_harness_error())? {
+                        Some(bytes) => Ok(Arc::from(bytes)),
+                        None => Err(crate::files::gone(&id)),
+                    }
+                })
+            })))
+        })
+    }
+}
+
+impl FileStore for SqliteStore {
+    fn put<'a>(
+        &'a self,
+        caller: &'a CallerId,
+        file: NewFile,
+    ) -> BoxFuture<'a, Result<FileInfo, HarnessError>> {
+        // Milliseconds, as stored.
+        let now = Timestamp::from_millis(Timestamp::now().as_millis()).unwrap_or_else(Timestamp::now);
+        let expires =
+            now.as_millis()
+                .saturating_add(crate::files::retention_ms(file.retention));
+        let info = Timestamp::from_millis(expires).map(|expires_at| FileInfo {
+            id: FileId::generate(),
+            name: file.name,
+            media_type: file.media_type,
+            size: file.bytes.len() as u64,
+            created_at: now,
+            expires_at,
+        });
+        let caller = caller.to_string();
+        let bytes = file.bytes;
+        Box::pin(async move {
+            let info = info.ok_or_else(|| {
+                HarnessError::new(ErrorCategory::Configuration, "the file's retention is too long")
+            })?;
+            let row = info.clone();
+            self.write(move |conn| {
+                cached_execute(
+                    conn,
+                    "INSERT INTO files (id, principal, name, media_type, size, created_at, \
+                     expires_at, data) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                    params![
+                        row.id.as_str(),
+                        caller,
+                        row.name,
+                        row.media_type.as_str(),
+                        i64::try_from(row.size).unwrap_or(i64::MAX),
+                        row.created_at.as_millis(),
+                        row.expires_at.as_millis(),
+                        &bytes[..],
+                    ],
+                )
+                .map_err(|e| unavailable(&e))?;
+                Ok(((), None))
+            })
+            .await
+            .map_err(|e| e.to_harness_error())?;
+            Ok(info)
+        })
+    }
+
+    fn info<'a>(
+        &'a self,
+        caller: &'a CallerId,
+        id: &'a FileId,
+    ) -> BoxFuture<'a, Result<Option<FileInfo>, HarnessError>> {
+        self.find_file(caller, id)
+    }
+
+    fn delete<'a>(
+        &'a self,
+        caller: &'a CallerId,
+        id: &'a FileId,
+    ) -> BoxFuture<'a, Result<bool, HarnessError>> {
+        let (caller, id) = (caller.to_string(), id.to_string());
+        let write = self.write(move |conn| {
+            let n = cached_execute(
+                conn,
+                "DELETE FROM files WHERE id = ?1 AND principal = ?2 AND expires_at > ?3",
+                params![id, caller, Timestamp::now().as_millis()],
+            )
+            .map_err(|e| unavailable(&e))?;
+            Ok((n > 0, None))
+        });
+        Box::pin(async move { write.await.map_err(|e| e.to_harness_error()) })
+    }
+
+    fn sweep(&self) -> BoxFuture<'_, Result<u64, HarnessError>> {
+        let write = self.write(move |conn| {
+            let n = cached_execute(
+                conn,
+                "DELETE FROM files WHERE expires_at <= ?1",
+                params![Timestamp::now().as_millis()],
+            )
+            .map_err(|e| unavailable(&e))?;
+            Ok((n as u64, None))
+        });
+        Box::pin(async move { write.await.map_err(|e| e.to_harness_error()) })
     }
 }

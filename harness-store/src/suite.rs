@@ -1305,3 +1305,121 @@ pub async fn thread_state<S: harness_core::session::ThreadStateStore + Clone + '
         Err(StateError::StaleEpoch { .. })
     ));
 }
+
+/// The rules of a [`FileStore`](crate::files::FileStore): a file is its caller's alone
+/// (another caller's id is not found, not deletable), reads its bytes on demand, is gone once
+/// deleted (a handle opened before fails `FILE_NOT_FOUND`), is not found from its expiry on
+/// and is swept then while unexpired files stay; concurrent puts by many callers each find
+/// their own file only.
+///
+/// # Panics
+/// At the first rule the store breaks, naming it.
+pub async fn files<S: crate::files::FileStore + Clone>(store: S) {
+    use crate::files::NewFile;
+    use harness_core::file::FileId;
+    use harness_core::id::CallerId;
+
+    let caller = |name: &str| -> CallerId {
+        format!("{name}-{}", ExecutionId::generate().as_str().replace('_', "-"))
+            .parse()
+            .expect("a caller id")
+    };
+    let new = |bytes: &[u8], retention: Duration| NewFile {
+        name: "notes.md".into(),
+        media_type: "text/markdown".parse().expect("a media type"),
+        bytes: bytes.to_vec().into(),
+        retention,
+    };
+    let (alice, bob) = (caller("alice"), caller("bob"));
+
+    let info = store
+        .put(&alice, new(b"# hello", LONG))
+        .await
+        .expect("put");
+    assert_eq!(info.size, 7, "a put file reports its size");
+    assert_eq!(info.name, "notes.md");
+    assert_eq!(info.media_type.as_str(), "text/markdown");
+    assert!(info.expires_at > info.created_at, "a file expires after it is put");
+    assert_eq!(
+        store.info(&alice, &info.id).await.expect("info"),
+        Some(info.clone()),
+        "the owner finds its file as it was put"
+    );
+    let opened = store
+        .open(&alice, &info.id)
+        .await
+        .expect("open")
+        .expect("the owner opens its file");
+    assert_eq!(opened.name, "notes.md");
+    assert_eq!(opened.handle.size(), 7);
+    assert_eq!(&opened.handle.read().await.expect("read")[..], b"# hello");
+
+    // Another caller: not found, exactly as an id that never existed.
+    let never = FileId::generate();
+    for (who, id) in [(&bob, &info.id), (&alice, &never)] {
+        assert_eq!(store.info(who, id).await.expect("info"), None);
+        assert!(store.open(who, id).await.expect("open").is_none());
+        assert!(!store.delete(who, id).await.expect("delete"));
+    }
+    assert!(
+        store.info(&alice, &info.id).await.expect("info").is_some(),
+        "another caller's delete leaves the file"
+    );
+
+    // Deleted: not found, and a handle opened before fails its read.
+    assert!(store.delete(&alice, &info.id).await.expect("delete"));
+    assert_eq!(store.info(&alice, &info.id).await.expect("info"), None);
+    assert!(!store.delete(&alice, &info.id).await.expect("delete again"));
+    let err = opened.handle.read().await.expect_err("a deleted file's read fails");
+    assert_eq!(err.code(), &ErrorCode::FILE_NOT_FOUND, "{err}");
+
+    // Expiry: not found from then on, swept; an unexpired file stays.
+    let brief = store
+        .put(&alice, new(b"brief", Duration::from_millis(300)))
+        .await
+        .expect("put");
+    let kept = store.put(&alice, new(b"kept", LONG)).await.expect("put");
+    assert!(store.info(&alice, &brief.id).await.expect("info").is_some());
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(
+        store.info(&alice, &brief.id).await.expect("info"),
+        None,
+        "an expired file is not found, swept or not"
+    );
+    assert!(store.open(&alice, &brief.id).await.expect("open").is_none());
+    assert!(store.sweep().await.expect("sweep") >= 1, "the sweep deletes it");
+    assert!(
+        store.info(&alice, &kept.id).await.expect("info").is_some(),
+        "the sweep leaves unexpired files"
+    );
+
+    // Many callers at once, each finding its own file only.
+    let racers: Vec<_> = (0..64)
+        .map(|n| {
+            let store = store.clone();
+            let who = caller(&format!("racer{n}"));
+            tokio::spawn(async move {
+                let body = format!("file of racer {n}");
+                let info = store
+                    .put(&who, new(body.as_bytes(), LONG))
+                    .await
+                    .expect("put");
+                (who, info, body)
+            })
+        })
+        .collect();
+    let mut put = Vec::new();
+    for racer in racers {
+        put.push(racer.await.expect("a racer"));
+    }
+    for (n, (who, info, body)) in put.iter().enumerate() {
+        let file = store
+            .open(who, &info.id)
+            .await
+            .expect("open")
+            .expect("each racer finds its file");
+        assert_eq!(&file.handle.read().await.expect("read")[..], body.as_bytes());
+        let (other, _, _) = &put[(n + 1) % put.len()];
+        assert!(store.open(other, &info.id).await.expect("open").is_none());
+    }
+}

@@ -25,6 +25,38 @@ async fn the_sqlite_store_passes_the_store_suite() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uploaded_files_are_their_callers_until_they_expire_on_sqlite_and_in_memory() {
+    suite::files(harness_store::files::MemoryFiles::new()).await;
+    let dir = scratch("files");
+    let path = dir.join("harness.db");
+    suite::files(SqliteStore::open(&path).expect("open")).await;
+    // Durable: a file put before a reopen is found after it, bytes and all.
+    let alice: harness_core::id::CallerId = "alice".parse().unwrap();
+    let store = SqliteStore::open(&path).expect("open");
+    let info = harness_store::files::FileStore::put(
+        &store,
+        &alice,
+        harness_store::files::NewFile {
+            name: "a.txt".into(),
+            media_type: "text/plain".parse().unwrap(),
+            bytes: b"kept".to_vec().into(),
+            retention: Duration::from_secs(60),
+        },
+    )
+    .await
+    .expect("put");
+    drop(store);
+    let again = SqliteStore::open(&path).expect("reopen");
+    let file = harness_core::file::FileWorkspace::open(&again, &alice, &info.id)
+        .await
+        .expect("open")
+        .expect("found after a reopen");
+    assert_eq!(&file.handle.read().await.expect("read")[..], b"kept");
+    drop((file, again));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reopened_sqlite_store_holds_what_was_acknowledged() {
     let dir = scratch("reopen");
     let path = dir.join("harness.db");

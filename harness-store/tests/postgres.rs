@@ -63,6 +63,9 @@ async fn the_postgres_store_passes_the_suite_tails_across_replicas_and_follows_t
     // Thread state, on two connections at once.
     suite::thread_state(connect(&cluster).await).await;
 
+    // Uploaded files.
+    suite::files(connect(&cluster).await).await;
+
     // Migrations are applied once, whoever connects: a third connection finds them done.
     drop(connect(&cluster).await);
 
@@ -172,7 +175,7 @@ async fn a_version_1_database_is_migrated_with_its_events() {
         .await
         .expect("the version")
         .get(0);
-    assert_eq!(version, 6);
+    assert_eq!(version, 7);
 }
 
 /// Schema 6 scopes conversations by principal: see [`common::seed_unscoped_conversations`].
