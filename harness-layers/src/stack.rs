@@ -136,6 +136,23 @@ pub struct HarnessStack {
     config: ServiceConfig,
     tools: Option<harness_core::tool::ToolSet>,
     limits: harness_core::limits::RunLimits,
+    files: Files,
+}
+
+/// Where the services find uploaded files, and the operator's limits on input files.
+#[derive(Clone, Default)]
+struct Files {
+    workspace: Option<std::sync::Arc<dyn harness_core::file::FileWorkspace>>,
+    limits: harness_core::file::FileLimits,
+}
+
+impl std::fmt::Debug for Files {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Files")
+            .field("workspace", &self.workspace.is_some())
+            .field("limits", &self.limits)
+            .finish()
+    }
 }
 
 macro_rules! setters {
@@ -270,8 +287,25 @@ impl HarnessStack {
         self
     }
 
+    /// Where the services this stack builds find uploaded files (see
+    /// [`AdapterServiceBuilder::files`](harness_core::service::AdapterServiceBuilder::files)).
+    pub fn files(
+        mut self,
+        workspace: std::sync::Arc<dyn harness_core::file::FileWorkspace>,
+    ) -> Self {
+        self.files.workspace = Some(workspace);
+        self
+    }
+
+    /// Sets the operator's limits on input files of the services this stack builds (see
+    /// [`AdapterServiceBuilder::file_limits`](harness_core::service::AdapterServiceBuilder::file_limits)).
+    pub fn file_limits(mut self, limits: harness_core::file::FileLimits) -> Self {
+        self.files.limits = limits;
+        self
+    }
+
     /// The adapter service's builder with this stack's configuration, runtime layers,
-    /// tools and run limits.
+    /// tools, run limits and files.
     fn builder<A: HarnessAdapter>(
         &self,
         adapter: A,
@@ -279,10 +313,14 @@ impl HarnessStack {
         A,
         tower::layer::util::Stack<RuntimeLayers, tower::layer::util::Identity>,
     > {
-        let builder = AdapterService::builder(adapter)
+        let mut builder = AdapterService::builder(adapter)
             .config(self.config)
             .limits(self.limits)
+            .file_limits(self.files.limits.clone())
             .layer(self.runtime.clone());
+        if let Some(workspace) = &self.files.workspace {
+            builder = builder.files(std::sync::Arc::clone(workspace));
+        }
         match &self.tools {
             Some(tools) => builder.tools(tools.clone()),
             None => builder,

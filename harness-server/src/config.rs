@@ -24,6 +24,7 @@ use std::sync::Arc;
 use harness_acp::{AcpAdapter, AcpAgent};
 use harness_core::adapter::HarnessAdapter;
 use harness_core::error::{ErrorCategory, HarnessError};
+use harness_core::file::FileLimits;
 use harness_core::limits::RunLimits;
 use harness_core::store::{MemoryStore, ReplicaId};
 use harness_core::tool::ToolSet;
@@ -98,6 +99,9 @@ pub struct Config {
     /// How many paused runtimes each adapter instance keeps alive.
     #[serde(default)]
     pub runtimes: RuntimesConfig,
+    /// Input files: uploads' retention and the limits on files.
+    #[serde(default)]
+    pub files: FilesConfig,
     /// The directory of the file read, against which relative paths were resolved.
     #[serde(skip)]
     base: Option<PathBuf>,
@@ -143,6 +147,25 @@ pub struct RuntimesConfig {
     /// ([`DEFAULT_IDLE_TIMEOUT`](harness_core::service::pool::DEFAULT_IDLE_TIMEOUT)).
     #[serde(default)]
     pub idle_timeout_secs: Option<f64>,
+}
+
+/// `[files]`: each left out keeps its default ([`crate::files`]).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct FilesConfig {
+    /// Seconds an uploaded file is kept (a day).
+    #[serde(default)]
+    pub retention_secs: Option<u64>,
+    /// The most bytes of one file, uploaded or inline (20 MiB).
+    #[serde(default)]
+    pub max_file_bytes: Option<u64>,
+    /// The most files in one start request (10).
+    #[serde(default)]
+    pub max_files: Option<usize>,
+    /// The most bytes of one start request's files together (50 MiB).
+    #[serde(default)]
+    pub max_total_bytes: Option<u64>,
 }
 
 /// `[store]`.
@@ -712,6 +735,63 @@ impl Config {
         Ok(config)
     }
 
+    /// The uploads' policy of `[files]` over the defaults, kept in `store`.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// let config = harness_server::config::Config::from_toml(
+    ///     "[files]\nretention_secs = 3600\nmax_file_bytes = 1048576",
+    /// ).unwrap();
+    /// let uploads = config.uploads(Arc::new(harness_store::files::MemoryFiles::new())).unwrap();
+    /// assert_eq!(uploads.file_limits().max_file_bytes, 1048576);
+    /// assert_eq!(uploads.file_limits().max_files, 10);
+    /// let zero = harness_server::config::Config::from_toml("[files]\nretention_secs = 0").unwrap();
+    /// let err = zero.uploads(Arc::new(harness_store::files::MemoryFiles::new())).unwrap_err();
+    /// assert!(err.to_string().contains("`files.retention_secs`"), "{err}");
+    /// ```
+    ///
+    /// # Errors
+    /// A value of 0, or a total below one file's bytes.
+    pub fn uploads(
+        &self,
+        store: Arc<dyn harness_store::files::FileStore>,
+    ) -> Result<crate::files::Uploads, HarnessError> {
+        let f = &self.files;
+        let positive = |value: Option<u64>, key: &str, default: u64| match value {
+            None => Ok(default),
+            Some(0) => Err(invalid(format!(
+                "`files.{key}` is 0: it must be at least 1"
+            ))),
+            Some(n) => Ok(n),
+        };
+        let d = FileLimits::default();
+        let limits = FileLimits {
+            max_file_bytes: positive(f.max_file_bytes, "max_file_bytes", d.max_file_bytes)?,
+            max_files: usize::try_from(positive(
+                f.max_files.map(|n| n as u64),
+                "max_files",
+                d.max_files as u64,
+            )?)
+            .unwrap_or(usize::MAX),
+            max_total_bytes: positive(f.max_total_bytes, "max_total_bytes", d.max_total_bytes)?,
+        };
+        if limits.max_total_bytes < limits.max_file_bytes {
+            return Err(invalid(format!(
+                "`files.max_total_bytes` ({}) is below `files.max_file_bytes` ({}): a request \
+                 could not take one file of the largest size",
+                limits.max_total_bytes, limits.max_file_bytes
+            )));
+        }
+        let retention = positive(
+            f.retention_secs,
+            "retention_secs",
+            crate::files::DEFAULT_RETENTION.as_secs(),
+        )?;
+        Ok(crate::files::Uploads::new(store)
+            .limits(limits)
+            .retention(std::time::Duration::from_secs(retention)))
+    }
+
     /// The tokens of `[[tokens]]`.
     ///
     /// # Errors
@@ -731,12 +811,14 @@ impl Config {
     /// When the store cannot be opened, a script cannot be read, or an agent is refused.
     pub async fn server(&self, tokens: BearerTokens) -> Result<(Server, String), HarnessError> {
         let replica = ReplicaId::new(self.replica.clone().unwrap_or_else(|| "harness".into()));
-        let (instances, store) = match self.store.kind {
+        let (instances, store, uploads) = match self.store.kind {
             StoreKind::Memory => {
                 let store = Arc::new(MemoryStore::new());
+                let uploads = self.uploads(Arc::new(harness_store::files::MemoryFiles::new()))?;
                 (
-                    self.instances(&store, &replica)?,
+                    self.instances(&store, &replica, &uploads)?,
                     "memory (lost on exit)".to_owned(),
+                    uploads,
                 )
             }
             StoreKind::Sqlite => {
@@ -749,9 +831,11 @@ impl Config {
                     harness_store::SqliteStore::open(&path)
                         .map_err(|e| invalid(format!("cannot open {}: {e}", path.display())))?,
                 );
+                let uploads = self.uploads(store.clone())?;
                 (
-                    self.instances(&store, &replica)?,
+                    self.instances(&store, &replica, &uploads)?,
                     format!("sqlite {}", path.display()),
+                    uploads,
                 )
             }
             StoreKind::Postgres => {
@@ -763,10 +847,15 @@ impl Config {
                         .await
                         .map_err(|e| invalid(format!("cannot connect to PostgreSQL: {e}")))?,
                 );
-                (self.instances(&store, &replica)?, "postgres".to_owned())
+                let uploads = self.uploads(store.clone())?;
+                (
+                    self.instances(&store, &replica, &uploads)?,
+                    "postgres".to_owned(),
+                    uploads,
+                )
             }
         };
-        let mut builder = Server::builder().authenticate(tokens);
+        let mut builder = Server::builder().authenticate(tokens).files(uploads);
         if let Some(limit) = self.body_limit {
             builder = builder.body_limit(limit);
         }
@@ -783,6 +872,7 @@ impl Config {
         &self,
         store: &Arc<S>,
         replica: &ReplicaId,
+        uploads: &crate::files::Uploads,
     ) -> Result<Vec<Instance>, HarnessError>
     where
         S: harness_core::store::ExecutionStore + harness_core::session::ThreadStateStore + 'static,
@@ -809,9 +899,12 @@ impl Config {
             };
             let adapter = ScriptedAdapter::new(script);
             let limits = limits_for(&adapter, scripted.limits.as_ref(), "scripted")?;
-            let stack = HarnessStack::defaults_for(&adapter)?
-                .limits(limits)
-                .config(service);
+            let stack = with_files(
+                HarnessStack::defaults_for(&adapter)?
+                    .limits(limits)
+                    .config(service),
+                uploads,
+            );
             instances.push(Instance::new(
                 &stack,
                 adapter,
@@ -826,6 +919,7 @@ impl Config {
                 store,
                 replica,
                 service,
+                uploads,
             )?);
         }
         if let Some(openai) = &self.openai {
@@ -836,10 +930,19 @@ impl Config {
                 store,
                 replica,
                 service,
+                uploads,
             )?);
         }
         Ok(instances)
     }
+}
+
+/// `stack` finding uploaded files where `uploads` keeps them, within its limits.
+fn with_files(stack: HarnessStack, uploads: &crate::files::Uploads) -> HarnessStack {
+    let workspace: Arc<dyn harness_core::file::FileWorkspace> = uploads.store().clone();
+    stack
+        .files(workspace)
+        .file_limits(uploads.file_limits().clone())
 }
 
 impl Instance {
@@ -850,6 +953,7 @@ impl Instance {
         store: &Arc<S>,
         replica: &ReplicaId,
         service: harness_core::service::ServiceConfig,
+        uploads: &crate::files::Uploads,
     ) -> Result<Self, HarnessError>
     where
         S: harness_core::store::ExecutionStore + harness_core::session::ThreadStateStore + 'static,
@@ -890,10 +994,13 @@ impl Instance {
                 .map_err(|e| invalid(format!("{what}: {e}")))?;
         }
         let limits = limits_for(&adapter, openai.limits.as_ref(), "openai")?;
-        let stack = HarnessStack::defaults_for(&adapter)?
-            .tools(tools)
-            .limits(limits)
-            .config(service);
+        let stack = with_files(
+            HarnessStack::defaults_for(&adapter)?
+                .tools(tools)
+                .limits(limits)
+                .config(service),
+            uploads,
+        );
         Ok(Self::new(
             &stack,
             adapter,
@@ -908,6 +1015,7 @@ impl Instance {
         store: &Arc<S>,
         replica: &ReplicaId,
         service: harness_core::service::ServiceConfig,
+        uploads: &crate::files::Uploads,
     ) -> Result<Self, HarnessError>
     where
         S: harness_core::store::ExecutionStore + harness_core::session::ThreadStateStore + 'static,
@@ -922,9 +1030,12 @@ impl Instance {
             }
         }
         let limits = limits_for(&adapter, acp.limits.as_ref(), "acp")?;
-        let stack = HarnessStack::defaults_for(&adapter)?
-            .limits(limits)
-            .config(service);
+        let stack = with_files(
+            HarnessStack::defaults_for(&adapter)?
+                .limits(limits)
+                .config(service),
+            uploads,
+        );
         Ok(Self::new(
             &stack,
             adapter,

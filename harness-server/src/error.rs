@@ -78,10 +78,11 @@ impl From<HarnessError> for ApiError {
 ///
 /// | code or category | status |
 /// |---|---|
-/// | `EXECUTION_NOT_FOUND`, `ENDPOINT_NOT_FOUND`, `ADAPTER_NOT_FOUND`, `ACTION_NOT_FOUND` | 404 |
+/// | `EXECUTION_NOT_FOUND`, `FILE_NOT_FOUND`, `ENDPOINT_NOT_FOUND`, `ADAPTER_NOT_FOUND`, `ACTION_NOT_FOUND` | 404 |
 /// | `IDEMPOTENCY_CONFLICT`, `ACTION_ALREADY_RESOLVED`, `ACTION_REVISION_STALE`, `EXECUTION_TERMINAL` | 409 |
-/// | `REQUEST_TOO_LARGE` | 413 |
-/// | `ACTION_RESPONSE_INVALID`, `OPTIONS_INVALID`, `CAPABILITY_UNSUPPORTED` | 422 |
+/// | `REQUEST_TOO_LARGE`, `FILE_TOO_LARGE` | 413 |
+/// | `FILE_TYPE_MISMATCH`, `FILE_TYPE_UNSUPPORTED` (a file's content, at upload or start) | 415 |
+/// | `ACTION_RESPONSE_INVALID`, `OPTIONS_INVALID`, `CAPABILITY_UNSUPPORTED`, `FILE_MODALITY_UNSUPPORTED` | 422 |
 /// | other `configuration` | 400 |
 /// | `authentication` | 401 |
 /// | `authorization` | 403 |
@@ -96,6 +97,7 @@ pub fn status_of(error: &PublicError) -> StatusCode {
     let code = &error.code;
     let is = |c: ErrorCode| *code == c;
     if is(ErrorCode::EXECUTION_NOT_FOUND)
+        || is(ErrorCode::FILE_NOT_FOUND)
         || is(ErrorCode::ENDPOINT_NOT_FOUND)
         || is(ErrorCode::ADAPTER_NOT_FOUND)
         || is(ErrorCode::ACTION_NOT_FOUND)
@@ -109,10 +111,14 @@ pub fn status_of(error: &PublicError) -> StatusCode {
     {
         return StatusCode::CONFLICT;
     }
-    if is(ErrorCode::REQUEST_TOO_LARGE) {
+    if is(ErrorCode::REQUEST_TOO_LARGE) || is(ErrorCode::FILE_TOO_LARGE) {
         return StatusCode::PAYLOAD_TOO_LARGE;
     }
+    if is(ErrorCode::FILE_TYPE_MISMATCH) || is(ErrorCode::FILE_TYPE_UNSUPPORTED) {
+        return StatusCode::UNSUPPORTED_MEDIA_TYPE;
+    }
     if is(ErrorCode::ACTION_RESPONSE_INVALID)
+        || is(ErrorCode::FILE_MODALITY_UNSUPPORTED)
         || is(ErrorCode::OPTIONS_INVALID)
         || is(ErrorCode::CAPABILITY_UNSUPPORTED)
     {
@@ -197,6 +203,19 @@ mod tests {
                 422,
             ),
             (C::Configuration, Some(ErrorCode::EXECUTION_NOT_FOUND), 404),
+            (C::Configuration, Some(ErrorCode::FILE_NOT_FOUND), 404),
+            (C::Configuration, Some(ErrorCode::FILE_TOO_LARGE), 413),
+            (C::Configuration, Some(ErrorCode::FILE_TYPE_MISMATCH), 415),
+            (
+                C::Configuration,
+                Some(ErrorCode::FILE_TYPE_UNSUPPORTED),
+                415,
+            ),
+            (
+                C::Configuration,
+                Some(ErrorCode::FILE_MODALITY_UNSUPPORTED),
+                422,
+            ),
             (C::Configuration, None, 400),
             (C::Authentication, None, 401),
             (C::Throttled, None, 429),

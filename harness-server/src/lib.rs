@@ -43,6 +43,8 @@
 //! | `GET /v1/executions/{id}/events` | with `Accept: text/event-stream`, server-sent events: `id: <seq>`, `event: <kind>`, `data: <event JSON>`, from after `Last-Event-ID` (else `?after=`, else the start), keep-alive comments after 15 s without a frame ([`ServerBuilder::keep_alive`]), frames ready together written as one chunk, the stream ending after the terminal event. Otherwise a JSON page: `?after=`, `?limit=` (up to 8,192; 1,000 by default) |
 //! | `POST /v1/executions/{id}/actions/{actionId}` | answers an action: an [`ActionResponse`](harness_core::action::ActionResponse) (its `actionId` may be left out) |
 //! | `POST /v1/executions/{id}/cancel` | requests cancellation (`{"reason": ...}` optional): `202` with `status`: `requested` for the first request (claimed in the store's record, so one of any number of concurrent requests on any replica), `already_requested` for the others, `already_ended` once the run has ended; confirmed by `run.cancelled` on the stream |
+//! | `POST /v1/files` | uploads a file ([`files`]): the raw body, its type in `Content-Type`, `?name=` optional; validated by content and size as the engine validates input files (`413 FILE_TOO_LARGE`, `415 FILE_TYPE_MISMATCH` or `FILE_TYPE_UNSUPPORTED` naming the right type), kept as the caller's until the retention of `[files]`; `201` with `{"id", "name", "mediaType", "size", "createdAt", "expiresAt"}`. A start request names it: `"files": [{"fileId": ...}]` |
+//! | `GET /v1/files/{id}`, `DELETE /v1/files/{id}` | an uploaded file's metadata (never its bytes), or its deletion (`204`); another principal's file, an expired one and a missing one are all `404 FILE_NOT_FOUND` |
 //! | `POST /v1/agui/{adapter}` | the [AG-UI face](agui): a `RunAgentInput` in, AG-UI events out as server-sent events; actions are interrupts, resumed by the next run |
 //! | `GET /v1/adapters`, `GET /v1/adapters/{id}` | the instances' manifests, options schemas included; `GET /v1/adapters` also their [`health`] by instance id (`{"ready", "reason", "checkedAt"}`) |
 //! | `GET /v1/openapi.json` | the [OpenAPI document](openapi) (no token needed) |
@@ -78,6 +80,10 @@
 //! page and assets (which allow their own script and style) `Content-Security-Policy:
 //! default-src 'none'; frame-ancestors 'none'`: a JSON body, an event stream, an error or
 //! `/metrics` opened in a browser is never sniffed into markup, run, or framed.
+//!
+//! An uploaded file is its principal's as an execution is: another principal naming its id
+//! (reading, deleting, or starting an execution with it) finds nothing, exactly as for an id
+//! that never existed; a start request naming such an id is refused `404 FILE_NOT_FOUND`.
 //!
 //! Errors are `{"error": <public error>}` with the status of [`error::status_of`] and
 //! `Retry-After` for `throttled` and `capacity`; no diagnostic ever leaves. Another
@@ -168,6 +174,7 @@ pub mod config;
 pub mod console;
 pub mod error;
 mod events;
+pub mod files;
 pub mod health;
 mod instance;
 pub mod openapi;
@@ -228,6 +235,8 @@ pub(crate) struct State {
     pub(crate) store_health: health::Cached,
     /// The console's outstanding one-time sign-in codes ([`Server::console_code`]).
     pub(crate) console_codes: console::Codes,
+    /// Where uploaded files are kept ([`ServerBuilder::files`]).
+    pub(crate) uploads: Option<files::Uploads>,
 }
 
 impl std::fmt::Debug for State {
@@ -324,6 +333,7 @@ pub struct ServerBuilder {
     body_limit: Option<usize>,
     keep_alive: Option<Duration>,
     max_wait: Option<Duration>,
+    uploads: Option<files::Uploads>,
 }
 
 impl std::fmt::Debug for ServerBuilder {
@@ -370,6 +380,15 @@ impl ServerBuilder {
     /// is refused `413 REQUEST_TOO_LARGE`.
     pub fn body_limit(mut self, bytes: usize) -> Self {
         self.body_limit = Some(bytes);
+        self
+    }
+
+    /// Takes uploads (`POST /v1/files`) into `uploads`' store, and sweeps its expired files
+    /// periodically ([`files`]). The instances must find uploaded files in the same store
+    /// ([`HarnessStack::files`](harness_layers::stack::HarnessStack::files)). Without it the
+    /// `/v1/files` endpoints answer `404` and files go inline.
+    pub fn files(mut self, uploads: files::Uploads) -> Self {
+        self.uploads = Some(uploads);
         self
     }
 
@@ -420,6 +439,9 @@ impl ServerBuilder {
                 .with_diagnostic(e.to_string())
             })?),
         };
+        if let Some(uploads) = &self.uploads {
+            uploads.sweep_periodically();
+        }
         Ok(Server {
             state: Arc::new(State {
                 instances,
@@ -433,6 +455,7 @@ impl ServerBuilder {
                 local: Mutex::new(HashMap::new()),
                 store_health: health::Cached::default(),
                 console_codes: console::Codes::default(),
+                uploads: self.uploads,
             }),
         })
     }

@@ -73,6 +73,8 @@ pub fn document() -> Value {
     let key = sub::<IdempotencyKey>(&mut g);
     let event = sub::<Event>(&mut g);
     let waited = sub::<crate::wait::Waited>(&mut g);
+    let file = sub::<crate::files::FileView>(&mut g);
+    let file_id = sub::<harness_core::file::FileId>(&mut g);
     let mut schemas = g.take_definitions(true);
     let (Some(request_name), Some(answer_name)) = (name(&request), name(&answer)) else {
         unreachable!("named types are referenced, not inlined")
@@ -147,8 +149,12 @@ pub fn document() -> Value {
         ),
         too_large,
         (
+            "415",
+            "a file's content is not its declared type, or of no type taken",
+        ),
+        (
             "422",
-            "the options or required capabilities are not supported",
+            "the options, required capabilities or files' modalities are not supported",
         ),
         (
             "503",
@@ -260,6 +266,41 @@ pub fn document() -> Value {
         }),
     );
 
+    let file_not_found = (
+        "404",
+        "no such uploaded file (or another principal's, or expired)",
+    );
+    let mut upload_responses = errors(&[
+        invalid,
+        (
+            "404",
+            "this server keeps no uploaded files (give them inline)",
+        ),
+        ("413", "the file is larger than the server's `maxFileBytes`"),
+        (
+            "415",
+            "no `Content-Type`, or the content is not the declared type or of no type taken",
+        ),
+        (
+            "503",
+            "too many uploads are being read now (see Retry-After)",
+        ),
+    ]);
+    let mut uploaded = ok("the file, kept as the caller's until `expiresAt`", &file);
+    uploaded["links"] = json!({"readFile": {"operationId": "readFile", "parameters": {"id": "$response.body#/id"}}});
+    upload_responses.insert("201".into(), uploaded);
+    let mut file_responses = errors(&[file_not_found]);
+    file_responses.insert(
+        "200".into(),
+        ok("the file's metadata (never its bytes)", &file),
+    );
+    let mut delete_file_responses = errors(&[file_not_found]);
+    delete_file_responses.insert("204".into(), json!({"description": "deleted"}));
+    let file_param = json!({
+        "name": "id", "in": "path", "required": true,
+        "description": "The uploaded file's id.", "schema": file_id
+    });
+
     let mut adapters_responses = errors(&[]);
     adapters_responses.insert(
         "200".into(),
@@ -355,6 +396,31 @@ pub fn document() -> Value {
                     "parameters": [id],
                     "requestBody": json_body(&cancel_request, false),
                     "responses": cancel_responses,
+                },
+            },
+            "/v1/files": {
+                "post": {
+                    "operationId": "uploadFile",
+                    "summary": "Upload a file a start request then names by id",
+                    "parameters": [
+                        {"name": "name", "in": "query", "description": "The file's display name (`upload` if left out).", "schema": {"type": "string", "minLength": 1, "maxLength": 255}},
+                    ],
+                    "requestBody": {"required": true, "description": "The file's bytes; `Content-Type` declares its type (the content decides).", "content": {"*/*": {"schema": {"type": "string", "contentEncoding": "binary"}}}},
+                    "responses": upload_responses,
+                },
+            },
+            "/v1/files/{id}": {
+                "get": {
+                    "operationId": "readFile",
+                    "summary": "An uploaded file's metadata",
+                    "parameters": [file_param.clone()],
+                    "responses": file_responses,
+                },
+                "delete": {
+                    "operationId": "deleteFile",
+                    "summary": "Delete an uploaded file",
+                    "parameters": [file_param],
+                    "responses": delete_file_responses,
                 },
             },
             "/v1/agui/{adapter}": {

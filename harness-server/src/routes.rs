@@ -41,6 +41,11 @@ pub(crate) fn router(state: Shared) -> Router {
         .route("/v1/executions/{id}/wait", get(crate::wait::route))
         .route("/v1/executions/{id}/actions/{action}", post(answer))
         .route("/v1/executions/{id}/cancel", post(cancel))
+        .route("/v1/files", post(crate::files::upload))
+        .route(
+            "/v1/files/{id}",
+            get(crate::files::read).delete(crate::files::delete),
+        )
         .route("/v1/agui/{adapter}", post(agui_run))
         .route("/v1/adapters", get(adapters))
         .route("/v1/adapters/{id}", get(adapter))

@@ -1,0 +1,387 @@
+//! Uploaded files: `POST /v1/files` takes a file's bytes, validates them as the engine
+//! validates input files, and keeps them in the server's [`FileStore`] as the caller's, until
+//! the operator's retention lapses; a start request then names the file by id
+//! (`"files": [{"fileId": "file_..."}]`).
+//!
+//! # What happens when...
+//!
+//! - **a file is uploaded**: the raw body is the file, `Content-Type` its declared type,
+//!   `?name=` its display name (`upload` when left out; at most 255 characters, no control
+//!   characters). A `Content-Length` past the operator's `maxFileBytes` is refused before any
+//!   byte is read, and so is a body that grows past it (`413 FILE_TOO_LARGE`). The content
+//!   decides the type exactly as at start ([`harness_core::file`]): a declared type the content
+//!   contradicts, or content of no type taken, is `415` (`FILE_TYPE_MISMATCH`,
+//!   `FILE_TYPE_UNSUPPORTED`) naming the type that would be right. The answer is `201` with
+//!   the file's id, name, media type, size and expiry ([`FileView`]), and `Location`.
+//! - **another principal names the id**: `GET` and `DELETE` answer `404 FILE_NOT_FOUND`, and
+//!   a start request naming it is refused `FILE_NOT_FOUND`, exactly as for an id that never
+//!   existed or has expired.
+//! - **uploads arrive together**: at most [`UPLOADS_AT_ONCE`] bodies are read at once; one
+//!   more is `503` (`capacity`, `Retry-After`), so the memory uploads hold is bounded by that
+//!   many times `maxFileBytes`, whatever the clients do.
+//! - **a file expires**: it is not found from then on; the server sweeps expired files from
+//!   the store periodically (every half retention, at most a minute apart).
+//!
+//! Decisions where the spec is silent:
+//! - `GET /v1/files/{id}` answers the metadata only, never the bytes: the caller has them,
+//!   and a server that hands uploaded bytes back becomes a file host for whoever holds a
+//!   token (content served from the API's origin), which is not its job.
+//! - The limits are the engine's: the same [`FileLimits::max_file_bytes`] bounds an upload
+//!   and a file at start, so an upload the server took is never refused later for its size.
+//! - Without a file store ([`ServerBuilder::files`](crate::ServerBuilder::files)), the
+//!   `/v1/files` endpoints answer `404 ENDPOINT_NOT_FOUND` saying files go inline.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{Path, Query, State as Extract};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use futures_util::StreamExt;
+use harness_core::artifact::MediaType;
+use harness_core::error::{ErrorCategory, ErrorCode, HarnessError};
+use harness_core::file::{FileId, FileLimits, InputFile};
+use harness_core::id::CallerId;
+use harness_core::time::Timestamp;
+use harness_store::files::{FileInfo, FileStore, NewFile};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::error::ApiError;
+use crate::routes::{Caller, Shared, fail};
+
+/// The default retention of uploaded files: a day.
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 3600);
+
+/// How many upload bodies are read at once, at most.
+pub const UPLOADS_AT_ONCE: usize = 8;
+
+/// The longest display name, in characters.
+const MAX_NAME: usize = 255;
+
+/// Where a server keeps uploaded files, and the operator's policy for them: the limits
+/// (those of the engine's validation) and the retention.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use harness_core::file::FileLimits;
+/// use harness_server::files::Uploads;
+/// use harness_store::files::MemoryFiles;
+///
+/// let uploads = Uploads::new(Arc::new(MemoryFiles::new()))
+///     .limits(FileLimits { max_file_bytes: 1 << 20, ..FileLimits::default() })
+///     .retention(Duration::from_secs(3600));
+/// assert_eq!(uploads.file_limits().max_file_bytes, 1 << 20);
+/// ```
+#[derive(Clone)]
+pub struct Uploads {
+    store: Arc<dyn FileStore>,
+    limits: FileLimits,
+    retention: Duration,
+    reading: Arc<tokio::sync::Semaphore>,
+}
+
+impl std::fmt::Debug for Uploads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Uploads")
+            .field("limits", &self.limits)
+            .field("retention", &self.retention)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Uploads {
+    /// Uploads kept in `store`, with the default [`FileLimits`] and [`DEFAULT_RETENTION`].
+    /// The same store must be the instances' file workspace
+    /// ([`HarnessStack::files`](harness_layers::stack::HarnessStack::files)) for uploaded
+    /// ids to resolve at start.
+    #[must_use]
+    pub fn new(store: Arc<dyn FileStore>) -> Self {
+        Self {
+            store,
+            limits: FileLimits::default(),
+            retention: DEFAULT_RETENTION,
+            reading: Arc::new(tokio::sync::Semaphore::new(UPLOADS_AT_ONCE)),
+        }
+    }
+
+    /// The limits an upload is validated against (give the instances the same ones,
+    /// [`HarnessStack::file_limits`](harness_layers::stack::HarnessStack::file_limits)).
+    #[must_use]
+    pub fn limits(mut self, limits: FileLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// How long an uploaded file is kept.
+    #[must_use]
+    pub fn retention(mut self, retention: Duration) -> Self {
+        self.retention = retention;
+        self
+    }
+
+    /// The limits.
+    #[must_use]
+    pub fn file_limits(&self) -> &FileLimits {
+        &self.limits
+    }
+
+    /// The store.
+    #[must_use]
+    pub fn store(&self) -> &Arc<dyn FileStore> {
+        &self.store
+    }
+
+    /// Sweeps expired files every half retention (at least a second, at most a minute
+    /// apart) while the store is held elsewhere; needs a Tokio runtime, else does nothing.
+    pub(crate) fn sweep_periodically(&self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let every = (self.retention / 2).clamp(Duration::from_secs(1), Duration::from_secs(60));
+        let store = Arc::downgrade(&self.store);
+        runtime.spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(store) = store.upgrade() else {
+                    return;
+                };
+                if let Err(e) = store.sweep().await {
+                    tracing::warn!(error = %e, "sweeping expired uploaded files failed");
+                }
+            }
+        });
+    }
+}
+
+/// An uploaded file, as the API shows it (never its bytes).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FileView {
+    /// Its id: what a start request names (`{"fileId": ...}`).
+    pub id: FileId,
+    /// Its display name.
+    pub name: String,
+    /// Its media type, as its content showed it.
+    pub media_type: MediaType,
+    /// Its size in bytes.
+    pub size: u64,
+    /// When it was uploaded.
+    pub created_at: Timestamp,
+    /// When it stops being found.
+    pub expires_at: Timestamp,
+}
+
+impl From<FileInfo> for FileView {
+    fn from(info: FileInfo) -> Self {
+        Self {
+            id: info.id,
+            name: info.name,
+            media_type: info.media_type,
+            size: info.size,
+            created_at: info.created_at,
+            expires_at: info.expires_at,
+        }
+    }
+}
+
+fn refusal(code: ErrorCode, message: String) -> ApiError {
+    ApiError::new(HarnessError::new(ErrorCategory::Configuration, message).with_code(code))
+}
+
+fn not_found(id: &str) -> ApiError {
+    let shown: String = id.chars().take(128).collect();
+    refusal(
+        ErrorCode::FILE_NOT_FOUND,
+        format!("no uploaded file `{shown}`"),
+    )
+}
+
+fn uploads(state: &crate::State) -> Result<&Uploads, ApiError> {
+    state.uploads.as_ref().ok_or_else(|| {
+        refusal(
+            ErrorCode::ENDPOINT_NOT_FOUND,
+            "this server keeps no uploaded files: give files inline in the start request \
+             (`{\"name\", \"mediaType\", \"data\"}`)"
+                .to_owned(),
+        )
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct UploadQuery {
+    name: Option<String>,
+}
+
+fn too_large(size: impl std::fmt::Display, limits: &FileLimits) -> ApiError {
+    refusal(
+        ErrorCode::FILE_TOO_LARGE,
+        format!(
+            "the file has {size} bytes; this server takes at most {} per file",
+            limits.max_file_bytes
+        ),
+    )
+}
+
+pub(crate) async fn upload(
+    Extract(state): Extract<Shared>,
+    Caller(caller): Caller,
+    headers: HeaderMap,
+    query: Result<Query<UploadQuery>, axum::extract::rejection::QueryRejection>,
+    body: Body,
+) -> Response {
+    match take(&state, &caller, &headers, query, body).await {
+        Ok(view) => {
+            let location = format!("/v1/files/{}", view.id);
+            (
+                StatusCode::CREATED,
+                [(header::LOCATION, location)],
+                Json(view),
+            )
+                .into_response()
+        }
+        Err(e) => fail(&state, e),
+    }
+}
+
+async fn take(
+    state: &crate::State,
+    caller: &CallerId,
+    headers: &HeaderMap,
+    query: Result<Query<UploadQuery>, axum::extract::rejection::QueryRejection>,
+    body: Body,
+) -> Result<FileView, ApiError> {
+    let uploads = uploads(state)?;
+    let limits = &uploads.limits;
+    let Query(query) = query.map_err(|e| ApiError::invalid(format!("the query: {e}")))?;
+    let name = query.name.unwrap_or_else(|| "upload".to_owned());
+    if name.is_empty() || name.chars().count() > MAX_NAME || name.chars().any(char::is_control) {
+        return Err(ApiError::invalid(format!(
+            "`name` must be 1 to {MAX_NAME} characters without control characters"
+        )));
+    }
+    let declared: MediaType = match headers.get(header::CONTENT_TYPE) {
+        None => {
+            return Err(refusal(
+                ErrorCode::FILE_TYPE_UNSUPPORTED,
+                "declare the file's type in `Content-Type`: image/png, image/jpeg, image/gif, \
+                 image/webp, application/pdf, text/plain, text/markdown or application/json"
+                    .to_owned(),
+            ));
+        }
+        Some(value) => value
+            .to_str()
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| {
+                refusal(
+                    ErrorCode::FILE_TYPE_UNSUPPORTED,
+                    "`Content-Type` is not a media type (`type/subtype`)".to_owned(),
+                )
+            })?,
+    };
+    // Refused before a byte is read when the client says how large it is.
+    if let Some(length) = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        && length > limits.max_file_bytes
+    {
+        return Err(too_large(length, limits));
+    }
+    let _reading = Arc::clone(&uploads.reading)
+        .try_acquire_owned()
+        .map_err(|_| {
+            ApiError::new(
+                HarnessError::new(
+                    ErrorCategory::Capacity,
+                    format!(
+                        "this server reads at most {UPLOADS_AT_ONCE} uploads at once: retry shortly"
+                    ),
+                )
+                .with_code(ErrorCode::CAPACITY_EXHAUSTED),
+            )
+        })?;
+    let mut bytes = Vec::new();
+    let mut stream = body.into_data_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk
+            .map_err(|e| ApiError::invalid(format!("the request body could not be read: {e}")))?;
+        if (bytes.len() + chunk.len()) as u64 > limits.max_file_bytes {
+            return Err(too_large(
+                format_args!("more than {}", limits.max_file_bytes),
+                limits,
+            ));
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    let bytes: Arc<[u8]> = bytes.into();
+    let one = FileLimits {
+        max_files: 1,
+        max_total_bytes: limits.max_file_bytes,
+        ..limits.clone()
+    };
+    let file = InputFile::inline(name, declared, Arc::clone(&bytes));
+    let validated = harness_core::file::validate(&[file], caller, None, &one).await?;
+    let Some(validated) = validated.into_iter().next() else {
+        return Err(ApiError::invalid("no file was given"));
+    };
+    let info = uploads
+        .store
+        .put(
+            caller,
+            NewFile {
+                name: validated.name().to_owned(),
+                media_type: validated.media_type().clone(),
+                bytes,
+                retention: uploads.retention,
+            },
+        )
+        .await?;
+    Ok(info.into())
+}
+
+pub(crate) async fn read(
+    Extract(state): Extract<Shared>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+) -> Response {
+    let found: Result<FileView, ApiError> = async {
+        let uploads = uploads(&state)?;
+        let parsed: FileId = id.parse().map_err(|_| not_found(&id))?;
+        match uploads.store.info(&caller, &parsed).await? {
+            Some(info) => Ok(info.into()),
+            None => Err(not_found(&id)),
+        }
+    }
+    .await;
+    match found {
+        Ok(view) => Json(view).into_response(),
+        Err(e) => fail(&state, e),
+    }
+}
+
+pub(crate) async fn delete(
+    Extract(state): Extract<Shared>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+) -> Response {
+    let deleted: Result<(), ApiError> = async {
+        let uploads = uploads(&state)?;
+        let parsed: FileId = id.parse().map_err(|_| not_found(&id))?;
+        if uploads.store.delete(&caller, &parsed).await? {
+            Ok(())
+        } else {
+            Err(not_found(&id))
+        }
+    }
+    .await;
+    match deleted {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => fail(&state, e),
+    }
+}
