@@ -80,7 +80,7 @@ impl From<HarnessError> for ApiError {
 /// |---|---|
 /// | `EXECUTION_NOT_FOUND`, `FILE_NOT_FOUND`, `ENDPOINT_NOT_FOUND`, `ADAPTER_NOT_FOUND`, `ACTION_NOT_FOUND` | 404 |
 /// | `IDEMPOTENCY_CONFLICT`, `ACTION_ALREADY_RESOLVED`, `ACTION_REVISION_STALE`, `EXECUTION_TERMINAL` | 409 |
-/// | `REQUEST_TOO_LARGE`, `FILE_TOO_LARGE` | 413 |
+/// | `REQUEST_TOO_LARGE`, `FILE_TOO_LARGE`, `FILES_TOO_MANY` | 413 |
 /// | `FILE_TYPE_MISMATCH`, `FILE_TYPE_UNSUPPORTED` (a file's content, at upload or start) | 415 |
 /// | `ACTION_RESPONSE_INVALID`, `OPTIONS_INVALID`, `CAPABILITY_UNSUPPORTED`, `FILE_MODALITY_UNSUPPORTED` | 422 |
 /// | other `configuration` | 400 |
@@ -111,7 +111,10 @@ pub fn status_of(error: &PublicError) -> StatusCode {
     {
         return StatusCode::CONFLICT;
     }
-    if is(ErrorCode::REQUEST_TOO_LARGE) || is(ErrorCode::FILE_TOO_LARGE) {
+    if is(ErrorCode::REQUEST_TOO_LARGE)
+        || is(ErrorCode::FILE_TOO_LARGE)
+        || is(ErrorCode::FILES_TOO_MANY)
+    {
         return StatusCode::PAYLOAD_TOO_LARGE;
     }
     if is(ErrorCode::FILE_TYPE_MISMATCH) || is(ErrorCode::FILE_TYPE_UNSUPPORTED) {
@@ -205,6 +208,7 @@ mod tests {
             (C::Configuration, Some(ErrorCode::EXECUTION_NOT_FOUND), 404),
             (C::Configuration, Some(ErrorCode::FILE_NOT_FOUND), 404),
             (C::Configuration, Some(ErrorCode::FILE_TOO_LARGE), 413),
+            (C::Configuration, Some(ErrorCode::FILES_TOO_MANY), 413),
             (C::Configuration, Some(ErrorCode::FILE_TYPE_MISMATCH), 415),
             (
                 C::Configuration,

@@ -82,6 +82,7 @@ pub fn document() -> Value {
     let start = start_schema(&schemas[request_name]);
     let body = answer_schema(&schemas[answer_name]);
     schemas.insert("StartExecution".into(), start);
+    schemas.insert("InputFile".into(), input_file());
     schemas.insert("AnswerBody".into(), body);
     let start = json!({"$ref": "#/components/schemas/StartExecution"});
     let answer = json!({"$ref": "#/components/schemas/AnswerBody"});
@@ -403,9 +404,9 @@ pub fn document() -> Value {
                     "operationId": "uploadFile",
                     "summary": "Upload a file a start request then names by id",
                     "parameters": [
-                        {"name": "name", "in": "query", "description": "The file's display name (`upload` if left out).", "schema": {"type": "string", "minLength": 1, "maxLength": 255}},
+                        {"name": "name", "in": "query", "description": "The file's display name (`upload` if left out): no control characters.", "schema": {"type": "string", "pattern": "^[^\\u0000-\\u001f\\u007f-\\u009f]{1,255}$"}},
                     ],
-                    "requestBody": {"required": true, "description": "The file's bytes; `Content-Type` declares its type (the content decides).", "content": {"*/*": {"schema": {"type": "string", "contentEncoding": "binary"}}}},
+                    "requestBody": {"required": true, "description": "The file's bytes, as they are (any body: the content decides its type, `Content-Type` declares it).", "content": {"*/*": {"schema": {}}}},
                     "responses": upload_responses,
                 },
             },
@@ -493,6 +494,44 @@ pub fn document() -> Value {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
             "schemas": schemas,
         },
+    })
+}
+
+/// An input file as the server parses it: exactly one of the two forms (the derived schema
+/// of its wire struct has every field optional, which schemathesis rightly read as allowing
+/// none).
+fn input_file() -> Value {
+    json!({
+        "description": "A file in a request: an uploaded file by id (`POST /v1/files`), or \
+            (small) bytes inline. Its content decides its type.",
+        "oneOf": [
+            {
+                "title": "Uploaded",
+                "type": "object",
+                "required": ["fileId"],
+                "additionalProperties": false,
+                "properties": {
+                    "fileId": {"$ref": "#/components/schemas/FileId", "description": "An uploaded file's id."},
+                },
+            },
+            {
+                "title": "Inline",
+                "type": "object",
+                "required": ["name", "mediaType", "data"],
+                "additionalProperties": false,
+                "properties": {
+                    "name": {"type": "string", "description": "The file's display name."},
+                    "mediaType": {"$ref": "#/components/schemas/MediaType", "description": "The declared media type; the content decides."},
+                    "data": {
+                        "type": "string",
+                        "contentEncoding": "base64",
+                        // Canonical: the bits a padded group leaves over are zero.
+                        "pattern": "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/][AQgw]==|[A-Za-z0-9+/]{2}[AEIMQUYcgkosw048]=)?$",
+                        "description": "The bytes, base64 (standard alphabet, padded).",
+                    },
+                },
+            },
+        ],
     })
 }
 

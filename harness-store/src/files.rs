@@ -249,12 +249,11 @@ impl FileStore for MemoryFiles {
         file: NewFile,
     ) -> BoxFuture<'a, Result<FileInfo, HarnessError>> {
         // Milliseconds, as stored.
-        let now = Timestamp::from_millis(Timestamp::now().as_millis()).unwrap_or_else(Timestamp::now);
-        let expires_at = Timestamp::from_millis(
-            now.as_millis()
-                .saturating_add(retention_ms(file.retention)),
-        )
-        .unwrap_or(now);
+        let now =
+            Timestamp::from_millis(Timestamp::now().as_millis()).unwrap_or_else(Timestamp::now);
+        let expires_at =
+            Timestamp::from_millis(now.as_millis().saturating_add(retention_ms(file.retention)))
+                .unwrap_or(now);
         let info = FileInfo {
             id: FileId::generate(),
             name: file.name,

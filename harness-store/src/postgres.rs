@@ -22,10 +22,10 @@ use harness_core::time::Timestamp;
 use tokio::sync::{Mutex, watch};
 use tokio_postgres::{AsyncMessage, Client, GenericClient, NoTls, Row};
 
-use crate::files::{FileInfo, FileStore, NewFile};
 use crate::common::{
     FirstCallers, RECORD_COLUMNS, corrupt, from_millis, lock, parse_state, state_name,
 };
+use crate::files::{FileInfo, FileStore, NewFile};
 
 /// The schema version this code writes. 2: one `harness_event_batches` row per append.
 /// 3: thread state. 4: the index of ended executions. 5: the index of principals' executions.
@@ -1247,9 +1247,9 @@ impl FileWorkspace for PostgresStore {
                         .map_err(|e| failed(&e))?;
                     match row {
                         Some(row) => {
-                            let bytes: Vec<u8> = row.try_get(0).map_err(|e| {
-                                corrupt("a file's bytes", &e).to_harness_error()
-                            })?;
+                            let bytes: Vec<u8> = row
+                                .try_get(0)
+                                .map_err(|e| corrupt("a file's bytes", &e).to_harness_error())?;
                             Ok(Arc::from(bytes))
                         }
                         None => Err(crate::files::gone(&id)),

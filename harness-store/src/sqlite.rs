@@ -20,10 +20,10 @@ use harness_core::store::{
 use harness_core::time::Timestamp;
 use rusqlite::{Connection, OptionalExtension, params};
 
-use crate::files::{FileInfo, FileStore, NewFile};
 use crate::common::{
     FirstCallers, RECORD_COLUMNS, corrupt, from_millis, lock, parse_state, state_name,
 };
+use crate::files::{FileInfo, FileStore, NewFile};
 use tokio::sync::{oneshot, watch};
 
 /// The schema version this code writes (`PRAGMA user_version`). 2: one `events` row per
@@ -1563,10 +1563,11 @@ impl FileStore for SqliteStore {
         file: NewFile,
     ) -> BoxFuture<'a, Result<FileInfo, HarnessError>> {
         // Milliseconds, as stored.
-        let now = Timestamp::from_millis(Timestamp::now().as_millis()).unwrap_or_else(Timestamp::now);
-        let expires =
-            now.as_millis()
-                .saturating_add(crate::files::retention_ms(file.retention));
+        let now =
+            Timestamp::from_millis(Timestamp::now().as_millis()).unwrap_or_else(Timestamp::now);
+        let expires = now
+            .as_millis()
+            .saturating_add(crate::files::retention_ms(file.retention));
         let info = Timestamp::from_millis(expires).map(|expires_at| FileInfo {
             id: FileId::generate(),
             name: file.name,
@@ -1579,7 +1580,10 @@ impl FileStore for SqliteStore {
         let bytes = file.bytes;
         Box::pin(async move {
             let info = info.ok_or_else(|| {
-                HarnessError::new(ErrorCategory::Configuration, "the file's retention is too long")
+                HarnessError::new(
+                    ErrorCategory::Configuration,
+                    "the file's retention is too long",
+                )
             })?;
             let row = info.clone();
             self.write(move |conn| {

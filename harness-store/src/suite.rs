@@ -1320,9 +1320,12 @@ pub async fn files<S: crate::files::FileStore + Clone>(store: S) {
     use harness_core::id::CallerId;
 
     let caller = |name: &str| -> CallerId {
-        format!("{name}-{}", ExecutionId::generate().as_str().replace('_', "-"))
-            .parse()
-            .expect("a caller id")
+        format!(
+            "{name}-{}",
+            ExecutionId::generate().as_str().replace('_', "-")
+        )
+        .parse()
+        .expect("a caller id")
     };
     let new = |bytes: &[u8], retention: Duration| NewFile {
         name: "notes.md".into(),
@@ -1332,14 +1335,14 @@ pub async fn files<S: crate::files::FileStore + Clone>(store: S) {
     };
     let (alice, bob) = (caller("alice"), caller("bob"));
 
-    let info = store
-        .put(&alice, new(b"# hello", LONG))
-        .await
-        .expect("put");
+    let info = store.put(&alice, new(b"# hello", LONG)).await.expect("put");
     assert_eq!(info.size, 7, "a put file reports its size");
     assert_eq!(info.name, "notes.md");
     assert_eq!(info.media_type.as_str(), "text/markdown");
-    assert!(info.expires_at > info.created_at, "a file expires after it is put");
+    assert!(
+        info.expires_at > info.created_at,
+        "a file expires after it is put"
+    );
     assert_eq!(
         store.info(&alice, &info.id).await.expect("info"),
         Some(info.clone()),
@@ -1370,7 +1373,11 @@ pub async fn files<S: crate::files::FileStore + Clone>(store: S) {
     assert!(store.delete(&alice, &info.id).await.expect("delete"));
     assert_eq!(store.info(&alice, &info.id).await.expect("info"), None);
     assert!(!store.delete(&alice, &info.id).await.expect("delete again"));
-    let err = opened.handle.read().await.expect_err("a deleted file's read fails");
+    let err = opened
+        .handle
+        .read()
+        .await
+        .expect_err("a deleted file's read fails");
     assert_eq!(err.code(), &ErrorCode::FILE_NOT_FOUND, "{err}");
 
     // Expiry: not found from then on, swept; an unexpired file stays.
@@ -1387,7 +1394,10 @@ pub async fn files<S: crate::files::FileStore + Clone>(store: S) {
         "an expired file is not found, swept or not"
     );
     assert!(store.open(&alice, &brief.id).await.expect("open").is_none());
-    assert!(store.sweep().await.expect("sweep") >= 1, "the sweep deletes it");
+    assert!(
+        store.sweep().await.expect("sweep") >= 1,
+        "the sweep deletes it"
+    );
     assert!(
         store.info(&alice, &kept.id).await.expect("info").is_some(),
         "the sweep leaves unexpired files"
@@ -1418,7 +1428,10 @@ pub async fn files<S: crate::files::FileStore + Clone>(store: S) {
             .await
             .expect("open")
             .expect("each racer finds its file");
-        assert_eq!(&file.handle.read().await.expect("read")[..], body.as_bytes());
+        assert_eq!(
+            &file.handle.read().await.expect("read")[..],
+            body.as_bytes()
+        );
         let (other, _, _) = &put[(n + 1) % put.len()];
         assert!(store.open(other, &info.id).await.expect("open").is_none());
     }
