@@ -414,7 +414,7 @@ pub fn document() -> Value {
                 "get": {
                     "operationId": "readFile",
                     "summary": "An uploaded file's metadata",
-                    "parameters": [file_param.clone()],
+                    "parameters": [file_param],
                     "responses": file_responses,
                 },
                 "delete": {
