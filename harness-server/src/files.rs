@@ -7,7 +7,8 @@
 //!
 //! - **a file is uploaded**: the raw body is the file, `Content-Type` its declared type,
 //!   `?name=` its display name (`upload` when left out; at most 255 characters, no control
-//!   characters). A `Content-Length` past the operator's `maxFileBytes` is refused before any
+//!   characters). A `Content-Length` past the operator's `max_file_bytes` (`[files]` of
+//!   `harness.toml`) is refused before any
 //!   byte is read, and so is a body that grows past it (`413 FILE_TOO_LARGE`). The content
 //!   decides the type exactly as at start ([`harness_core::file`]): a declared type the content
 //!   contradicts, or content of no type taken, is `415` (`FILE_TYPE_MISMATCH`,
@@ -18,7 +19,7 @@
 //!   existed or has expired.
 //! - **uploads arrive together**: at most [`UPLOADS_AT_ONCE`] bodies are read at once; one
 //!   more is `503` (`capacity`, `Retry-After`), so the memory uploads hold is bounded by that
-//!   many times `maxFileBytes`, whatever the clients do.
+//!   many times `max_file_bytes`, whatever the clients do.
 //! - **a file expires**: it is not found from then on; the server sweeps expired files from
 //!   the store periodically (every half retention, at most a minute apart).
 //!

@@ -277,7 +277,10 @@ pub fn document() -> Value {
             "404",
             "this server keeps no uploaded files (give them inline)",
         ),
-        ("413", "the file is larger than the server's `maxFileBytes`"),
+        (
+            "413",
+            "the file is larger than the operator's limit (`[files] max_file_bytes`)",
+        ),
         (
             "415",
             "no `Content-Type`, or the content is not the declared type or of no type taken",
