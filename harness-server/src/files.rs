@@ -286,10 +286,11 @@ async fn take(
             })?,
     };
     // Refused before a byte is read when the client says how large it is.
-    if let Some(length) = headers
+    let length = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if let Some(length) = length
         && length > limits.max_file_bytes
     {
         return Err(too_large(length, limits));
@@ -307,7 +308,8 @@ async fn take(
                 .with_code(ErrorCode::CAPACITY_EXHAUSTED),
             )
         })?;
-    let mut bytes = Vec::new();
+    // Sized once when the client says how large (within the limit, checked above).
+    let mut bytes = Vec::with_capacity(usize::try_from(length.unwrap_or(0)).unwrap_or(0));
     let mut stream = body.into_data_stream();
     while let Some(chunk) = stream.next().await {
         let chunk = chunk

@@ -143,7 +143,11 @@ pub fn document() -> Value {
 
     let mut start_responses = errors(&[
         invalid,
-        ("404", "no adapter instance of that id"),
+        (
+            "404",
+            "no adapter instance of that id, or no uploaded file of a `fileId` for this \
+             principal",
+        ),
         (
             "409",
             "the idempotency key was used for a different request",
