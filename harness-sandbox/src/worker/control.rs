@@ -186,6 +186,8 @@ struct Shared {
     /// The input files of the turns this runtime was given, in order: what `fileRead`
     /// reads, by place.
     files: Mutex<Vec<ValidatedInputFile>>,
+    /// The worker's sandbox, if it runs in one: a limit it reached is the run's fault.
+    guard: Option<SandboxGuard>,
 }
 
 impl Shared {
@@ -418,6 +420,7 @@ impl WorkerRuntime {
             decision: Mutex::new(None),
             session: Mutex::new(None),
             files: Mutex::new(Vec::new()),
+            guard: guard.clone(),
         });
         let runtime = Self {
             shared: Arc::clone(&shared),
@@ -877,7 +880,15 @@ async fn dispatch(shared: &Arc<Shared>, message: FromWorker) -> Result<(), Harne
                 }
                 WireEvent::Action { request } => Ok(AdapterEvent::Action(request)),
                 WireEvent::Completed { result } => Ok(AdapterEvent::Completed(result)),
-                WireEvent::Failed { error } => Err(from_public(error)),
+                // A worker whose sandbox reached a limit may still report what the limit
+                // did to its agent (it exited) before it is killed too: the limit is the
+                // run's fault.
+                WireEvent::Failed { error } => {
+                    Err(match shared.guard.as_ref().and_then(SandboxGuard::breach) {
+                        Some(breach) => breach.error(),
+                        None => from_public(error),
+                    })
+                }
             };
             // Backpressure: a slow reader holds the worker back. A reader that is gone
             // (the execution ended) takes nothing more.
