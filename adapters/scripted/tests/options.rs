@@ -132,6 +132,7 @@ fn the_descriptor_declares_exactly_what_the_adapter_delivers() {
             CapabilityKey::StreamText,
             CapabilityKey::StreamReasoning,
             CapabilityKey::StreamUsage,
+            CapabilityKey::InvokeNonStreaming,
             CapabilityKey::SessionMultiTurn,
             CapabilityKey::SessionCrossReplicaResume,
             CapabilityKey::SessionClear,
@@ -152,7 +153,13 @@ fn the_descriptor_declares_exactly_what_the_adapter_delivers() {
         ]
     );
     for (key, capability) in declared {
-        assert_eq!(capability.level(), SupportLevel::Native, "{key}");
+        // A finished outcome is collected from the stream: the only emulated capability.
+        let level = if key == CapabilityKey::InvokeNonStreaming {
+            SupportLevel::Emulated
+        } else {
+            SupportLevel::Native
+        };
+        assert_eq!(capability.level(), level, "{key}");
         assert!(
             capability.explanation().is_some_and(|e| !e.is_empty()),
             "{key}"

@@ -41,6 +41,7 @@
 //! | `stream` `{turn}` | `event`s `{id, event}`, then `segmentEnd` `{id}` |
 //! | `resume` `{response}` | `event`s, then `segmentEnd` |
 //! | `pendingAction` | `pendingAction` `{action or null}` |
+//! | `restore` `{restored: {turn, pending, log, answers}}` | `restored` `{result}` |
 //! | `cancel` `{reason}` | `cancelled` `{requested}` |
 //! | `restart` | `restarted` `{result}` |
 //! | `cleanup` | `cleanedUp`; then the worker exits |
@@ -109,8 +110,11 @@
 //! - Backpressure: each segment buffers 256 items for its reader; beyond that the control
 //!   plane stops reading the worker, whose writes then block. A reader that went away takes
 //!   nothing more.
-//! - `restore` (taking over another replica's pause) is not carried: a worker's runtime is
-//!   its process's, and a lost worker's pause fails as one that cannot be continued.
+//! - `restore` is carried: a fresh worker takes over a pause (another replica's, or one the
+//!   service's pool evicted) from what the store kept, sent whole in one frame (the log up
+//!   to the pause and the earlier answers); a log past the frame limit cannot be, and the
+//!   worker is then `WORKER_LOST`. `HarnessRuntime::restorable` is not carried: a hosted
+//!   runtime reports the default, `true`.
 
 mod control;
 mod in_process;
