@@ -8,60 +8,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Mock, kinds, payloads, pending, reasoning, squeezed, text};
+use common::{Mock, kinds, name, payloads, pending, reasoning, squeezed, text, tools};
 use harness_core::error::ErrorCategory;
 use harness_core::event::{CancelReason, CancelSource, EventPayload, ToolCallOutcome};
 use harness_core::id::ConversationId;
 use harness_core::limits::RunLimits;
 use harness_core::service::{AdapterService, ExecutionRequest, Outcome};
-use harness_core::tool::{FnTool, ToolPolicy, ToolSet};
+use harness_core::tool::ToolSet;
 use harness_openai::{Api, Endpoint, OpenAiAdapter, OpenAiOptions};
-use schemars::JsonSchema;
-use serde::Deserialize;
 use serde_json::{Value, json};
 
 const APIS: [Api; 2] = [Api::ChatCompletions, Api::Responses];
-
-/// The name the model knows tool `id` by (reversible, provider-safe).
-fn name(id: &str) -> String {
-    let id: harness_core::tool::ToolId = id.parse().unwrap();
-    harness_core::tool::ProviderToolNames::new([&id], harness_core::tool::ProviderNameRule::COMMON)
-        .to_provider(&id)
-        .unwrap()
-        .to_owned()
-}
-
-#[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct City {
-    /// The city.
-    city: String,
-}
-
-/// `weather.now` (counts its calls) and `files.delete` (needs approval).
-fn tools(calls: &Arc<AtomicUsize>) -> ToolSet {
-    let counted = Arc::clone(calls);
-    let weather = FnTool::new(
-        "weather.now".parse().unwrap(),
-        "The weather in a city now.",
-        move |c: City, _| {
-            counted.fetch_add(1, Ordering::SeqCst);
-            async move { Ok::<_, String>(format!("sunny in {}", c.city)) }
-        },
-    )
-    .unwrap();
-    let delete = FnTool::new(
-        "files.delete".parse().unwrap(),
-        "Deletes a file.",
-        |c: City, _| async move { Ok::<_, String>(json!({"deleted": c.city})) },
-    )
-    .unwrap();
-    ToolSet::new()
-        .tool(weather)
-        .unwrap()
-        .tool_with_policy(delete, ToolPolicy::new().needs_approval())
-        .unwrap()
-}
 
 fn service(mock: &Mock, api: Api, tools: ToolSet) -> AdapterService<OpenAiAdapter> {
     let endpoint = Endpoint::new(mock.base(), "gpt-4.1")

@@ -204,3 +204,53 @@ pub async fn pending(execution: &ExecutionHandle) -> harness_core::action::Actio
     }
     panic!("no action was requested within a minute")
 }
+
+// ---------------------------------------------------------------------------------------------
+// Tools the tests offer the model
+// ---------------------------------------------------------------------------------------------
+
+/// The name the model knows tool `id` by (reversible, provider-safe).
+pub fn name(id: &str) -> String {
+    let id: harness_core::tool::ToolId = id.parse().unwrap();
+    harness_core::tool::ProviderToolNames::new([&id], harness_core::tool::ProviderNameRule::COMMON)
+        .to_provider(&id)
+        .unwrap()
+        .to_owned()
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct City {
+    /// The city.
+    pub city: String,
+}
+
+/// `weather.now` (counts its calls) and `files.delete` (needs approval).
+pub fn tools(
+    calls: &std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) -> harness_core::tool::ToolSet {
+    let counted = std::sync::Arc::clone(calls);
+    let weather = harness_core::tool::FnTool::new(
+        "weather.now".parse().unwrap(),
+        "The weather in a city now.",
+        move |c: City, _| {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async move { Ok::<_, String>(format!("sunny in {}", c.city)) }
+        },
+    )
+    .unwrap();
+    let delete = harness_core::tool::FnTool::new(
+        "files.delete".parse().unwrap(),
+        "Deletes a file.",
+        |c: City, _| async move { Ok::<_, String>(serde_json::json!({"deleted": c.city})) },
+    )
+    .unwrap();
+    harness_core::tool::ToolSet::new()
+        .tool(weather)
+        .unwrap()
+        .tool_with_policy(
+            delete,
+            harness_core::tool::ToolPolicy::new().needs_approval(),
+        )
+        .unwrap()
+}
