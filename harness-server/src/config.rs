@@ -166,6 +166,10 @@ pub struct FilesConfig {
     /// The most bytes of one start request's files together (50 MiB).
     #[serde(default)]
     pub max_total_bytes: Option<u64>,
+    /// The most bytes of one file given inline in a start request, decoded (512 KiB); a
+    /// larger one is uploaded first (`POST /v1/files`).
+    #[serde(default)]
+    pub max_inline_bytes: Option<u64>,
 }
 
 /// `[store]`.
@@ -856,6 +860,17 @@ impl Config {
             }
         };
         let mut builder = Server::builder().authenticate(tokens).files(uploads);
+        match self.files.max_inline_bytes {
+            Some(0) => {
+                return Err(invalid(
+                    "`files.max_inline_bytes` is 0: it must be at least 1 (files are then \
+                     uploaded with POST /v1/files)"
+                        .to_owned(),
+                ));
+            }
+            Some(bytes) => builder = builder.max_inline_file_bytes(bytes),
+            None => {}
+        }
         if let Some(limit) = self.body_limit {
             builder = builder.body_limit(limit);
         }
@@ -1092,6 +1107,20 @@ mod tests {
         ))
         .unwrap();
         config.server(BearerTokens::new()).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn an_inline_file_limit_of_zero_is_refused_naming_the_key() {
+        let message = refused("[store]\nkind = \"memory\"\n[files]\nmax_inline_bytes = 0\n").await;
+        assert!(
+            message.contains("`files.max_inline_bytes` is 0"),
+            "{message}"
+        );
+        Config::from_toml("[store]\nkind = \"memory\"\n[files]\nmax_inline_bytes = 1\n")
+            .unwrap()
+            .server(BearerTokens::new())
+            .await
+            .unwrap();
     }
 
     #[tokio::test]

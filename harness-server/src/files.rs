@@ -14,6 +14,16 @@
 //!   contradicts, or content of no type taken, is `415` (`FILE_TYPE_MISMATCH`,
 //!   `FILE_TYPE_UNSUPPORTED`) naming the type that would be right. The answer is `201` with
 //!   the file's id, name, media type, size and expiry ([`FileView`]), and `Location`.
+//! - **it comes as a form** (`Content-Type: multipart/form-data; boundary=...`, what a
+//!   browser's `<input type="file">` and `curl -F file=@x.png` send): the form is one part,
+//!   named `file`; its `filename` (the last component of a path) is the display name unless
+//!   `?name=` gives one, its `Content-Type` the declared type. A second `file` part, a part of
+//!   another name or a form without one is `400` naming it; the part's bytes are bounded as a
+//!   raw body's are, and the whole form by that plus 64 KiB for its headers and boundaries.
+//! - **a file comes inline in a start request** (`{"name", "mediaType", "data"}`): past
+//!   [`DEFAULT_MAX_INLINE_FILE_BYTES`] decoded (`[files] max_inline_bytes`), it is refused
+//!   `413 FILE_TOO_LARGE` naming the file and pointing to an upload; inline files are for
+//!   small inputs, since the body that carries them is held whole while it is parsed.
 //! - **another principal names the id**: `GET` and `DELETE` answer `404 FILE_NOT_FOUND`, and
 //!   a start request naming it is refused `FILE_NOT_FOUND`, exactly as for an id that never
 //!   existed or has expired.
@@ -58,6 +68,11 @@ pub const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 3600);
 
 /// How many upload bodies are read at once, at most.
 pub const UPLOADS_AT_ONCE: usize = 8;
+
+/// The default most bytes of one inline file
+/// ([`ServerBuilder::max_inline_file_bytes`](crate::ServerBuilder::max_inline_file_bytes)):
+/// 512 KiB, which fits the default request body limit once encoded in base64.
+pub const DEFAULT_MAX_INLINE_FILE_BYTES: u64 = 512 << 10;
 
 /// The longest display name, in characters.
 const MAX_NAME: usize = 255;
@@ -259,31 +274,23 @@ async fn take(
     let uploads = uploads(state)?;
     let limits = &uploads.limits;
     let Query(query) = query.map_err(|e| ApiError::invalid(format!("the query: {e}")))?;
-    let name = query.name.unwrap_or_else(|| "upload".to_owned());
-    if name.is_empty() || name.chars().count() > MAX_NAME || name.chars().any(char::is_control) {
-        return Err(ApiError::invalid(format!(
-            "`name` must be 1 to {MAX_NAME} characters without control characters"
-        )));
+    if let Some(name) = &query.name {
+        check_name(name, "`name`")?;
     }
-    let declared: MediaType = match headers.get(header::CONTENT_TYPE) {
-        None => {
-            return Err(refusal(
+    let content_type = match headers.get(header::CONTENT_TYPE) {
+        None => None,
+        Some(value) => Some(value.to_str().map_err(|_| {
+            refusal(
                 ErrorCode::FILE_TYPE_UNSUPPORTED,
-                "declare the file's type in `Content-Type`: image/png, image/jpeg, image/gif, \
-                 image/webp, application/pdf, text/plain, text/markdown or application/json"
-                    .to_owned(),
-            ));
-        }
-        Some(value) => value
-            .to_str()
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .ok_or_else(|| {
-                refusal(
-                    ErrorCode::FILE_TYPE_UNSUPPORTED,
-                    "`Content-Type` is not a media type (`type/subtype`)".to_owned(),
-                )
-            })?,
+                "`Content-Type` is not a media type (`type/subtype`)".to_owned(),
+            )
+        })?),
+    };
+    let boundary = content_type.map(multipart_boundary).transpose()?.flatten();
+    // A multipart body carries its part's headers and boundaries besides the file.
+    let allowed = match boundary {
+        Some(_) => limits.max_file_bytes.saturating_add(MULTIPART_OVERHEAD),
+        None => limits.max_file_bytes,
     };
     // Refused before a byte is read when the client says how large it is.
     let length = headers
@@ -291,7 +298,7 @@ async fn take(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if let Some(length) = length
-        && length > limits.max_file_bytes
+        && length > allowed
     {
         return Err(too_large(length, limits));
     }
@@ -308,20 +315,47 @@ async fn take(
                 .with_code(ErrorCode::CAPACITY_EXHAUSTED),
             )
         })?;
-    // Sized once when the client says how large (within the limit, checked above).
-    let mut bytes = Vec::with_capacity(usize::try_from(length.unwrap_or(0)).unwrap_or(0));
-    let mut stream = body.into_data_stream();
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk
-            .map_err(|e| ApiError::invalid(format!("the request body could not be read: {e}")))?;
-        if (bytes.len() + chunk.len()) as u64 > limits.max_file_bytes {
-            return Err(too_large(
-                format_args!("more than {}", limits.max_file_bytes),
-                limits,
-            ));
+    let (name, declared, bytes) = match boundary {
+        Some(boundary) => {
+            let part = read_part(body, boundary, limits).await?;
+            let name = match (query.name, part.file_name) {
+                (Some(name), _) => name,
+                (None, Some(file_name)) => {
+                    check_name(&file_name, "the part's `filename`")?;
+                    file_name
+                }
+                (None, None) => "upload".to_owned(),
+            };
+            (
+                name,
+                declared_type(part.content_type.as_deref(), "the part's `Content-Type`")?,
+                part.bytes,
+            )
         }
-        bytes.extend_from_slice(&chunk);
-    }
+        None => {
+            let declared = declared_type(content_type, "`Content-Type`")?;
+            // Sized once when the client says how large (within the limit, checked above).
+            let mut bytes = Vec::with_capacity(usize::try_from(length.unwrap_or(0)).unwrap_or(0));
+            let mut stream = body.into_data_stream();
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(|e| {
+                    ApiError::invalid(format!("the request body could not be read: {e}"))
+                })?;
+                if (bytes.len() + chunk.len()) as u64 > limits.max_file_bytes {
+                    return Err(too_large(
+                        format_args!("more than {}", limits.max_file_bytes),
+                        limits,
+                    ));
+                }
+                bytes.extend_from_slice(&chunk);
+            }
+            (
+                query.name.unwrap_or_else(|| "upload".to_owned()),
+                declared,
+                bytes,
+            )
+        }
+    };
     let bytes: Arc<[u8]> = bytes.into();
     let one = FileLimits {
         max_files: 1,
@@ -346,6 +380,152 @@ async fn take(
         )
         .await?;
     Ok(info.into())
+}
+
+/// A display name, or what is wrong with it (`what` names where it came from).
+fn check_name(name: &str, what: &str) -> Result<(), ApiError> {
+    if name.is_empty() || name.chars().count() > MAX_NAME || name.chars().any(char::is_control) {
+        return Err(ApiError::invalid(format!(
+            "{what} must be 1 to {MAX_NAME} characters without control characters"
+        )));
+    }
+    Ok(())
+}
+
+/// The declared type of the file, from `value` (the header named by `what`).
+fn declared_type(value: Option<&str>, what: &str) -> Result<MediaType, ApiError> {
+    let Some(value) = value else {
+        return Err(refusal(
+            ErrorCode::FILE_TYPE_UNSUPPORTED,
+            format!(
+                "declare the file's type in {what}: image/png, image/jpeg, image/gif, \
+                 image/webp, application/pdf, text/plain, text/markdown or application/json"
+            ),
+        ));
+    };
+    value.parse().map_err(|_| {
+        refusal(
+            ErrorCode::FILE_TYPE_UNSUPPORTED,
+            format!("{what} is not a media type (`type/subtype`)"),
+        )
+    })
+}
+
+/// The bytes a multipart body may carry besides its file: the part's headers, the
+/// boundaries, and small preambles.
+const MULTIPART_OVERHEAD: u64 = 64 << 10;
+
+/// The boundary of a `multipart/form-data` body, `None` for any other type.
+fn multipart_boundary(content_type: &str) -> Result<Option<String>, ApiError> {
+    let essence = content_type.split(';').next().unwrap_or("").trim();
+    if !essence.eq_ignore_ascii_case("multipart/form-data") {
+        return Ok(None);
+    }
+    multer::parse_boundary(content_type).map(Some).map_err(|_| {
+        ApiError::invalid(
+            "`Content-Type: multipart/form-data` needs its `boundary` parameter \
+             (`multipart/form-data; boundary=...`)",
+        )
+    })
+}
+
+/// The one part of a multipart upload.
+struct Part {
+    file_name: Option<String>,
+    content_type: Option<String>,
+    bytes: Vec<u8>,
+}
+
+/// Reads a `multipart/form-data` body of exactly one part, named `file`: its bytes (at most
+/// the limit), its `filename` (the last path component) and its `Content-Type`.
+async fn read_part(body: Body, boundary: String, limits: &FileLimits) -> Result<Part, ApiError> {
+    let bounds = multer::SizeLimit::new()
+        .whole_stream(limits.max_file_bytes.saturating_add(MULTIPART_OVERHEAD))
+        .per_field(limits.max_file_bytes);
+    let mut parts = multer::Multipart::with_constraints(
+        body.into_data_stream(),
+        boundary,
+        multer::Constraints::new().size_limit(bounds),
+    );
+    let failed = |e: multer::Error| match e {
+        multer::Error::FieldSizeExceeded { .. } | multer::Error::StreamSizeExceeded { .. } => {
+            too_large(format_args!("more than {}", limits.max_file_bytes), limits)
+        }
+        other => ApiError::invalid(format!("the multipart body: {other}")),
+    };
+    let none =
+        || ApiError::invalid("the multipart body has no part named `file`: put the file there");
+    let mut found: Option<Part> = None;
+    loop {
+        let field = match parts.next_field().await {
+            Ok(Some(field)) => field,
+            Ok(None) => break,
+            // An empty form is only its closing boundary, which the parser calls incomplete.
+            Err(multer::Error::IncompleteStream) if found.is_none() => return Err(none()),
+            Err(e) => return Err(failed(e)),
+        };
+        let mut field = field;
+        if field.name() != Some("file") {
+            let shown: String = field.name().unwrap_or("").chars().take(64).collect();
+            return Err(ApiError::invalid(format!(
+                "the multipart body has a part named `{shown}`: an upload is one part, named \
+                 `file`"
+            )));
+        }
+        if found.is_some() {
+            return Err(ApiError::invalid(
+                "the multipart body has more than one `file` part: upload one file per request",
+            ));
+        }
+        // Browsers once sent the client's whole path; only its last component is a name.
+        let file_name = field
+            .file_name()
+            .map(|n| n.rsplit(['/', '\\']).next().unwrap_or(n).to_owned());
+        let content_type = field.content_type().map(ToString::to_string);
+        let mut bytes = Vec::new();
+        while let Some(chunk) = field.chunk().await.map_err(failed)? {
+            if (bytes.len() + chunk.len()) as u64 > limits.max_file_bytes {
+                return Err(too_large(
+                    format_args!("more than {}", limits.max_file_bytes),
+                    limits,
+                ));
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        found = Some(Part {
+            file_name,
+            content_type,
+            bytes,
+        });
+    }
+    found.ok_or_else(none)
+}
+
+/// Refuses an inline file past the server's inline limit, naming it and the way that takes
+/// it (an upload) when the server keeps uploads.
+pub(crate) fn check_inline(state: &crate::State, files: &[InputFile]) -> Result<(), ApiError> {
+    for file in files {
+        if let InputFile::Inline { name, data, .. } = file
+            && data.len() as u64 > state.max_inline
+        {
+            let shown: String = name.chars().take(120).collect();
+            let instead = if state.uploads.is_some() {
+                ": upload it first (`POST /v1/files`) and name it by `fileId`"
+            } else {
+                ""
+            };
+            return Err(refusal(
+                ErrorCode::FILE_TOO_LARGE,
+                format!(
+                    "the inline file `{shown}` has {} bytes; this server takes at most {} bytes \
+                     per inline file{instead}",
+                    data.len(),
+                    state.max_inline
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 pub(crate) async fn read(

@@ -43,7 +43,7 @@
 //! | `GET /v1/executions/{id}/events` | with `Accept: text/event-stream`, server-sent events: `id: <seq>`, `event: <kind>`, `data: <event JSON>`, from after `Last-Event-ID` (else `?after=`, else the start), keep-alive comments after 15 s without a frame ([`ServerBuilder::keep_alive`]), frames ready together written as one chunk, the stream ending after the terminal event. Otherwise a JSON page: `?after=`, `?limit=` (up to 8,192; 1,000 by default) |
 //! | `POST /v1/executions/{id}/actions/{actionId}` | answers an action: an [`ActionResponse`](harness_core::action::ActionResponse) (its `actionId` may be left out) |
 //! | `POST /v1/executions/{id}/cancel` | requests cancellation (`{"reason": ...}` optional): `202` with `status`: `requested` for the first request (claimed in the store's record, so one of any number of concurrent requests on any replica), `already_requested` for the others, `already_ended` once the run has ended; confirmed by `run.cancelled` on the stream |
-//! | `POST /v1/files` | uploads a file ([`files`]): the raw body, its type in `Content-Type`, `?name=` optional; validated by content and size as the engine validates input files (`413 FILE_TOO_LARGE`, `415 FILE_TYPE_MISMATCH` or `FILE_TYPE_UNSUPPORTED` naming the right type), kept as the caller's until the retention of `[files]`; `201` with `{"id", "name", "mediaType", "size", "createdAt", "expiresAt"}`. A start request names it: `"files": [{"fileId": ...}]` |
+//! | `POST /v1/files` | uploads a file ([`files`]): the raw body, its type in `Content-Type`, `?name=` optional, or a `multipart/form-data` form of one part named `file`; validated by content and size as the engine validates input files (`413 FILE_TOO_LARGE`, `415 FILE_TYPE_MISMATCH` or `FILE_TYPE_UNSUPPORTED` naming the right type), kept as the caller's until the retention of `[files]`; `201` with `{"id", "name", "mediaType", "size", "createdAt", "expiresAt"}`. A start request names it: `"files": [{"fileId": ...}]`; a file inline in a start request is at most `[files] max_inline_bytes` (512 KiB) decoded, else `413` pointing here |
 //! | `GET /v1/files/{id}`, `DELETE /v1/files/{id}` | an uploaded file's metadata (never its bytes), or its deletion (`204`); another principal's file, an expired one and a missing one are all `404 FILE_NOT_FOUND` |
 //! | `POST /v1/agui/{adapter}` | the [AG-UI face](agui): a `RunAgentInput` in, AG-UI events out as server-sent events; actions are interrupts, resumed by the next run |
 //! | `GET /v1/adapters`, `GET /v1/adapters/{id}` | the instances' manifests, options schemas included; `GET /v1/adapters` also their [`health`] by instance id (`{"ready", "reason", "checkedAt"}`) |
@@ -237,6 +237,8 @@ pub(crate) struct State {
     pub(crate) console_codes: console::Codes,
     /// Where uploaded files are kept ([`ServerBuilder::files`]).
     pub(crate) uploads: Option<files::Uploads>,
+    /// The most bytes of one inline file ([`ServerBuilder::max_inline_file_bytes`]).
+    pub(crate) max_inline: u64,
 }
 
 impl std::fmt::Debug for State {
@@ -334,6 +336,7 @@ pub struct ServerBuilder {
     keep_alive: Option<Duration>,
     max_wait: Option<Duration>,
     uploads: Option<files::Uploads>,
+    max_inline: Option<u64>,
 }
 
 impl std::fmt::Debug for ServerBuilder {
@@ -389,6 +392,16 @@ impl ServerBuilder {
     /// `/v1/files` endpoints answer `404` and files go inline.
     pub fn files(mut self, uploads: files::Uploads) -> Self {
         self.uploads = Some(uploads);
+        self
+    }
+
+    /// The most bytes of one file given inline in a start request (decoded;
+    /// [`files::DEFAULT_MAX_INLINE_FILE_BYTES`] by default). A larger one is refused
+    /// `413 FILE_TOO_LARGE`, pointing to `POST /v1/files`: inline files are for small
+    /// inputs, and the request body carrying them is held whole while it is parsed. The
+    /// engine's per-file limit still applies below it.
+    pub fn max_inline_file_bytes(mut self, bytes: u64) -> Self {
+        self.max_inline = Some(bytes);
         self
     }
 
@@ -456,6 +469,9 @@ impl ServerBuilder {
                 store_health: health::Cached::default(),
                 console_codes: console::Codes::default(),
                 uploads: self.uploads,
+                max_inline: self
+                    .max_inline
+                    .unwrap_or(files::DEFAULT_MAX_INLINE_FILE_BYTES),
             }),
         })
     }

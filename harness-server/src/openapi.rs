@@ -413,7 +413,10 @@ pub fn document() -> Value {
                     "parameters": [
                         {"name": "name", "in": "query", "description": "The file's display name (`upload` if left out): no control characters.", "schema": {"type": "string", "pattern": "^[^\\u0000-\\u001f\\u007f-\\u009f]{1,255}$"}},
                     ],
-                    "requestBody": {"required": true, "description": "The file's bytes, as they are (any body: the content decides its type, `Content-Type` declares it).", "content": {"*/*": {"schema": {}}}},
+                    "requestBody": {"required": true, "description": "The file's bytes, as they are (any body: the content decides its type, `Content-Type` declares it); or a `multipart/form-data` form of one part named `file` (its `filename` the display name unless `?name=` is given, its `Content-Type` the declared type).", "content": {
+                        "multipart/form-data": {"schema": {"type": "object", "required": ["file"], "additionalProperties": false, "properties": {"file": {"type": "string", "contentMediaType": "application/octet-stream"}}}},
+                        "*/*": {"schema": {}},
+                    }},
                     "responses": upload_responses,
                 },
             },

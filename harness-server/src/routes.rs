@@ -387,6 +387,7 @@ async fn start_execution(
         ));
     }
     let mut request: ExecutionRequest = parse("the request body", Value::Object(body))?;
+    crate::files::check_inline(state, &request.files)?;
     if let Some(key) = header_text(headers, "idempotency-key")? {
         let key: IdempotencyKey = key
             .parse()
