@@ -20,6 +20,14 @@
 //! ```sh
 //! cargo bench -p harness-server --bench sse
 //! ```
+//!
+//! LangGraph's own server side by side with ours on the same workload (a run streaming text
+//! deltas, starts, concurrent runs), read by one Python client in one run:
+//! `python3 harness-server/benches/langgraph/compare.py` (it makes its own virtual
+//! environment with pinned versions). One run on this machine, two other builds running
+//! (medians of 3 alternating rounds, harness / LangGraph): one run of 20,000 deltas 359 k vs
+//! 1.98 k events/s (181x); starts one after another 522 vs 139 per second (4.0x, both bound
+//! by the Python client); 10 runs at once 366 k vs 2.05 k events/s (208x).
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
