@@ -32,6 +32,43 @@ pub use harness_macros::{Adapter, AdapterOptions};
 /// are the ones every layer and service here implements.
 pub use tower;
 
+/// The version of serde the library's types and an adapter's options deserialize with.
+/// Derive through it, so that a crate on another serde needs nothing at a matching version:
+///
+/// ```
+/// #[derive(Debug, harness::serde::Deserialize, harness::schemars::JsonSchema, harness::AdapterOptions)]
+/// #[serde(crate = "harness::serde", deny_unknown_fields)]
+/// #[schemars(crate = "harness::schemars")]
+/// struct Options {
+///     /// How loud.
+///     #[serde(default)]
+///     volume: u8,
+/// }
+///
+/// use harness::manifest::AdapterOptions as _;
+/// let schema = Options::options_schema();
+/// assert_eq!(schema["additionalProperties"], false);
+/// let err = Options::from_options(&harness::serde_json::json!({"volum": 3})).unwrap_err();
+/// assert!(err.to_string().contains("volum"), "{err}");
+/// ```
+pub use serde;
+
+/// The version of schemars whose `JsonSchema` an adapter's options must implement: another
+/// major version's `JsonSchema` is another trait. Derive it as `harness::schemars::JsonSchema`
+/// with `#[schemars(crate = "harness::schemars")]` (see [`serde`]).
+pub use schemars;
+
+/// The JSON values options, events and actions carry (`serde_json::Value`, `json!`).
+pub use serde_json;
+
+/// A boxed, sendable future: what the adapter contract's methods return.
+pub use harness_core::adapter::BoxFuture;
+
+/// Operators' metrics and traces (feature `observe`): the Prometheus recorder and endpoint,
+/// the metric names, and tracing set-up.
+#[cfg(feature = "observe")]
+pub use harness_observe as observe;
+
 /// Streams: the constructors and combinators of `futures-util` (`stream::iter`,
 /// `stream::once`, `StreamExt`, ...), for adapters that build the streams they yield.
 pub use futures_util::stream;

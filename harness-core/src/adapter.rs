@@ -238,6 +238,14 @@ pub enum CancelResult {
 
 /// An adapter: a static, allowlisted registry entry that builds runtimes. Its descriptor
 /// comes from [`Describe`] (building it performs no I/O).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a `HarnessAdapter`",
+    label = "a `HarnessAdapter` is expected here",
+    note = "a `SimpleAdapter` becomes one wrapped in `Simple`: `Simple::new(adapter)` \
+            (`harness::adapter::Simple`)",
+    note = "an adapter implements `HarnessAdapter` (its runtimes) or `SimpleAdapter` (one \
+            stream per run), and `Describe` through `#[derive(Adapter)]`"
+)]
 pub trait HarnessAdapter: Describe + Send + Sync + 'static {
     /// A bounded, side-effect-free health check. The caller bounds it with a deadline too.
     fn health(&self) -> BoxFuture<'_, HarnessHealth> {

@@ -172,7 +172,10 @@ pub trait Adapter {
     label = "this type does not implement `AdapterOptions`",
     note = "adapter options are a struct (or an enum of struct variants) deriving \
             `serde::Deserialize`, `schemars::JsonSchema` and `AdapterOptions`, with \
-            `#[serde(deny_unknown_fields)]`"
+            `#[serde(deny_unknown_fields)]`",
+    note = "the facade re-exports the versions it is built on: derive \
+            `harness::serde::Deserialize` and `harness::schemars::JsonSchema` with \
+            `#[serde(crate = \"harness::serde\")]` and `#[schemars(crate = \"harness::schemars\")]`"
 )]
 pub trait AdapterOptions: ClosedSchema + serde::de::DeserializeOwned + JsonSchema {
     /// The options JSON Schema (2020-12, for deserialization), as the descriptor publishes it.

@@ -1,5 +1,6 @@
 //! An adapter written by a crate that depends on the facade `harness` alone: the derives
-//! need no `crate = "..."` attribute (they find the facade in this crate's `Cargo.toml`).
+//! need no `crate = "..."` attribute (they find the facade in this crate's `Cargo.toml`), and
+//! the options derive serde's and schemars' traits through the facade's re-exports.
 #![warn(missing_docs)]
 
 use harness::adapter::{
@@ -10,8 +11,9 @@ use harness::manifest::Adapter;
 use harness::{Adapter, AdapterOptions};
 
 /// Options of [`Shout`].
-#[derive(Debug, serde::Deserialize, schemars::JsonSchema, AdapterOptions)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, harness::serde::Deserialize, harness::schemars::JsonSchema, AdapterOptions)]
+#[serde(crate = "harness::serde", deny_unknown_fields)]
+#[schemars(crate = "harness::schemars")]
 pub struct ShoutOptions {
     /// Add an exclamation mark.
     #[serde(default)]
@@ -63,13 +65,15 @@ mod tests {
     async fn the_derived_adapter_runs_through_the_facade() {
         let adapter = Simple::new(Shout);
         assert_eq!(id_of(&adapter), "shout");
-        let schema = serde_json::to_string(Shout::static_descriptor().options_schema()).unwrap();
+        let schema =
+            harness::serde_json::to_string(Shout::static_descriptor().options_schema()).unwrap();
         assert!(
             schema.contains("\"additionalProperties\":false"),
             "{schema}"
         );
         let service = AdapterService::new(adapter);
-        let request = ExecutionRequest::new("hi").with_options(serde_json::json!({"bang": true}));
+        let request =
+            ExecutionRequest::new("hi").with_options(harness::serde_json::json!({"bang": true}));
         let execution = service.start(request).await.unwrap();
         let text: Vec<String> = execution
             .events(Default::default())
