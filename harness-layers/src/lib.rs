@@ -21,6 +21,8 @@
 //!   calls it once per run segment, so its layers see what the adapter yields *before* it is
 //!   numbered and stored. Redaction maps the stream, retry starts it again before its first
 //!   item, timeouts bound the call and the stream, shutdown ties the execution to a token.
+//!   [`inspect`] shows every item to a callback (counting, logging, mirroring) and documents
+//!   how to write a runtime layer of your own.
 //!   Configured on the service itself
 //!   ([`AdapterService::builder`](harness_core::service::AdapterService::builder)), none of
 //!   them travels in the request: rebuilding a request drops nothing.
@@ -32,6 +34,7 @@ use tower::Service;
 
 pub mod capacity;
 pub mod idempotency;
+pub mod inspect;
 pub mod metrics;
 pub mod preflight;
 pub mod redaction;

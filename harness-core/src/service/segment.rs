@@ -122,6 +122,13 @@ use crate::tool::{CallerCredentials, ResolvedTools, ToolHandle, ToolId, ToolSet}
 /// stream it wraps, passes those items through its own processing, then adds its own held
 /// items; one that holds nothing forwards the call. Required, so a wrapper cannot lose an
 /// inner stream's items by forgetting it.
+///
+/// Writing a runtime layer: its stream wraps the inner one with `pin_project_lite` (the
+/// default layers' streams hold timers, so they are not `Unpin`: neither a `Box::pin` per
+/// segment nor an `Unpin` bound is needed), maps items in `poll_next`, and in `drain` drains
+/// the inner stream first and maps what it gave back. `harness_layers::inspect` has a whole
+/// layer written so, compiled and run around the default layers, and `InspectLayer` for a
+/// layer that only looks (a callback per item and one at the segment's end).
 pub trait SegmentStream: Stream<Item = EventResult> + Send {
     /// The driver stops reading: push what is held back, in order, processed as this stream
     /// would have yielded it. The stream is not polled again.
