@@ -8,7 +8,9 @@
 //! 1. Throughput: one execution streaming N deltas (100,000), one reader consuming them, the
 //!    bare `AdapterService` against `HarnessStack::defaults_for` over it (tracing, metrics,
 //!    idempotency, preflight, capacity, retry, redaction), alternating, median of 11 rounds.
-//!    Aim: the stack keeps at least 0.8 of the bare throughput.
+//!    Aim: the stack keeps at least 0.8 of the bare throughput. A third target adds a user's
+//!    layer (an `InspectLayer` counting items at `RuntimeSlot::BelowShutdown`, the slot
+//!    nearest the adapter) and prints its throughput against the stack's and the bare one's.
 //! 2. Start to first event: the time from the call to the first `message.delta`, median over
 //!    many executions, bare against stack, and the overhead in microseconds (aim: 10 us
 //!    through the stack). Measured inside a task on a worker thread, as an application's
@@ -45,6 +47,25 @@ impl Target {
         } else {
             Self::Bare(AdapterService::new(adapter))
         }
+    }
+
+    /// The default stack with a user's layer at the slot nearest the adapter: an
+    /// `InspectLayer` counting items (the boxed slot and the observer's call per item).
+    fn with_user_layer(script: Script) -> Self {
+        use harness::layers::inspect::{InspectLayer, Seen};
+        use harness::layers::stack::RuntimeSlot;
+        let adapter = ScriptedAdapter::new(script);
+        let count = InspectLayer::new(|_: &harness::service::Segment| {
+            let mut items = 0_u64;
+            move |seen: Seen<'_>| match seen {
+                Seen::Item(_) => items += 1,
+                Seen::End(end) => assert_eq!(end.items, items),
+            }
+        });
+        let stack = HarnessStack::defaults_for(&adapter)
+            .expect("the default stack builds")
+            .runtime_layer(RuntimeSlot::BelowShutdown, count);
+        Self::Stack(stack.service(adapter))
     }
 
     async fn start(&self) -> harness::ExecutionHandle {
@@ -111,21 +132,32 @@ fn main() {
             .complete("done")
             .build();
         let bare = Target::new(script.clone(), false);
-        let stacked = Target::new(script, true);
-        // Warm both paths once.
+        let stacked = Target::new(script.clone(), true);
+        let with_user = Target::with_user_layer(script);
+        // Warm the paths once.
         stream_round(&bare, deltas).await;
         stream_round(&stacked, deltas).await;
+        stream_round(&with_user, deltas).await;
         let mut bare_samples = Vec::new();
         let mut stack_samples = Vec::new();
+        let mut user_samples = Vec::new();
         for round in 0..rounds {
             if round % 2 == 0 {
                 bare_samples.push(stream_round(&bare, deltas).await);
                 stack_samples.push(stream_round(&stacked, deltas).await);
+                user_samples.push(stream_round(&with_user, deltas).await);
             } else {
+                user_samples.push(stream_round(&with_user, deltas).await);
                 stack_samples.push(stream_round(&stacked, deltas).await);
                 bare_samples.push(stream_round(&bare, deltas).await);
             }
         }
+        let user_ratios: Vec<String> = stack_samples
+            .iter()
+            .zip(&user_samples)
+            .map(|(s, u)| format!("{:.2}", s.as_secs_f64() / u.as_secs_f64()))
+            .collect();
+        let user_t = median(user_samples);
         let rounds_ratios: Vec<String> = bare_samples
             .iter()
             .zip(&stack_samples)
@@ -154,6 +186,17 @@ fn main() {
         println!(
             "  ratio stack/bare: {ratio:.3}  (aim >= 0.8)  {}",
             if ratio >= 0.8 { "PASS" } else { "BELOW" }
+        );
+        println!(
+            "  stack + a user layer {:>12.0} deltas/s  ({:.1} ns/delta): {:.3} of the stack, {:.3} of bare",
+            rate(user_t),
+            user_t.as_secs_f64() * 1e9 / f64::from(deltas),
+            rate(user_t) / rate(stack_t),
+            rate(user_t) / rate(bare_t)
+        );
+        println!(
+            "  per-round ratios (stack + user layer)/stack: [{}]",
+            user_ratios.join(", ")
         );
 
         let first = Script::builder().text("hello").complete("done").build();

@@ -44,19 +44,20 @@
 //! Every layer is optional: start from [`HarnessStack::new`] (none) or
 //! [`HarnessStack::defaults_for`] (all of them, the timeout with an initialization deadline
 //! only; a turn deadline and shutdown need values only the application knows) and set or
-//! remove layers. For another *order*, compose the layers with
-//! `tower::ServiceBuilder` and [`AdapterService::builder`] directly: each documents what it
-//! assumes of its neighbours.
+//! remove layers.
 //!
-//! Tower's own middleware (`timeout`, `load_shed`, `concurrency_limit`, `buffer`) may sit
-//! between the admission layers and the adapter service: the admission layers take any
-//! inner error `Into<HarnessError>`, tower's `BoxError` included (see
-//! [`harness_core::error`](harness_core::error#towers-own-middleware) for how it is
-//! classified). `HarnessStack` has no place for it yet: wrap the service by hand,
-//! `stack.admission().clone().layer(ServiceBuilder::new().timeout(..).service(inner))`, with
-//! `inner` the adapter service built with
-//! `AdapterService::builder(adapter).layer(stack.runtime().clone())` (the stack's
-//! configuration, tools and limits are then the builder's to set again).
+//! **Layers of your own** go at a named place in either stack:
+//! [`admission_layer`](HarnessStack::admission_layer) with an [`AdmissionSlot`] (tower's own
+//! `timeout`, `load_shed`, `concurrency_limit` and `buffer` included: the admission layers
+//! take any inner error `Into<HarnessError>`, tower's `BoxError` classified as
+//! [`harness_core::error`](harness_core::error#towers-own-middleware) says), and
+//! [`runtime_layer`](HarnessStack::runtime_layer) with a [`RuntimeSlot`]. Each slot's docs
+//! say what a layer there sees. The one rule, held by the types: no place below redaction,
+//! so nothing of yours sees what redaction removes. For an order the slots do not offer,
+//! build by hand: [`adapter_builder`](HarnessStack::adapter_builder) keeps the stack's
+//! configuration, tools, limits and files, and its getters
+//! ([`service_config`](HarnessStack::service_config), [`tool_set`](HarnessStack::tool_set),
+//! [`run_limits`](HarnessStack::run_limits), ...) say what it holds.
 //!
 //! The stacked service is boxed ([`StackService`], `Clone + Send + Sync`, so it can be axum
 //! state): one allocation per *execution*, never per event, for a type applications can name
@@ -75,7 +76,8 @@ use std::task::{Context, Poll};
 use futures_util::Stream;
 use harness_core::adapter::{AdapterEvent, EventResult};
 use harness_core::service::{
-    AdapterService, ExecutionHandle, ExecutionRequest, Segment, SegmentStream, ServiceConfig,
+    AdapterService, BoxSegmentStream, ExecutionHandle, ExecutionRequest, RuntimeStack, Segment,
+    SegmentStream, ServiceConfig,
 };
 use pin_project_lite::pin_project;
 use tower::util::BoxCloneSyncService;
@@ -112,6 +114,79 @@ pub struct AdmissionStack {
     idempotency: Option<IdempotencyLayer>,
     preflight: Option<PreflightLayer>,
     capacity: Option<CapacityLayer>,
+    extra: Vec<(AdmissionSlot, AdmissionExtra)>,
+}
+
+/// Where a layer of your own goes in the admission stack
+/// ([`HarnessStack::admission_layer`]), outermost first. What each place means:
+///
+/// | slot | the layer sees |
+/// |---|---|
+/// | `Outermost` | every call, inside no span: above tracing |
+/// | `BelowTrace` | every call, in the execution's span, before it is counted |
+/// | `BelowMetrics` | every call, counted (its refusals are counted too), replays included |
+/// | `BelowIdempotency` | first calls only: a replay or a conflict is answered above it |
+/// | `BelowPreflight` | only requests the adapter can take, before a capacity permit is taken |
+/// | `BelowCapacity` | only admitted requests, holding their permit while it works |
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum AdmissionSlot {
+    /// Above tracing.
+    Outermost,
+    /// Between tracing and metrics.
+    BelowTrace,
+    /// Between metrics and idempotency.
+    BelowMetrics,
+    /// Between idempotency and preflight.
+    BelowIdempotency,
+    /// Between preflight and capacity.
+    BelowPreflight,
+    /// Between capacity and the adapter service: the innermost.
+    BelowCapacity,
+}
+
+/// Where a layer of your own goes in the runtime stack ([`HarnessStack::runtime_layer`]),
+/// outermost first. There is no place below redaction, and that is the rule: every item a
+/// layer of yours sees has been redacted, so a layer that logs or mirrors what it sees cannot
+/// leak what redaction removes.
+///
+/// | slot | the layer sees |
+/// |---|---|
+/// | `Outermost` | each segment once, whatever retries happen inside it |
+/// | `BelowRetry` | each attempt (a retried turn calls it again), outside the deadlines |
+/// | `BelowTimeout` | each attempt, inside its deadlines (its own time counts against them) |
+/// | `BelowShutdown` | each attempt, just above redaction: the items closest to the adapter's |
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RuntimeSlot {
+    /// Above retry.
+    Outermost,
+    /// Between retry and timeout.
+    BelowRetry,
+    /// Between timeout and shutdown.
+    BelowTimeout,
+    /// Between shutdown and redaction.
+    BelowShutdown,
+}
+
+/// A user's admission layer, erased.
+#[derive(Clone)]
+struct AdmissionExtra(Arc<dyn Fn(StackService) -> StackService + Send + Sync>);
+
+/// A user's runtime layer, erased.
+#[derive(Clone)]
+struct RuntimeExtra(Arc<dyn Fn(RuntimeStack) -> RuntimeStack + Send + Sync>);
+
+impl std::fmt::Debug for AdmissionExtra {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AdmissionExtra")
+    }
+}
+
+impl std::fmt::Debug for RuntimeExtra {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RuntimeExtra")
+    }
 }
 
 /// The layers of the runtime stack, each optional, in the order of the
@@ -124,6 +199,7 @@ pub struct RuntimeLayers {
     timeout: Option<TimeoutLayer>,
     shutdown: Option<ShutdownLayer>,
     redaction: Option<RedactionLayer>,
+    extra: Vec<(RuntimeSlot, RuntimeExtra)>,
 }
 
 /// Both stacks, each layer optional, and the service's configuration; see the
@@ -200,6 +276,36 @@ impl AdmissionStack {
         preflight: PreflightLayer, without_preflight;
         capacity: CapacityLayer, without_capacity;
     }
+
+    /// Adds `layer` at `slot` (see [`HarnessStack::admission_layer`]).
+    pub fn layer_at<L>(mut self, slot: AdmissionSlot, layer: L) -> Self
+    where
+        L: Layer<StackService> + Send + Sync + 'static,
+        L::Service:
+            Service<ExecutionRequest, Response = ExecutionHandle> + Clone + Send + Sync + 'static,
+        <L::Service as Service<ExecutionRequest>>::Error: Into<HarnessError>,
+        <L::Service as Service<ExecutionRequest>>::Future: Send + 'static,
+    {
+        let erased = move |inner: StackService| -> StackService {
+            BoxCloneSyncService::new(
+                ServiceBuilder::new()
+                    .map_err(Into::<HarnessError>::into)
+                    .service(layer.layer(inner)),
+            )
+        };
+        self.extra.push((slot, AdmissionExtra(Arc::new(erased))));
+        self
+    }
+
+    /// `inner` with the user's layers at `slot` around it, in the order they were added
+    /// (the first added outermost).
+    fn extras_at(&self, slot: AdmissionSlot, inner: StackService) -> StackService {
+        self.extra
+            .iter()
+            .rev()
+            .filter(|(at, _)| *at == slot)
+            .fold(inner, |inner, (_, extra)| (extra.0)(inner))
+    }
 }
 
 impl RuntimeLayers {
@@ -213,6 +319,49 @@ impl RuntimeLayers {
         timeout: TimeoutLayer, without_timeout;
         shutdown: ShutdownLayer, without_shutdown;
         redaction: RedactionLayer, without_redaction;
+    }
+
+    /// Adds `layer` at `slot` (see [`HarnessStack::runtime_layer`]).
+    pub fn layer_at<L>(mut self, slot: RuntimeSlot, layer: L) -> Self
+    where
+        L: Layer<RuntimeStack> + Send + Sync + 'static,
+        L::Service: Service<Segment, Error = HarnessError> + Clone + Send + Sync + 'static,
+        <L::Service as Service<Segment>>::Response: SegmentStream + 'static,
+        <L::Service as Service<Segment>>::Future: Send + 'static,
+    {
+        let erased = move |inner: RuntimeStack| -> RuntimeStack {
+            BoxCloneSyncService::new(
+                ServiceBuilder::new()
+                    .map_response(|stream| Box::pin(stream) as BoxSegmentStream)
+                    .service(layer.layer(inner)),
+            )
+        };
+        self.extra.push((slot, RuntimeExtra(Arc::new(erased))));
+        self
+    }
+
+    /// The user's layers at `slot`, over `inner` if there are any: `inner` is then boxed.
+    fn extras_at<S>(&self, slot: RuntimeSlot, inner: S) -> Optional<RuntimeStack, S>
+    where
+        S: Service<Segment, Error = HarnessError> + Clone + Send + Sync + 'static,
+        S::Response: SegmentStream + 'static,
+        S::Future: Send + 'static,
+    {
+        if !self.extra.iter().any(|(at, _)| *at == slot) {
+            return Optional::Bare(inner);
+        }
+        let boxed: RuntimeStack = BoxCloneSyncService::new(
+            ServiceBuilder::new()
+                .map_response(|stream| Box::pin(stream) as BoxSegmentStream)
+                .service(inner),
+        );
+        Optional::Layered(
+            self.extra
+                .iter()
+                .rev()
+                .filter(|(at, _)| *at == slot)
+                .fold(boxed, |inner, (_, extra)| (extra.0)(inner)),
+        )
     }
 }
 
@@ -267,6 +416,107 @@ impl HarnessStack {
         redaction: RedactionLayer, without_redaction;
     }
 
+    /// Adds a layer of your own to the admission stack at `slot`, a
+    /// `Layer<`[`StackService`]`>`: tower's own middleware (`timeout`, `load_shed`,
+    /// `concurrency_limit`, `buffer`: their `BoxError` is classified by
+    /// [`HarnessError`'s `From`](harness_core::error#towers-own-middleware)) or yours. Layers
+    /// at one slot nest in the order added, the first outermost. See [`AdmissionSlot`] for
+    /// what each place means.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use harness_layers::stack::{AdmissionSlot, HarnessStack};
+    /// use harness_scripted::ScriptedAdapter;
+    /// use tower::load_shed::LoadShedLayer;
+    ///
+    /// let adapter = ScriptedAdapter::quickstart();
+    /// let stack = HarnessStack::defaults_for(&adapter)
+    ///     .unwrap()
+    ///     // Only admitted, first-time requests are shed when the service is not ready.
+    ///     .admission_layer(AdmissionSlot::BelowPreflight, LoadShedLayer::new())
+    ///     .admission_layer(AdmissionSlot::Outermost, tower::timeout::TimeoutLayer::new(Duration::from_secs(5)));
+    /// let _service = stack.service(adapter);
+    /// ```
+    pub fn admission_layer<L>(mut self, slot: AdmissionSlot, layer: L) -> Self
+    where
+        L: Layer<StackService> + Send + Sync + 'static,
+        L::Service:
+            Service<ExecutionRequest, Response = ExecutionHandle> + Clone + Send + Sync + 'static,
+        <L::Service as Service<ExecutionRequest>>::Error: Into<HarnessError>,
+        <L::Service as Service<ExecutionRequest>>::Future: Send + 'static,
+    {
+        self.admission = self.admission.layer_at(slot, layer);
+        self
+    }
+
+    /// Adds a layer of your own to the runtime stack at `slot`, a
+    /// `Layer<`[`RuntimeStack`]`>` whose service answers a [`SegmentStream`] (see
+    /// [`inspect`](crate::inspect) for writing one, and [`InspectLayer`](crate::inspect::InspectLayer)
+    /// for one that only looks). Never below redaction ([`RuntimeSlot`]). Layers at one slot
+    /// nest in the order added, the first outermost. A slot with a layer costs one boxed
+    /// stream per segment and a dynamic call per item; a slot without costs nothing.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    /// use harness_core::service::{ExecutionRequest, Outcome, Segment};
+    /// use harness_layers::inspect::{InspectLayer, Seen};
+    /// use harness_layers::stack::{HarnessStack, RuntimeSlot};
+    /// use harness_scripted::{Script, ScriptedAdapter};
+    /// use tower::ServiceExt;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let adapter = ScriptedAdapter::new(Script::builder().text("hi").complete("ok").build());
+    /// let items = Arc::new(AtomicU64::new(0));
+    /// let counted = Arc::clone(&items);
+    /// let service = HarnessStack::defaults_for(&adapter)
+    ///     .unwrap()
+    ///     .runtime_layer(RuntimeSlot::BelowShutdown, InspectLayer::new(move |_: &Segment| {
+    ///         let counted = Arc::clone(&counted);
+    ///         move |seen: Seen<'_>| if let Seen::Item(_) = seen { counted.fetch_add(1, Relaxed); }
+    ///     }))
+    ///     .service(adapter);
+    /// let execution = service.oneshot(ExecutionRequest::new("go")).await.unwrap();
+    /// assert!(matches!(execution.outcome().await, Outcome::Succeeded(_)));
+    /// assert_eq!(items.load(Relaxed), 2);
+    /// # });
+    /// ```
+    pub fn runtime_layer<L>(mut self, slot: RuntimeSlot, layer: L) -> Self
+    where
+        L: Layer<RuntimeStack> + Send + Sync + 'static,
+        L::Service: Service<Segment, Error = HarnessError> + Clone + Send + Sync + 'static,
+        <L::Service as Service<Segment>>::Response: SegmentStream + 'static,
+        <L::Service as Service<Segment>>::Future: Send + 'static,
+    {
+        self.runtime = self.runtime.layer_at(slot, layer);
+        self
+    }
+
+    /// The adapter service's timing knobs.
+    pub fn service_config(&self) -> &ServiceConfig {
+        &self.config
+    }
+
+    /// The tools offered to executions, if any were set.
+    pub fn tool_set(&self) -> Option<&harness_core::tool::ToolSet> {
+        self.tools.as_ref()
+    }
+
+    /// The operator's run limits.
+    pub fn run_limits(&self) -> &harness_core::limits::RunLimits {
+        &self.limits
+    }
+
+    /// Where uploaded files are found, if set.
+    pub fn file_workspace(&self) -> Option<&std::sync::Arc<dyn harness_core::file::FileWorkspace>> {
+        self.files.workspace.as_ref()
+    }
+
+    /// The operator's limits on input files.
+    pub fn input_file_limits(&self) -> &harness_core::file::FileLimits {
+        &self.files.limits
+    }
+
     /// Sets the adapter service's timing knobs.
     pub fn config(mut self, config: ServiceConfig) -> Self {
         self.config = config;
@@ -305,8 +555,10 @@ impl HarnessStack {
     }
 
     /// The adapter service's builder with this stack's configuration, runtime layers,
-    /// tools, run limits and files.
-    fn builder<A: HarnessAdapter>(
+    /// tools, run limits and files: for a service built by hand (more layers with
+    /// [`layer`](harness_core::service::AdapterServiceBuilder::layer), a store) that keeps
+    /// everything this stack holds. Wrap what it builds in [`admission`](Self::admission).
+    pub fn adapter_builder<A: HarnessAdapter>(
         &self,
         adapter: A,
     ) -> harness_core::service::AdapterServiceBuilder<
@@ -340,7 +592,7 @@ impl HarnessStack {
     /// The adapter service over `adapter`, with the runtime layers, inside the admission
     /// layers.
     pub fn service<A: HarnessAdapter>(&self, adapter: A) -> StackService {
-        self.admission.layer(self.builder(adapter).build())
+        self.admission.layer(self.adapter_builder(adapter).build())
     }
 
     /// [`service`](Self::service), durable: its executions and its conversations' thread
@@ -372,7 +624,10 @@ impl HarnessStack {
         A: HarnessAdapter,
         S: harness_core::store::ExecutionStore + harness_core::session::ThreadStateStore + 'static,
     {
-        let service = self.builder(adapter).durable(store, replica).build();
+        let service = self
+            .adapter_builder(adapter)
+            .durable(store, replica)
+            .build();
         (self.admission.layer(service.clone()), service)
     }
 }
@@ -390,18 +645,78 @@ where
     type Service = StackService;
 
     fn layer(&self, inner: S) -> Self::Service {
-        let service = ServiceBuilder::new()
-            .option_layer(self.trace)
-            .option_layer(self.metrics.clone())
-            .option_layer(self.idempotency.clone())
-            .option_layer(self.preflight.clone())
-            .option_layer(self.capacity)
-            // Each layer converts on its own; this is for the layers that are absent (an
-            // optional layer's two arms must fail alike), and costs nothing for a
-            // `HarnessError`.
-            .map_err(Into::<HarnessError>::into)
-            .service(inner);
-        BoxCloneSyncService::new(service)
+        if self.extra.is_empty() {
+            let service = ServiceBuilder::new()
+                .option_layer(self.trace)
+                .option_layer(self.metrics.clone())
+                .option_layer(self.idempotency.clone())
+                .option_layer(self.preflight.clone())
+                .option_layer(self.capacity)
+                // Each layer converts on its own; this is for the layers that are absent (an
+                // optional layer's two arms must fail alike), and costs nothing for a
+                // `HarnessError`.
+                .map_err(Into::<HarnessError>::into)
+                .service(inner);
+            return BoxCloneSyncService::new(service);
+        }
+        // With layers of the user's: boxed at each slot, one allocation per execution.
+        fn boxed<T>(service: T) -> StackService
+        where
+            T: Service<ExecutionRequest, Response = ExecutionHandle>
+                + Clone
+                + Send
+                + Sync
+                + 'static,
+            T::Error: Into<HarnessError>,
+            T::Future: Send + 'static,
+        {
+            BoxCloneSyncService::new(
+                ServiceBuilder::new()
+                    .map_err(Into::<HarnessError>::into)
+                    .service(service),
+            )
+        }
+        let service = self.extras_at(AdmissionSlot::BelowCapacity, boxed(inner));
+        let service = self.extras_at(
+            AdmissionSlot::BelowPreflight,
+            boxed(
+                ServiceBuilder::new()
+                    .option_layer(self.capacity)
+                    .service(service),
+            ),
+        );
+        let service = self.extras_at(
+            AdmissionSlot::BelowIdempotency,
+            boxed(
+                ServiceBuilder::new()
+                    .option_layer(self.preflight.clone())
+                    .service(service),
+            ),
+        );
+        let service = self.extras_at(
+            AdmissionSlot::BelowMetrics,
+            boxed(
+                ServiceBuilder::new()
+                    .option_layer(self.idempotency.clone())
+                    .service(service),
+            ),
+        );
+        let service = self.extras_at(
+            AdmissionSlot::BelowTrace,
+            boxed(
+                ServiceBuilder::new()
+                    .option_layer(self.metrics.clone())
+                    .service(service),
+            ),
+        );
+        self.extras_at(
+            AdmissionSlot::Outermost,
+            boxed(
+                ServiceBuilder::new()
+                    .option_layer(self.trace)
+                    .service(service),
+            ),
+        )
     }
 }
 
@@ -416,18 +731,31 @@ fn optional<L: Layer<S>, S>(layer: Option<&L>, inner: S) -> Optional<L::Service,
 /// The service [`RuntimeLayers`] makes of `S`: every layer optional, none boxed.
 type Opt<L, S> = Optional<<L as Layer<S>>::Service, S>;
 
+/// A slot of [`RuntimeLayers`]: the user's layers there over what is below, or what is below.
+type Slot<S> = Optional<RuntimeStack, S>;
+
 impl<S> Layer<S> for RuntimeLayers
 where
-    S: Service<Segment, Error = HarnessError> + Clone,
-    S::Response: SegmentStream,
+    S: Service<Segment, Error = HarnessError> + Clone + Send + Sync + 'static,
+    S::Response: SegmentStream + 'static,
+    S::Future: Send + 'static,
 {
-    type Service = Opt<RetryLayer, Opt<TimeoutLayer, Opt<ShutdownLayer, Opt<RedactionLayer, S>>>>;
+    type Service = Slot<
+        Opt<
+            RetryLayer,
+            Slot<Opt<TimeoutLayer, Slot<Opt<ShutdownLayer, Slot<Opt<RedactionLayer, S>>>>>>,
+        >,
+    >;
 
     fn layer(&self, inner: S) -> Self::Service {
         let service = optional(self.redaction.as_ref(), inner);
+        let service = self.extras_at(RuntimeSlot::BelowShutdown, service);
         let service = optional(self.shutdown.as_ref(), service);
+        let service = self.extras_at(RuntimeSlot::BelowTimeout, service);
         let service = optional(self.timeout.as_ref(), service);
-        optional(self.retry.as_ref(), service)
+        let service = self.extras_at(RuntimeSlot::BelowRetry, service);
+        let service = optional(self.retry.as_ref(), service);
+        self.extras_at(RuntimeSlot::Outermost, service)
     }
 }
 
