@@ -61,6 +61,10 @@ pub use schemars;
 /// The JSON values options, events and actions carry (`serde_json::Value`, `json!`).
 pub use serde_json;
 
+/// `pin_project!` (of `pin-project-lite`): how a runtime layer's stream wraps the stream it
+/// maps without requiring `Unpin` of it (see `harness::layers::inspect` for a whole layer).
+pub use pin_project_lite::pin_project;
+
 /// A boxed, sendable future: what the adapter contract's methods return.
 pub use harness_core::adapter::BoxFuture;
 
