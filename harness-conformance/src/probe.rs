@@ -78,6 +78,7 @@ pub(crate) async fn direct<A: HarnessAdapter>(
         Vec::new()
     };
     let context = RuntimeContext {
+        middleware: harness_core::middleware::PortableMiddlewarePolicy::allow_all(),
         contract_version: ContractVersion::V1,
         adapter: adapter.descriptor().id().clone(),
         execution_id: execution_id.clone(),

@@ -47,6 +47,7 @@ use crate::manifest::{ContractVersion, Describe, HarnessDescriptor};
 use crate::session::{Conversation, ScopedThreadState, SessionBinding};
 use crate::time::Timestamp;
 use crate::tool::ToolHandle;
+use crate::tool::middleware::PortableMiddlewarePolicy;
 use crate::trace::TraceContext;
 
 pub use crate::action::resume::ResumeDecision;
@@ -139,6 +140,11 @@ pub struct RuntimeContext {
     /// How the caller takes the execution's output: a runtime whose provider has a
     /// non-streaming call may use it for [`Delivery::Outcome`] (see [`Delivery`]).
     pub delivery: Delivery,
+    /// The operator's middleware policy ([`PortableMiddlewarePolicy`]; allows everything by
+    /// default). The service already applies it to [`tools`](Self::tools); a runtime consults
+    /// it ([`PortableMiddlewarePolicy::decide`]) for calls of the harness's own tools, which
+    /// do not pass through a handle.
+    pub middleware: PortableMiddlewarePolicy,
 }
 
 /// How the caller of an execution takes its output

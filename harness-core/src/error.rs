@@ -425,6 +425,11 @@ codes! {
     TOOL_CANCELLED: None;
     /// A tool's output was larger than its policy allows; the output was dropped.
     TOOL_OUTPUT_TOO_LARGE: None;
+    /// The operator's middleware policy denies the tool; the call did not run.
+    TOOL_DENIED_BY_POLICY: None;
+    /// A tool call's arguments were larger than the operator's middleware policy allows;
+    /// the call did not run.
+    TOOL_ARGUMENTS_TOO_LARGE: None;
     /// A request selects a tool (or tool provider) the service does not offer, or a
     /// provider does not offer a tool selected under it.
     TOOL_NOT_FOUND: Some(C::Configuration);

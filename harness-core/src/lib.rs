@@ -26,6 +26,7 @@ mod state;
 pub mod store;
 pub mod time;
 pub mod tool;
+pub use tool::middleware;
 pub mod trace;
 
 #[doc(hidden)]

@@ -32,6 +32,7 @@ use harness_core::event::{
 use harness_core::id::{ActionId, AdapterId, ToolCallId};
 use harness_core::manifest::{Adapter, HarnessDescriptor};
 use harness_core::session::{Conversation, ScopedThreadState, StateKey};
+use harness_core::middleware::{PortableMiddlewarePolicy, ToolAction, ToolDecision};
 use harness_layers::redaction::Redactor;
 use harness_macros::Adapter;
 use serde::{Deserialize, Serialize};
@@ -998,6 +999,7 @@ impl HarnessAdapter for AcpAdapter {
             state: Mutex::new(State::default()),
             turn: turn_tx,
             halt: halt_tx,
+            middleware: context.middleware,
         }) as Box<dyn HarnessRuntime>;
         Box::pin(async move { Ok(runtime) })
     }
@@ -1100,6 +1102,8 @@ struct AcpRuntime {
     /// Set by a cancel while the runtime initializes: the start is abandoned (the agent shut
     /// down) and `initialize` returns `cancelled`.
     halt: watch::Sender<bool>,
+    /// The operator's middleware policy, consulted for the agent's permission requests.
+    middleware: PortableMiddlewarePolicy,
 }
 
 /// Marks the runtime as initializing while alive (also when `initialize` is dropped).
@@ -1640,12 +1644,58 @@ impl AcpRuntime {
 
     /// A permission request becomes a tool-approval interrupt (pushed to `out`, after a
     /// `tool.call.updated` when the request brings the call's input or title anew).
+    ///
+    /// The operator's middleware decides first ([`middleware_decision`]): a call it denies
+    /// is rejected at once (the agent gets its `reject_*` option, or `cancelled` when it
+    /// offers none) without asking the caller, with a native `acp.denied_by_policy` event;
+    /// `allow` and `require_approval` ask the caller, as every permission request does.
     fn permission(
         &self,
         request: &RequestPermissionRequest,
         responder: acp::v1::Responder<RequestPermissionResponse>,
         out: &mut VecDeque<EventResult>,
     ) {
+        let fields = &request.tool_call.fields;
+        let id = request.tool_call.tool_call_id.0.to_string();
+        let title = fields.title.clone().unwrap_or_else(|| self.title(&id));
+        let kind = fields.kind.as_ref().and_then(|k| {
+            serde_json::to_value(k)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+        });
+        let (decision, matched) =
+            middleware_decision(&self.middleware, &tool_name(&title), kind.as_deref());
+        if decision.action() == ToolAction::Deny {
+            self.updated(&id, fields.title.as_deref(), fields.raw_input.as_ref(), out);
+            let reject = request
+                .options
+                .iter()
+                .find(|o| {
+                    matches!(
+                        o.kind,
+                        PermissionOptionKind::RejectOnce | PermissionOptionKind::RejectAlways
+                    )
+                })
+                .map(|o| o.option_id.clone());
+            let _ = responder.respond(RequestPermissionResponse::new(match reject {
+                Some(option) => {
+                    RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(option))
+                }
+                None => RequestPermissionOutcome::Cancelled,
+            }));
+            lock(&self.state).rejected = true;
+            self.native(
+                "denied_by_policy",
+                &json!({
+                    "toolCallId": id,
+                    "tool": matched,
+                    "rule": decision.rule(),
+                    "message": decision.denial(&matched).message(),
+                }),
+                out,
+            );
+            return;
+        }
         match self.permission_request(request, responder, out) {
             Ok(event) => out.push_back(Ok(event)),
             Err(e) => out.push_back(Err(e)),
@@ -1788,6 +1838,32 @@ fn tool_call_id(id: &str) -> Result<ToolCallId, HarnessError> {
             format!("tool call id {:?}", id.chars().take(80).collect::<String>()),
         )
     })
+}
+
+/// The middleware's decision on an agent's tool call, and the name it matched: the call's
+/// title (as its approval names it) and, when the agent gives one, `acp.kind.<kind>`
+/// (`acp.kind.edit`, `acp.kind.execute`, ...); the more restrictive of the two decides.
+fn middleware_decision(
+    policy: &PortableMiddlewarePolicy,
+    title: &str,
+    kind: Option<&str>,
+) -> (ToolDecision, String) {
+    let by_title = policy.decide(title);
+    let Some(kind) = kind else {
+        return (by_title, title.to_owned());
+    };
+    let kind_name = format!("acp.kind.{kind}");
+    let by_kind = policy.decide(&kind_name);
+    let rank = |a: ToolAction| match a {
+        ToolAction::Deny => 2,
+        ToolAction::RequireApproval => 1,
+        _ => 0,
+    };
+    if rank(by_kind.action()) > rank(by_title.action()) {
+        (by_kind, kind_name)
+    } else {
+        (by_title, title.to_owned())
+    }
 }
 
 fn tool_name(title: &str) -> String {

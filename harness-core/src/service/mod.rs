@@ -408,8 +408,10 @@ struct ServiceInner<A> {
     /// The highest contract version both the adapter and the control plane speak; `None`
     /// when they share none (every execution is refused).
     contract_version: Option<ContractVersion>,
-    /// The operator's run limits.
+    /// The operator's run limits (narrowed by the middleware's caps).
     limits: RunLimits,
+    /// The operator's middleware policy.
+    middleware: crate::tool::middleware::PortableMiddlewarePolicy,
     stack: RuntimeStack,
     durable: Option<Durable>,
     thread_state: Arc<dyn ThreadStateStore>,
@@ -480,6 +482,7 @@ pub struct AdapterServiceBuilder<A, L> {
     tools: Option<Arc<crate::tool::ToolSet>>,
     limits: RunLimits,
     files: files::FileSettings,
+    middleware: crate::tool::middleware::PortableMiddlewarePolicy,
 }
 
 impl<A: HarnessAdapter, L> fmt::Debug for AdapterServiceBuilder<A, L> {
@@ -503,6 +506,7 @@ impl<A: HarnessAdapter, L> AdapterServiceBuilder<A, L> {
             tools: self.tools,
             limits: self.limits,
             files: self.files,
+            middleware: self.middleware,
         }
     }
 
@@ -575,6 +579,41 @@ impl<A: HarnessAdapter, L> AdapterServiceBuilder<A, L> {
     /// ```
     pub fn tools(mut self, tools: crate::tool::ToolSet) -> Self {
         self.tools = Some(Arc::new(tools));
+        self
+    }
+
+    /// The operator's middleware policy (see [`middleware`](crate::tool::middleware)), for
+    /// every execution of the service (none by default: everything allowed). Every tool
+    /// handle of an execution applies it, every runtime gets it in
+    /// [`RuntimeContext::middleware`] (for a harness's own tools), and its caps narrow the
+    /// run limits ([`limits`](Self::limits)) so the driver enforces them.
+    ///
+    /// ```
+    /// use harness_core::middleware::{MiddlewareConfig, PortableMiddlewarePolicy};
+    /// # use harness_core::service::AdapterService;
+    /// # use harness_core::adapter::{BoxStream, EventResult, RunContext, Simple, SimpleAdapter};
+    /// # use harness_core::manifest::{ContractVersion, ExecutionMode, HarnessDescriptor};
+    /// # struct Nop(HarnessDescriptor);
+    /// # impl harness_core::manifest::Describe for Nop {
+    /// #     fn descriptor(&self) -> &HarnessDescriptor { &self.0 }
+    /// # }
+    /// # impl SimpleAdapter for Nop {
+    /// #     fn stream(&self, _: RunContext) -> BoxStream<'static, EventResult> { Box::pin(futures_util::stream::empty()) }
+    /// # }
+    /// # let adapter = Simple::new(Nop(HarnessDescriptor::builder("nop".parse().unwrap(), "0.1.0")
+    /// #     .contract_version(ContractVersion::V1).execution_mode(ExecutionMode::in_process()).build().unwrap()));
+    /// let config: MiddlewareConfig = serde_json::from_value(serde_json::json!({
+    ///     "tools": [{ "tool": "fs.*", "action": "deny" }],
+    ///     "limits": { "maxToolCalls": 8 }
+    /// }))?;
+    /// let service = AdapterService::builder(adapter)
+    ///     .middleware(PortableMiddlewarePolicy::compile(&config)?)
+    ///     .build();
+    /// assert_eq!(service.limits().max_tool_calls(), Some(8));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn middleware(mut self, policy: crate::tool::middleware::PortableMiddlewarePolicy) -> Self {
+        self.middleware = policy;
         self
     }
 
@@ -755,7 +794,8 @@ impl<A: HarnessAdapter, L> AdapterServiceBuilder<A, L> {
                 config: self.config,
                 deployment,
                 contract_version,
-                limits: self.limits,
+                limits: self.limits.narrowed_by(&self.middleware.limits()),
+                middleware: self.middleware,
                 stack: RuntimeStack::new(stack),
                 durable: self.durable,
                 thread_state: self
@@ -795,6 +835,7 @@ impl<A: HarnessAdapter> AdapterService<A> {
             tools: None,
             limits: RunLimits::none(),
             files: files::FileSettings::default(),
+            middleware: crate::tool::middleware::PortableMiddlewarePolicy::allow_all(),
         }
     }
 
@@ -810,7 +851,14 @@ impl<A: HarnessAdapter> AdapterService<A> {
         &self.inner.config
     }
 
-    /// The operator's run limits ([`AdapterServiceBuilder::limits`]).
+    /// The operator's middleware policy ([`AdapterServiceBuilder::middleware`]).
+    #[must_use]
+    pub fn middleware(&self) -> &crate::tool::middleware::PortableMiddlewarePolicy {
+        &self.inner.middleware
+    }
+
+    /// The operator's run limits ([`AdapterServiceBuilder::limits`], narrowed by the
+    /// middleware's caps).
     #[must_use]
     pub fn limits(&self) -> &RunLimits {
         &self.inner.limits
@@ -1098,6 +1146,7 @@ impl<A: HarnessAdapter> AdapterService<A> {
             thread_state,
             cancellation: shared.cancel.child_token(),
             delivery: request.delivery,
+            middleware: inner.middleware.clone(),
         };
         let mut execution = ExecutionRuntime::new(
             Arc::clone(&shared),

@@ -417,6 +417,11 @@ impl ExecutionRuntime {
                 &self.context.cancellation,
             )
             .await;
+        // The operator's middleware, decided once per tool for the execution.
+        let handles: Vec<ToolHandle> = handles
+            .into_iter()
+            .map(|h| h.with_middleware(&self.context.middleware))
+            .collect();
         *resolved = Some(Resolved {
             handles: handles.clone(),
             unavailable,

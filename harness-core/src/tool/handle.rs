@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use super::middleware::{PortableMiddlewarePolicy, ToolAction, ToolDecision};
 use super::{
     BoundedFailure, BoxFuture, InvalidToolPolicy, PortableTool, ToolCallContext, ToolDescriptor,
     ToolId, ToolOutcome, ToolPolicy,
@@ -49,6 +50,8 @@ pub struct ToolHandle {
     descriptor: Arc<ToolDescriptor>,
     policy: ToolPolicy,
     cancellation: Option<CancellationToken>,
+    /// The operator's middleware decision for this tool; `None` when it changes nothing.
+    middleware: Option<ToolDecision>,
 }
 
 /// What [`ToolHandle::invoke_approved`] makes of the caller's decision on one call.
@@ -100,6 +103,7 @@ impl ToolHandle {
             descriptor,
             policy: ToolPolicy::new(),
             cancellation: None,
+            middleware: None,
         }
     }
 
@@ -121,6 +125,19 @@ impl ToolHandle {
         self
     }
 
+    /// Applies the operator's middleware `policy` to every call (see
+    /// [`middleware`](super::middleware)): decided once here for the tool's id, so a call
+    /// costs no matching. A denied tool's calls fail `TOOL_DENIED_BY_POLICY` without running;
+    /// one that requires approval asks for it whatever the tool's own policy; arguments are
+    /// bounded and rewritten before they are validated, results redacted and bounded before
+    /// the adapter sees them.
+    #[must_use]
+    pub fn with_middleware(mut self, policy: &PortableMiddlewarePolicy) -> Self {
+        let decision = policy.decide(self.id().as_str());
+        self.middleware = (!decision.is_noop()).then_some(decision);
+        self
+    }
+
     /// The descriptor the handle validates against.
     #[must_use]
     pub fn descriptor(&self) -> &ToolDescriptor {
@@ -139,10 +156,25 @@ impl ToolHandle {
         self.policy
     }
 
-    /// Whether calls wait for the caller's approval ([`ToolPolicy::needs_approval`]).
+    /// Whether calls wait for the caller's approval ([`ToolPolicy::needs_approval`], or
+    /// the middleware's `require_approval`).
     #[must_use]
     pub fn requires_approval(&self) -> bool {
         self.policy.approval()
+            || self
+                .middleware
+                .as_ref()
+                .is_some_and(|d| d.action() == ToolAction::RequireApproval)
+    }
+
+    /// The arguments as the middleware admits them, or the failure that ends the call.
+    fn admit(&self, arguments: Value) -> Result<Value, ToolOutcome> {
+        match &self.middleware {
+            None => Ok(arguments),
+            Some(decision) => decision
+                .admit(self.id().as_str(), arguments)
+                .map_err(ToolOutcome::Failure),
+        }
     }
 
     /// The call `call_id` with `arguments`, as one call of a `tool_approval` action (the
@@ -180,7 +212,13 @@ impl ToolHandle {
     /// [`ErrorCode::TOOL_PANICKED`] failure whose message does not include the panic text.
     /// The future borrows the handle; clone the handle to move a call into a spawned task.
     pub fn invoke(&self, arguments: Value, ctx: ToolCallContext) -> ToolInvocation<'_> {
-        if self.policy.approval() {
+        if self.requires_approval() {
+            // The caller approves what would run: the arguments as the middleware rewrites
+            // them (a denied call is not offered for approval).
+            let arguments = match self.admit(arguments) {
+                Ok(arguments) => arguments,
+                Err(outcome) => return ToolInvocation::ready(outcome),
+            };
             let outcome = match self.approval_call(ctx.call_id, arguments) {
                 Ok(call) => ApprovalRequest::new([call]).map_or_else(
                     |e| ToolOutcome::failure(e.to_string()),
@@ -240,6 +278,11 @@ impl ToolHandle {
 
     /// The call under the policy, approval aside.
     fn run(&self, arguments: Value, ctx: ToolCallContext) -> ToolInvocation<'_> {
+        // Also for approved calls: a caller's edit is bounded and rewritten like the model's.
+        let arguments = match self.admit(arguments) {
+            Ok(arguments) => arguments,
+            Err(outcome) => return ToolInvocation::ready(outcome),
+        };
         let deadline = match (ctx.deadline, self.policy.deadline_duration()) {
             (Some(at), Some(d)) => Some(at.min(Instant::now() + d)),
             (at, None) => at,
@@ -325,15 +368,24 @@ impl ToolHandle {
         }
     }
 
-    /// An outcome as it leaves the handle: a success larger than the policy allows fails.
+    /// An outcome as the middleware lets the adapter see it.
+    fn shown(&self, outcome: ToolOutcome) -> ToolOutcome {
+        match &self.middleware {
+            None => outcome,
+            Some(decision) => decision.result(outcome),
+        }
+    }
+
+    /// An outcome as it leaves the handle: a success larger than the policy allows fails;
+    /// then the middleware's redaction and bound.
     fn bounded(&self, outcome: ToolOutcome) -> ToolOutcome {
         let ToolOutcome::Success(output) = &outcome else {
-            return outcome;
+            return self.shown(outcome);
         };
         let limit = self.policy.output_limit();
         let mut counter = Counter { left: limit };
         if serde_json::to_writer(&mut counter, output).is_ok() {
-            return outcome;
+            return self.shown(outcome);
         }
         ToolOutcome::Failure(
             BoundedFailure::new(format!(

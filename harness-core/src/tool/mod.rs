@@ -83,6 +83,7 @@
 
 mod function;
 mod handle;
+pub mod middleware;
 mod policy;
 mod portable;
 mod set;

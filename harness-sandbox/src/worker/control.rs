@@ -447,6 +447,11 @@ impl WorkerRuntime {
                 tools,
                 limits: context.limits,
                 delivery: context.delivery,
+                middleware: {
+                    let mut config = context.middleware.config();
+                    config.results.redact = harness_core::middleware::RedactConfig::default();
+                    config
+                },
                 thread_state: context.thread_state.is_some(),
                 heartbeat_ms: u64::try_from(options.heartbeat.as_millis()).unwrap_or(u64::MAX),
                 settings,

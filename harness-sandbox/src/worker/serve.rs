@@ -482,6 +482,9 @@ async fn build(
     cancellation: CancellationToken,
 ) -> Result<(Box<dyn HarnessRuntime>, Duration), HarnessError> {
     let adapter = make(context.settings)?;
+    // Compiled by the control plane already; here without redaction (see `WireContext`).
+    let middleware = harness_core::middleware::PortableMiddlewarePolicy::compile(&context.middleware)
+        .map_err(|e| refused(format!("the middleware policy: {e}")))?;
     let tools = context
         .tools
         .iter()
@@ -520,6 +523,7 @@ async fn build(
             thread_state,
             cancellation,
             delivery: context.delivery,
+            middleware,
         })
         .await?;
     let heartbeat = Duration::from_millis(context.heartbeat_ms.clamp(10, 60_000));

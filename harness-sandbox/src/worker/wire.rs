@@ -305,6 +305,11 @@ pub(crate) struct WireContext {
     /// responses).
     #[serde(default)]
     pub(crate) delivery: harness_core::adapter::Delivery,
+    /// The operator's middleware rules, for the runtime's own tools (an ACP agent's
+    /// permission requests), without `results.redact`: results of portable tools are
+    /// redacted by the control plane's handles, and its secrets stay out of the sandbox.
+    #[serde(default, skip_serializing_if = "is_allow_all")]
+    pub(crate) middleware: harness_core::middleware::MiddlewareConfig,
     /// Whether the runtime gets thread state (of `binding`, through the control plane).
     pub(crate) thread_state: bool,
     /// How often the worker sends `heartbeat`.
@@ -312,6 +317,10 @@ pub(crate) struct WireContext {
     /// The adapter's own settings for its worker (the operator's configuration of the
     /// instance), opaque to the protocol.
     pub(crate) settings: Value,
+}
+
+fn is_allow_all(config: &harness_core::middleware::MiddlewareConfig) -> bool {
+    *config == harness_core::middleware::MiddlewareConfig::default()
 }
 
 /// The most one `fileRead` answers, in bytes (8 MiB: base64 of it fits a frame).

@@ -156,6 +156,7 @@ pub fn approve_all(action: &ActionRequest, approval: &ApprovalRequest) -> Approv
 /// A runtime of `adapter`, created directly (not through the service).
 pub async fn runtime(adapter: &AcpAdapter) -> Box<dyn HarnessRuntime> {
     let context = RuntimeContext {
+        middleware: harness_core::middleware::PortableMiddlewarePolicy::allow_all(),
         contract_version: ContractVersion::V1,
         adapter: adapter.descriptor().id().clone(),
         execution_id: ExecutionId::generate(),

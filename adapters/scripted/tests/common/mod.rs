@@ -93,6 +93,7 @@ pub(crate) fn wire(handle: &ExecutionHandle) -> String {
 /// A runtime context for driving a runtime by hand.
 pub(crate) fn context(options: Value) -> RuntimeContext {
     RuntimeContext {
+        middleware: harness_core::middleware::PortableMiddlewarePolicy::allow_all(),
         contract_version: ContractVersion::V1,
         adapter: "scripted".parse().unwrap(),
         execution_id: ExecutionId::generate(),
