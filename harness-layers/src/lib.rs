@@ -36,6 +36,7 @@ pub mod capacity;
 pub mod idempotency;
 pub mod inspect;
 pub mod metrics;
+pub mod middleware;
 pub mod preflight;
 pub mod redaction;
 pub mod retry;
