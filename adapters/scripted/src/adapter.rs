@@ -421,6 +421,8 @@ impl HarnessAdapter for ScriptedAdapter {
             let script = options
                 .script
                 .unwrap_or_else(|| self.default_script.clone());
+            // The operator's middleware over the script's tool calls (see `middleware`).
+            let script = crate::middleware::governed(script, &context.middleware);
             let mut runtime = ScriptedRuntime::new(&context, script, Arc::clone(&self.stats));
             runtime.initialize_delay = options
                 .initialize_delay_ms

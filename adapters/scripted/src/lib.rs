@@ -2,6 +2,7 @@
 #![doc = include_str!("../README.md")]
 
 mod adapter;
+mod middleware;
 mod script;
 mod stream;
 

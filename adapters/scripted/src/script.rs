@@ -438,7 +438,7 @@ impl ScriptError {
 // ---------------------------------------------------------------------------------------------
 
 /// A step checked and turned into what the stream emits; built once per script.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) enum Op {
     Delta {
         text: String,
@@ -951,6 +951,18 @@ impl Script {
 
     pub(crate) fn ops(&self) -> &[Op] {
         &self.inner.ops
+    }
+
+    /// The same steps with `ops` in place of their compiled form (one op per step, in
+    /// order: a restored run finds its step by index).
+    pub(crate) fn with_ops(&self, ops: Vec<Op>) -> Self {
+        debug_assert_eq!(ops.len(), self.inner.ops.len());
+        Self {
+            inner: Arc::new(Inner {
+                steps: self.inner.steps.clone(),
+                ops,
+            }),
+        }
     }
 }
 
