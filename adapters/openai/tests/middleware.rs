@@ -1,7 +1,8 @@
-//! The operator's middleware policy on the model loop, against the mock model server: the
-//! same rules as the scripted adapter's and the ACP adapter's tests (deny `files.*`, require
-//! approval for `weather.*`, results capped at 120 bytes with a secret redacted, at most 3
-//! tool calls), checked by what the model receives in its next request.
+//! The operator's middleware policy on the model loop, against the mock model server, with
+//! the same rules as the scripted adapter's and the ACP adapter's tests: deny `files.*` and
+//! `acp.kind.edit`, require approval for `weather.*`, results capped at 120 bytes with a
+//! secret redacted, at most 3 tool calls. Checked by what the model receives in its next
+//! request.
 
 mod common;
 
@@ -24,6 +25,7 @@ fn rules() -> MiddlewareConfig {
     serde_json::from_value(json!({
         "tools": [
             {"tool": "files.*", "action": "deny"},
+            {"tool": "acp.kind.edit", "action": "deny"},
             {"tool": "weather.*", "action": "require_approval"}
         ],
         "results": {"maxBytes": 120, "redact": {"secrets": [SECRET]}},

@@ -1,7 +1,7 @@
-//! The operator's middleware policy over a script's tool calls, through the service: the
-//! same rules as the model loop's and the ACP adapter's tests (deny `files.*`, require
-//! approval for `weather.*`, results capped at 120 bytes with a secret redacted, at most 3
-//! tool calls).
+//! The operator's middleware policy over a script's tool calls, through the service, with
+//! the same rules as the model loop's and the ACP adapter's tests: deny `files.*` and
+//! `acp.kind.edit`, require approval for `weather.*`, results capped at 120 bytes with a
+//! secret redacted, at most 3 tool calls.
 
 mod common;
 
@@ -20,6 +20,7 @@ fn rules() -> MiddlewareConfig {
     serde_json::from_value(json!({
         "tools": [
             {"tool": "files.*", "action": "deny"},
+            {"tool": "acp.kind.edit", "action": "deny"},
             {"tool": "weather.*", "action": "require_approval"}
         ],
         "results": {"maxBytes": 120, "redact": {"secrets": [SECRET]}},
