@@ -390,6 +390,21 @@ fn session_for(
         constraints(when = "the operator vouches that the agent asks"),
     ),
     capability(
+        "middleware.portable",
+        degraded,
+        explanation = "the operator's middleware policy decides each session/request_permission \
+            (matched by the call's title and by acp.kind.<kind>): a denied call is rejected \
+            without asking the caller, allowed and approval-required ones ask; the caps \
+            narrow the run limits. The agent's own tools run in the agent: a call it makes \
+            without asking (an edit in a mode that does not ask) bypasses the boundary, and \
+            their arguments and results are neither rewritten, bounded nor redacted before \
+            the agent's model reads them",
+        constraints(
+            requires = "an agent that asks permission for every call the policy governs",
+            when = "permission requests; not the agent's tool arguments or results"
+        ),
+    ),
+    capability(
         "interrupt.tool_approval",
         native,
         explanation = "session/request_permission becomes a tool approval: allow_* options \

@@ -116,6 +116,15 @@ const AHEAD: usize = 64;
         constraints(when = "the model streams reasoning"),
     ),
     capability(
+        "middleware.portable",
+        native,
+        explanation = "every tool call of the loop runs through a ToolHandle the service made \
+            with the operator's middleware policy: denied tools fail TOOL_DENIED_BY_POLICY \
+            (the model reads why), approval is required where the policy says, arguments \
+            are bounded and rewritten, results redacted and capped before the model reads \
+            them; the caps narrow the run limits",
+    ),
+    capability(
         "stream.usage",
         native,
         explanation = "each round's usage (stream_options.include_usage, response.completed) \

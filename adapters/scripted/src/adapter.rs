@@ -285,6 +285,15 @@ impl Stats {
         explanation = "one `approval` step may cover several tool calls, decided one by one",
     ),
     capability(
+        "middleware.portable",
+        native,
+        explanation = "the operator's middleware policy governs the script's `toolCall` \
+            steps: a denied tool's call fails TOOL_DENIED_BY_POLICY, one requiring approval \
+            becomes a tool approval, arguments are bounded and rewritten, outputs redacted \
+            and capped; `approval` steps (the script's own interrupts) keep their calls, \
+            with outputs redacted and capped; the caps narrow the run limits",
+    ),
+    capability(
         "observability.metrics",
         native,
         explanation = "every outcome reaches the execution's log, so the metrics layer counts \
