@@ -213,6 +213,7 @@ pub struct HarnessStack {
     tools: Option<harness_core::tool::ToolSet>,
     limits: harness_core::limits::RunLimits,
     files: Files,
+    middleware: harness_core::middleware::PortableMiddlewarePolicy,
 }
 
 /// Where the services find uploaded files, and the operator's limits on input files.
@@ -507,6 +508,11 @@ impl HarnessStack {
         &self.limits
     }
 
+    /// The operator's middleware policy.
+    pub fn middleware_policy(&self) -> &harness_core::middleware::PortableMiddlewarePolicy {
+        &self.middleware
+    }
+
     /// Where uploaded files are found, if set.
     pub fn file_workspace(&self) -> Option<&std::sync::Arc<dyn harness_core::file::FileWorkspace>> {
         self.files.workspace.as_ref()
@@ -537,6 +543,13 @@ impl HarnessStack {
         self
     }
 
+    /// Sets the operator's middleware policy of the services this stack builds (see
+    /// [`AdapterServiceBuilder::middleware`](harness_core::service::AdapterServiceBuilder::middleware)).
+    pub fn middleware(mut self, policy: harness_core::middleware::PortableMiddlewarePolicy) -> Self {
+        self.middleware = policy;
+        self
+    }
+
     /// Where the services this stack builds find uploaded files (see
     /// [`AdapterServiceBuilder::files`](harness_core::service::AdapterServiceBuilder::files)).
     pub fn files(
@@ -555,9 +568,10 @@ impl HarnessStack {
     }
 
     /// The adapter service's builder with this stack's configuration, runtime layers,
-    /// tools, run limits and files: for a service built by hand (more layers with
-    /// [`layer`](harness_core::service::AdapterServiceBuilder::layer), a store) that keeps
-    /// everything this stack holds. Wrap what it builds in [`admission`](Self::admission).
+    /// tools, run limits, middleware and files: for a service built by hand (more layers
+    /// with [`layer`](harness_core::service::AdapterServiceBuilder::layer), a store) that
+    /// keeps everything this stack holds. Wrap what it builds in
+    /// [`admission`](Self::admission).
     pub fn adapter_builder<A: HarnessAdapter>(
         &self,
         adapter: A,
@@ -568,6 +582,7 @@ impl HarnessStack {
         let mut builder = AdapterService::builder(adapter)
             .config(self.config)
             .limits(self.limits)
+            .middleware(self.middleware.clone())
             .file_limits(self.files.limits.clone())
             .layer(self.runtime.clone());
         if let Some(workspace) = &self.files.workspace {

@@ -26,6 +26,7 @@ use harness_core::adapter::HarnessAdapter;
 use harness_core::error::{ErrorCategory, HarnessError};
 use harness_core::file::FileLimits;
 use harness_core::limits::RunLimits;
+use harness_core::middleware::{MiddlewareConfig, PortableMiddlewarePolicy};
 use harness_core::store::{MemoryStore, ReplicaId};
 use harness_core::tool::ToolSet;
 use harness_layers::stack::HarnessStack;
@@ -102,6 +103,10 @@ pub struct Config {
     /// Input files: uploads' retention and the limits on files.
     #[serde(default)]
     pub files: FilesConfig,
+    /// `[middleware]`: the operator's portable middleware policy for every instance
+    /// without a `middleware` table of its own ([`harness_core::middleware`]).
+    #[serde(default)]
+    pub middleware: Option<MiddlewareConfig>,
     /// The directory of the file read, against which relative paths were resolved.
     #[serde(skip)]
     base: Option<PathBuf>,
@@ -224,6 +229,9 @@ pub struct ScriptedConfig {
     /// The operator's run limits for this instance's executions.
     #[serde(default)]
     pub limits: Option<RunLimits>,
+    /// The instance's middleware policy, in place of `[middleware]`.
+    #[serde(default)]
+    pub middleware: Option<MiddlewareConfig>,
 }
 
 /// `[sandbox]`: profiles by name (`[sandbox.profiles.<name>]`), each a
@@ -331,6 +339,9 @@ pub struct AcpConfig {
     /// The operator's run limits for this instance's executions.
     #[serde(default)]
     pub limits: Option<RunLimits>,
+    /// The instance's middleware policy, in place of `[middleware]`.
+    #[serde(default)]
+    pub middleware: Option<MiddlewareConfig>,
 }
 
 /// `[openai]`.
@@ -343,6 +354,9 @@ pub struct OpenAiConfig {
     /// The operator's run limits for this instance's executions.
     #[serde(default)]
     pub limits: Option<RunLimits>,
+    /// The instance's middleware policy, in place of `[middleware]`.
+    #[serde(default)]
+    pub middleware: Option<MiddlewareConfig>,
 }
 
 /// `[mcp]`.
@@ -492,6 +506,26 @@ fn json_of(value: &toml::Value, what: &str) -> Result<serde_json::Value, Harness
 
 fn invalid(message: String) -> HarnessError {
     HarnessError::new(ErrorCategory::Configuration, message)
+}
+
+/// The middleware policy of `table` (an instance's own table, else `[middleware]`),
+/// compiled with the project's redactor; refused naming the table and the rule, and when
+/// its caps count usage `adapter` does not report.
+fn middleware_for<A: HarnessAdapter>(
+    adapter: &A,
+    own: Option<&MiddlewareConfig>,
+    global: Option<&MiddlewareConfig>,
+    table: &str,
+) -> Result<PortableMiddlewarePolicy, HarnessError> {
+    let (config, table) = match (own, global) {
+        (Some(own), _) => (own, format!("{table}.middleware")),
+        (None, Some(global)) => (global, "middleware".to_owned()),
+        (None, None) => return Ok(PortableMiddlewarePolicy::allow_all()),
+    };
+    let policy = harness_layers::middleware::compile(config)
+        .map_err(|e| invalid(format!("`[{table}]`: {e}")))?;
+    limits_for(adapter, Some(&policy.limits()), &table)?;
+    Ok(policy)
 }
 
 /// The operator's run limits of `table` for `adapter`, refused when one counts usage that
@@ -914,9 +948,16 @@ impl Config {
             };
             let adapter = ScriptedAdapter::new(script);
             let limits = limits_for(&adapter, scripted.limits.as_ref(), "scripted")?;
+            let middleware = middleware_for(
+                &adapter,
+                scripted.middleware.as_ref(),
+                self.middleware.as_ref(),
+                "scripted",
+            )?;
             let stack = with_files(
                 HarnessStack::defaults_for(&adapter)?
                     .limits(limits)
+                    .middleware(middleware)
                     .config(service),
                 uploads,
             );
@@ -930,6 +971,7 @@ impl Config {
         if let Some(acp) = &self.acp {
             instances.push(Instance::new_acp(
                 acp,
+                self.middleware.as_ref(),
                 self.sandbox.as_ref(),
                 store,
                 replica,
@@ -940,6 +982,7 @@ impl Config {
         if let Some(openai) = &self.openai {
             instances.push(Instance::new_openai(
                 openai,
+                self.middleware.as_ref(),
                 self.mcp.as_ref(),
                 self.sandbox.as_ref(),
                 store,
@@ -963,6 +1006,7 @@ fn with_files(stack: HarnessStack, uploads: &crate::files::Uploads) -> HarnessSt
 impl Instance {
     fn new_openai<S>(
         openai: &OpenAiConfig,
+        middleware: Option<&MiddlewareConfig>,
         mcp: Option<&McpConfig>,
         sandboxes: Option<&SandboxConfig>,
         store: &Arc<S>,
@@ -1009,10 +1053,13 @@ impl Instance {
                 .map_err(|e| invalid(format!("{what}: {e}")))?;
         }
         let limits = limits_for(&adapter, openai.limits.as_ref(), "openai")?;
+        let middleware =
+            middleware_for(&adapter, openai.middleware.as_ref(), middleware, "openai")?;
         let stack = with_files(
             HarnessStack::defaults_for(&adapter)?
                 .tools(tools)
                 .limits(limits)
+                .middleware(middleware)
                 .config(service),
             uploads,
         );
@@ -1026,6 +1073,7 @@ impl Instance {
 
     fn new_acp<S>(
         acp: &AcpConfig,
+        middleware: Option<&MiddlewareConfig>,
         sandboxes: Option<&SandboxConfig>,
         store: &Arc<S>,
         replica: &ReplicaId,
@@ -1045,9 +1093,11 @@ impl Instance {
             }
         }
         let limits = limits_for(&adapter, acp.limits.as_ref(), "acp")?;
+        let middleware = middleware_for(&adapter, acp.middleware.as_ref(), middleware, "acp")?;
         let stack = with_files(
             HarnessStack::defaults_for(&adapter)?
                 .limits(limits)
+                .middleware(middleware)
                 .config(service),
             uploads,
         );
