@@ -1255,6 +1255,32 @@ mod tests {
         config.server(BearerTokens::new()).await.unwrap();
     }
 
+    /// The sample's commented `[middleware]` table, uncommented, is taken as written; its
+    /// caps on model turns stop the server for an adapter that reports no usage.
+    #[tokio::test]
+    async fn the_samples_middleware_table_is_valid() {
+        let start = SAMPLE.find("# [middleware]\n").expect("the sample has [middleware]");
+        let table: String = SAMPLE[start..]
+            .lines()
+            .take_while(|l| l.starts_with("# "))
+            .map(|l| format!("{}\n", &l[2..]))
+            .collect();
+        let memory = "[store]\nkind = \"memory\"\n[scripted]\n";
+        let config = Config::from_toml(&format!("{memory}{table}")).unwrap();
+        let middleware = config.middleware.clone().unwrap();
+        assert_eq!(middleware.tools.len(), 3);
+        assert_eq!(middleware.limits.max_tool_calls, Some(50));
+        config.server(BearerTokens::new()).await.unwrap();
+        let message = refused(&format!(
+            "[store]\nkind = \"memory\"\n[acp.agents.default]\ncommand = [\"true\"]\ncwd = \"/tmp\"\n{table}"
+        ))
+        .await;
+        assert!(
+            message.contains("[middleware.limits]") && message.contains("maxModelTurns"),
+            "{message}"
+        );
+    }
+
     #[tokio::test]
     async fn run_limits_are_read_per_instance_and_checked() {
         let memory = "[store]\nkind = \"memory\"\n";

@@ -100,6 +100,21 @@
 //! carrying the limit's code. Limits on tokens or model turns for an adapter that reports no
 //! usage (ACP) stop the server from starting, naming them.
 //!
+//! Middleware: `[middleware]` in `harness.toml` (or an instance's own
+//! `[scripted.middleware]`, `[acp.middleware]`, `[openai.middleware]`, which replaces it for
+//! that instance) is the operator's
+//! [`PortableMiddlewarePolicy`](harness_core::middleware::PortableMiddlewarePolicy), compiled
+//! when the server starts (a bad pattern, an unknown action, a duplicate rule, a zero bound or
+//! a pattern to redact that does not compile stops it, naming the table and the rule). Every
+//! tool call of the instance's executions passes it: a denied tool fails
+//! `TOOL_DENIED_BY_POLICY` without running, `require_approval` opens a tool approval,
+//! arguments past `arguments.maxBytes` fail `TOOL_ARGUMENTS_TOO_LARGE`, rewrites set and
+//! remove fields, results are redacted (`[REDACTED:<rule>]`) and truncated past
+//! `results.maxBytes`; its caps narrow the instance's run limits. An ACP agent's permission
+//! requests are decided by the same rules (a denied one is rejected without asking); the
+//! agent's own tools are otherwise its own (`middleware.portable` is `degraded` there).
+//! Callers cannot set or see it.
+//!
 //! Idle runtimes: `[runtimes]` in `harness.toml` (`max_idle`, 256 by default;
 //! `idle_timeout_secs`, 300) bounds, per adapter instance, the runtimes of executions paused
 //! on an action that stay alive
