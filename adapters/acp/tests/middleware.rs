@@ -38,10 +38,28 @@ fn text(events: &[std::sync::Arc<harness_core::event::Event>]) -> String {
         .collect()
 }
 
+/// The worker program that hosts an agent's runtime in its sandbox.
+const WORKER: &str = env!("CARGO_BIN_EXE_acp-sandbox-worker");
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_denied_permission_request_is_rejected_without_asking_the_caller() {
-    let mark = marker("middleware-deny");
-    let service = AdapterService::builder(adapter_for(test_agent("permission", &mark)))
+    denied(test_agent("permission", &marker("middleware-deny"))).await;
+}
+
+/// The same with the agent's client hosted in a sandbox by a worker: the policy travels in
+/// the worker's `start` message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hosted_agent_gets_the_policy_through_the_worker_protocol() {
+    let sandbox = harness_sandbox::Sandbox::new(harness_sandbox::SandboxProfile::default())
+        .expect("bwrap is installed");
+    let agent = test_agent("permission", &marker("middleware-hosted"))
+        .in_sandbox(sandbox)
+        .hosted_by_worker(WORKER);
+    denied(agent).await;
+}
+
+async fn denied(agent: harness_acp::AcpAgent) {
+    let service = AdapterService::builder(adapter_for(agent))
         .middleware(harness_layers::middleware::compile(&rules("deny")).unwrap())
         .build();
     let execution = service.start(ExecutionRequest::new("go")).await.unwrap();
