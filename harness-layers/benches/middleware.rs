@@ -143,12 +143,19 @@ fn main() {
     let started = Instant::now();
     let n = 200_000u32;
     for i in 0..n {
-        let id = if i % 2 == 0 { "weather.now" } else { "fs.write" };
+        let id = if i % 2 == 0 {
+            "weather.now"
+        } else {
+            "fs.write"
+        };
         black_box(policy.decide(black_box(id)));
     }
     let decide = started.elapsed() / n;
 
-    println!("tool call without policy   {:>9.3} µs/call", micros(without));
+    println!(
+        "tool call without policy   {:>9.3} µs/call",
+        micros(without)
+    );
     println!("tool call with the policy  {:>9.3} µs/call", micros(with));
     println!(
         "delta per call             {:>9.3} µs/call   (aim < {} µs): {}",
@@ -156,7 +163,10 @@ fn main() {
         AIM.as_micros(),
         if delta < AIM { "PASS" } else { "OVER" }
     );
-    println!("decide (20 rules)          {:>9.3} µs/decision", micros(decide));
+    println!(
+        "decide (20 rules)          {:>9.3} µs/decision",
+        micros(decide)
+    );
 }
 
 fn micros(d: Duration) -> f64 {

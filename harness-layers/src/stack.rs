@@ -545,7 +545,10 @@ impl HarnessStack {
 
     /// Sets the operator's middleware policy of the services this stack builds (see
     /// [`AdapterServiceBuilder::middleware`](harness_core::service::AdapterServiceBuilder::middleware)).
-    pub fn middleware(mut self, policy: harness_core::middleware::PortableMiddlewarePolicy) -> Self {
+    pub fn middleware(
+        mut self,
+        policy: harness_core::middleware::PortableMiddlewarePolicy,
+    ) -> Self {
         self.middleware = policy;
         self
     }

@@ -968,31 +968,40 @@ impl Config {
                 replica.clone(),
             ));
         }
+        let common = Common {
+            service,
+            uploads,
+            middleware: self.middleware.as_ref(),
+        };
         if let Some(acp) = &self.acp {
             instances.push(Instance::new_acp(
                 acp,
-                self.middleware.as_ref(),
                 self.sandbox.as_ref(),
                 store,
                 replica,
-                service,
-                uploads,
+                &common,
             )?);
         }
         if let Some(openai) = &self.openai {
             instances.push(Instance::new_openai(
                 openai,
-                self.middleware.as_ref(),
                 self.mcp.as_ref(),
                 self.sandbox.as_ref(),
                 store,
                 replica,
-                service,
-                uploads,
+                &common,
             )?);
         }
         Ok(instances)
     }
+}
+
+/// What every adapter instance of the file shares.
+struct Common<'a> {
+    service: harness_core::service::ServiceConfig,
+    uploads: &'a crate::files::Uploads,
+    /// `[middleware]`, for instances without a table of their own.
+    middleware: Option<&'a MiddlewareConfig>,
 }
 
 /// `stack` finding uploaded files where `uploads` keeps them, within its limits.
@@ -1006,13 +1015,11 @@ fn with_files(stack: HarnessStack, uploads: &crate::files::Uploads) -> HarnessSt
 impl Instance {
     fn new_openai<S>(
         openai: &OpenAiConfig,
-        middleware: Option<&MiddlewareConfig>,
         mcp: Option<&McpConfig>,
         sandboxes: Option<&SandboxConfig>,
         store: &Arc<S>,
         replica: &ReplicaId,
-        service: harness_core::service::ServiceConfig,
-        uploads: &crate::files::Uploads,
+        common: &Common<'_>,
     ) -> Result<Self, HarnessError>
     where
         S: harness_core::store::ExecutionStore + harness_core::session::ThreadStateStore + 'static,
@@ -1053,15 +1060,19 @@ impl Instance {
                 .map_err(|e| invalid(format!("{what}: {e}")))?;
         }
         let limits = limits_for(&adapter, openai.limits.as_ref(), "openai")?;
-        let middleware =
-            middleware_for(&adapter, openai.middleware.as_ref(), middleware, "openai")?;
+        let middleware = middleware_for(
+            &adapter,
+            openai.middleware.as_ref(),
+            common.middleware,
+            "openai",
+        )?;
         let stack = with_files(
             HarnessStack::defaults_for(&adapter)?
                 .tools(tools)
                 .limits(limits)
                 .middleware(middleware)
-                .config(service),
-            uploads,
+                .config(common.service),
+            common.uploads,
         );
         Ok(Self::new(
             &stack,
@@ -1073,12 +1084,10 @@ impl Instance {
 
     fn new_acp<S>(
         acp: &AcpConfig,
-        middleware: Option<&MiddlewareConfig>,
         sandboxes: Option<&SandboxConfig>,
         store: &Arc<S>,
         replica: &ReplicaId,
-        service: harness_core::service::ServiceConfig,
-        uploads: &crate::files::Uploads,
+        common: &Common<'_>,
     ) -> Result<Self, HarnessError>
     where
         S: harness_core::store::ExecutionStore + harness_core::session::ThreadStateStore + 'static,
@@ -1093,13 +1102,14 @@ impl Instance {
             }
         }
         let limits = limits_for(&adapter, acp.limits.as_ref(), "acp")?;
-        let middleware = middleware_for(&adapter, acp.middleware.as_ref(), middleware, "acp")?;
+        let middleware =
+            middleware_for(&adapter, acp.middleware.as_ref(), common.middleware, "acp")?;
         let stack = with_files(
             HarnessStack::defaults_for(&adapter)?
                 .limits(limits)
                 .middleware(middleware)
-                .config(service),
-            uploads,
+                .config(common.service),
+            common.uploads,
         );
         Ok(Self::new(
             &stack,
@@ -1259,7 +1269,9 @@ mod tests {
     /// caps on model turns stop the server for an adapter that reports no usage.
     #[tokio::test]
     async fn the_samples_middleware_table_is_valid() {
-        let start = SAMPLE.find("# [middleware]\n").expect("the sample has [middleware]");
+        let start = SAMPLE
+            .find("# [middleware]\n")
+            .expect("the sample has [middleware]");
         let table: String = SAMPLE[start..]
             .lines()
             .take_while(|l| l.starts_with("# "))

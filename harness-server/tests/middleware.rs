@@ -95,7 +95,10 @@ async fn the_global_rules_govern_the_instance() {
     let calls = run(&toml(&dir, "")).await;
     assert_eq!(calls.len(), 2, "{calls:?}");
     let denied = calls[0].1.to_string();
-    assert!(denied.contains("denied by the operator's middleware policy"), "{denied}");
+    assert!(
+        denied.contains("denied by the operator's middleware policy"),
+        "{denied}"
+    );
     let result = calls[1].1.to_string();
     assert!(!result.contains(SECRET), "{result}");
     assert!(result.contains("[REDACTED:secret]"), "{result}");
@@ -131,7 +134,11 @@ async fn bad_rules_stop_the_server_naming_the_table_and_the_rule() {
         ),
         (
             "[scripted.middleware]\ntools = [{ tool = \"a\", action = \"deny\" }, { tool = \"a\", action = \"allow\" }]\n",
-            vec!["[scripted.middleware]", "tools[1]", "already the pattern of tools[0]"],
+            vec![
+                "[scripted.middleware]",
+                "tools[1]",
+                "already the pattern of tools[0]",
+            ],
         ),
         (
             "[middleware]\ntools = [{ tool = \"fs *\", action = \"deny\" }]\n",
@@ -143,7 +150,10 @@ async fn bad_rules_stop_the_server_naming_the_table_and_the_rule() {
         ),
     ] {
         let config = harness_server::config::Config::from_toml(&format!("{base}{table}")).unwrap();
-        let Err(err) = config.server(harness_server::auth::BearerTokens::new()).await else {
+        let Err(err) = config
+            .server(harness_server::auth::BearerTokens::new())
+            .await
+        else {
             panic!("the server started with {table}")
         };
         for part in expected {
@@ -151,10 +161,9 @@ async fn bad_rules_stop_the_server_naming_the_table_and_the_rule() {
         }
     }
     // An unknown key is refused when the file is read.
-    let err = harness_server::config::Config::from_toml(&format!(
-        "{base}[middleware]\ntool = []\n"
-    ))
-    .unwrap_err();
+    let err =
+        harness_server::config::Config::from_toml(&format!("{base}[middleware]\ntool = []\n"))
+            .unwrap_err();
     assert!(err.to_string().contains("tool"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }

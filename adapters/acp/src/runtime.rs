@@ -31,8 +31,8 @@ use harness_core::event::{
 };
 use harness_core::id::{ActionId, AdapterId, ToolCallId};
 use harness_core::manifest::{Adapter, HarnessDescriptor};
-use harness_core::session::{Conversation, ScopedThreadState, StateKey};
 use harness_core::middleware::{PortableMiddlewarePolicy, ToolAction, ToolDecision};
+use harness_core::session::{Conversation, ScopedThreadState, StateKey};
 use harness_layers::redaction::Redactor;
 use harness_macros::Adapter;
 use serde::{Deserialize, Serialize};

@@ -66,7 +66,9 @@ async fn denied(agent: harness_acp::AcpAgent) {
     let (events, outcome) = finish(&execution).await;
     assert!(matches!(outcome, Outcome::Succeeded(_)), "{outcome:?}");
     assert!(
-        !events.iter().any(|e| e.kind() == EventKind::ActionRequested),
+        !events
+            .iter()
+            .any(|e| e.kind() == EventKind::ActionRequested),
         "the caller was asked"
     );
     // The agent got `reject`: it reports the call failed and says so.

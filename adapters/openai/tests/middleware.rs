@@ -127,8 +127,15 @@ async fn the_model_receives_the_denial_and_the_redacted_capped_result() {
             .await
             .unwrap();
         let log = payloads(&execution).await;
-        assert!(matches!(execution.outcome().await, Outcome::Succeeded(_)), "{api:?}");
-        assert_eq!(calls.load(Ordering::SeqCst), 0, "{api:?}: the denied tool ran");
+        assert!(
+            matches!(execution.outcome().await, Outcome::Succeeded(_)),
+            "{api:?}"
+        );
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            0,
+            "{api:?}: the denied tool ran"
+        );
         assert!(log.iter().any(|p| matches!(p, EventPayload::ToolCallCompleted(c)
             if matches!(&c.outcome, ToolCallOutcome::Failure { message } if message.contains("denied")))));
         let results = tool_results(&mock, "delete old.txt").await;
@@ -144,7 +151,10 @@ async fn the_model_receives_the_denial_and_the_redacted_capped_result() {
             .start(ExecutionRequest::new("read the notes"))
             .await
             .unwrap();
-        assert!(matches!(execution.outcome().await, Outcome::Succeeded(_)), "{api:?}");
+        assert!(
+            matches!(execution.outcome().await, Outcome::Succeeded(_)),
+            "{api:?}"
+        );
         assert_eq!(calls.load(Ordering::SeqCst), 1, "{api:?}");
         let results = tool_results(&mock, "read the notes").await;
         assert_eq!(results.len(), 1, "{api:?}");
@@ -175,12 +185,19 @@ async fn approval_is_required_and_the_tool_call_cap_holds() {
             panic!("expected a tool approval")
         };
         assert_eq!(approval.calls()[0].tool(), "weather.now");
-        assert_eq!(calls.load(Ordering::SeqCst), 0, "{api:?}: ran before approval");
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            0,
+            "{api:?}: ran before approval"
+        );
         execution
             .respond(action.decide(|_| harness_core::action::Decision::Approve))
             .await
             .unwrap();
-        assert!(matches!(execution.outcome().await, Outcome::Succeeded(_)), "{api:?}");
+        assert!(
+            matches!(execution.outcome().await, Outcome::Succeeded(_)),
+            "{api:?}"
+        );
         assert_eq!(calls.load(Ordering::SeqCst), 1, "{api:?}");
         assert_eq!(
             tool_results(&mock, "weather in Oslo?").await,

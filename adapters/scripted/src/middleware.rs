@@ -73,23 +73,21 @@ fn govern(op: &Op, policy: &PortableMiddlewarePolicy) -> Op {
                 }
                 other => other.clone(),
             };
-            if decision.action() == ToolAction::RequireApproval {
-                if let ToolCallOutcome::Success { output } = &outcome {
-                    let request = ToolCallApproval::new(
-                        call.call_id.clone(),
-                        call.tool.clone(),
-                        call.arguments.clone(),
-                        json!({"type": "object"}),
-                    )
-                    .and_then(|a| ApprovalRequest::new([a]));
-                    if let Ok(request) = request {
-                        return Op::Approval {
-                            id: None,
-                            request,
-                            outputs: vec![output.clone()],
-                        };
-                    }
-                }
+            if decision.action() == ToolAction::RequireApproval
+                && let ToolCallOutcome::Success { output } = &outcome
+                && let Ok(request) = ToolCallApproval::new(
+                    call.call_id.clone(),
+                    call.tool.clone(),
+                    call.arguments.clone(),
+                    json!({"type": "object"}),
+                )
+                .and_then(|a| ApprovalRequest::new([a]))
+            {
+                return Op::Approval {
+                    id: None,
+                    request,
+                    outputs: vec![output.clone()],
+                };
             }
             Op::ToolCall { call, outcome }
         }

@@ -64,12 +64,14 @@ fn script() -> Script {
 }
 
 fn outcome_of(handle: &ExecutionHandle, call: &str) -> Option<ToolCallOutcome> {
-    common::events(handle).iter().find_map(|e| match e.payload() {
-        EventPayload::ToolCallCompleted(c) if c.call_id.as_str() == call => {
-            Some(c.outcome.clone())
-        }
-        _ => None,
-    })
+    common::events(handle)
+        .iter()
+        .find_map(|e| match e.payload() {
+            EventPayload::ToolCallCompleted(c) if c.call_id.as_str() == call => {
+                Some(c.outcome.clone())
+            }
+            _ => None,
+        })
 }
 
 async fn pending(handle: &ExecutionHandle) -> harness_core::action::ActionRequest {

@@ -483,8 +483,9 @@ async fn build(
 ) -> Result<(Box<dyn HarnessRuntime>, Duration), HarnessError> {
     let adapter = make(context.settings)?;
     // Compiled by the control plane already; here without redaction (see `WireContext`).
-    let middleware = harness_core::middleware::PortableMiddlewarePolicy::compile(&context.middleware)
-        .map_err(|e| refused(format!("the middleware policy: {e}")))?;
+    let middleware =
+        harness_core::middleware::PortableMiddlewarePolicy::compile(&context.middleware)
+            .map_err(|e| refused(format!("the middleware policy: {e}")))?;
     let tools = context
         .tools
         .iter()

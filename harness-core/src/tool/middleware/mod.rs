@@ -106,9 +106,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::portable::{BoundedFailure, ToolOutcome};
 use crate::error::ErrorCode;
 use crate::limits::RunLimits;
-use super::portable::{BoundedFailure, ToolOutcome};
 
 use self::glob::Glob;
 pub use self::glob::MAX_PATTERN_BYTES;
@@ -640,10 +640,7 @@ impl PortableMiddlewarePolicy {
             (Some((_, one)), None) => Some(Arc::clone(one)),
             (Some((_, first)), Some((_, second))) => {
                 let mut merged = Rewrite::default();
-                for r in [first, second]
-                    .into_iter()
-                    .chain(matching.map(|(_, r)| r))
-                {
+                for r in [first, second].into_iter().chain(matching.map(|(_, r)| r)) {
                     merged.remove.extend(r.remove.iter().cloned());
                     merged.set.retain(|(k, _)| !r.remove.contains(k));
                     merged.set.extend(r.set.iter().cloned());
@@ -743,14 +740,14 @@ impl ToolDecision {
         if self.action == ToolAction::Deny {
             return Err(self.denial(tool));
         }
-        if let Some(limit) = c.max_argument_bytes {
-            if json_len_over(&arguments, limit) {
-                return Err(BoundedFailure::new(format!(
-                    "the arguments of the call to tool `{tool}` are larger than the operator's \
-                     limit of {limit} bytes of JSON; it did not run: send smaller arguments"
-                ))
-                .with_code(ErrorCode::TOOL_ARGUMENTS_TOO_LARGE));
-            }
+        if let Some(limit) = c.max_argument_bytes
+            && json_len_over(&arguments, limit)
+        {
+            return Err(BoundedFailure::new(format!(
+                "the arguments of the call to tool `{tool}` are larger than the operator's \
+                 limit of {limit} bytes of JSON; it did not run: send smaller arguments"
+            ))
+            .with_code(ErrorCode::TOOL_ARGUMENTS_TOO_LARGE));
         }
         if let Some(rewrite) = &self.rewrite {
             rewrite.apply(&mut arguments);

@@ -270,8 +270,16 @@ fn a_denied_tool_never_runs_and_the_model_is_told_why() {
         panic!("expected a failure")
     };
     assert_eq!(failure.code(), &ErrorCode::TOOL_DENIED_BY_POLICY);
-    assert!(failure.message().contains("fs.write"), "{}", failure.message());
-    assert!(failure.message().contains("tools[0]"), "{}", failure.message());
+    assert!(
+        failure.message().contains("fs.write"),
+        "{}",
+        failure.message()
+    );
+    assert!(
+        failure.message().contains("tools[0]"),
+        "{}",
+        failure.message()
+    );
     assert_eq!(calls.load(Ordering::SeqCst), 0);
 }
 
@@ -292,9 +300,10 @@ fn require_approval_opens_an_action_even_when_the_tool_does_not_ask() {
 fn arguments_are_capped_then_rewritten() {
     let (handle, calls) = echo("http.get");
     let handle = handle.with_middleware(&policy());
-    let ToolOutcome::Success(seen) =
-        call(&handle, json!({"url": "https://x", "proxy": "p", "timeoutMs": 1}))
-    else {
+    let ToolOutcome::Success(seen) = call(
+        &handle,
+        json!({"url": "https://x", "proxy": "p", "timeoutMs": 1}),
+    ) else {
         panic!("expected a success")
     };
     assert_eq!(
@@ -305,7 +314,11 @@ fn arguments_are_capped_then_rewritten() {
         panic!("expected a failure")
     };
     assert_eq!(failure.code(), &ErrorCode::TOOL_ARGUMENTS_TOO_LARGE);
-    assert!(failure.message().contains("200 bytes"), "{}", failure.message());
+    assert!(
+        failure.message().contains("200 bytes"),
+        "{}",
+        failure.message()
+    );
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
 
@@ -328,8 +341,16 @@ fn results_are_redacted_then_truncated_and_failures_redacted() {
     let ToolOutcome::Failure(failure) = call(&handle, json!({"fail": "sk-secret"})) else {
         panic!("expected a failure")
     };
-    assert!(!failure.message().contains("sk-secret"), "{}", failure.message());
-    assert!(failure.message().contains("[REDACTED]"), "{}", failure.message());
+    assert!(
+        !failure.message().contains("sk-secret"),
+        "{}",
+        failure.message()
+    );
+    assert!(
+        failure.message().contains("[REDACTED]"),
+        "{}",
+        failure.message()
+    );
     // Without the middleware the same calls pass unchanged.
     let (plain, _) = echo("weather.now");
     assert_eq!(
