@@ -382,3 +382,46 @@ fn caps_narrow_the_run_limits() {
         Some(2)
     );
 }
+
+/// Many callers share one compiled policy and one governed handle: each call gets its own
+/// decision applied, whatever the interleaving.
+#[test]
+fn concurrent_callers_share_one_policy() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .build()
+        .unwrap();
+    let policy = policy();
+    let (notes, calls) = echo("notes.read");
+    let notes = notes.with_middleware(&policy);
+    let (files, file_calls) = echo("fs.read");
+    let files = files.with_middleware(&policy);
+    rt.block_on(async {
+        let tasks: Vec<_> = (0..64)
+            .map(|t| {
+                let (notes, files) = (notes.clone(), files.clone());
+                tokio::spawn(async move {
+                    for i in 0..100 {
+                        let ctx =
+                            ToolCallContext::new(ToolCallId::generate(), ExecutionId::generate());
+                        let key = format!("sk-secret-{t}-{i}");
+                        let out = notes.invoke(json!({ "key": key }), ctx.clone()).await;
+                        assert_eq!(
+                            out,
+                            ToolOutcome::Success(json!({ "key": format!("[REDACTED]-{t}-{i}") }))
+                        );
+                        let ToolOutcome::Failure(f) = files.invoke(json!({}), ctx).await else {
+                            panic!("fs.read ran")
+                        };
+                        assert_eq!(f.code(), &ErrorCode::TOOL_DENIED_BY_POLICY);
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap();
+        }
+    });
+    assert_eq!(calls.load(Ordering::SeqCst), 6400);
+    assert_eq!(file_calls.load(Ordering::SeqCst), 0);
+}
