@@ -141,6 +141,7 @@ fn the_descriptor_declares_exactly_what_the_adapter_delivers() {
             CapabilityKey::InterruptFormInput,
             CapabilityKey::InterruptToolApproval,
             CapabilityKey::InterruptMultiTool,
+            CapabilityKey::MiddlewarePortable,
             CapabilityKey::ObservabilityMetrics,
             CapabilityKey::ObservabilityTracing,
             CapabilityKey::ObservabilityTracePropagation,
