@@ -94,6 +94,7 @@ pub(crate) async fn direct<A: HarnessAdapter>(
         thread_state: None,
         cancellation,
         delivery: harness_core::adapter::Delivery::default(),
+        skills: harness_core::skill::SkillManifest::default(),
     };
     let runtime = hook("create_runtime", bounds.grace, move || {
         adapter.create_runtime(context)

@@ -145,6 +145,10 @@ pub struct RuntimeContext {
     /// it ([`PortableMiddlewarePolicy::decide`]) for calls of the harness's own tools, which
     /// do not pass through a handle.
     pub middleware: PortableMiddlewarePolicy,
+    /// The skills granted to this execution (empty unless the request asked for some): see
+    /// [`skill`](crate::skill). A runtime whose adapter declares `skills` usable delivers
+    /// them to its harness.
+    pub skills: crate::skill::SkillManifest,
 }
 
 /// How the caller of an execution takes its output

@@ -450,6 +450,13 @@ codes! {
     /// The adapter does not take input files of this kind (`input.images` or
     /// `input.documents` unusable, or the harness behind it declines them).
     FILE_MODALITY_UNSUPPORTED: Some(C::Configuration);
+    /// A request asks for a skill this caller cannot see on this service: none of that name
+    /// is installed and offered, or it is restricted to other principals (the two are
+    /// indistinguishable).
+    SKILL_NOT_FOUND: Some(C::Configuration);
+    /// A request asks for a skill the operator blocks on this service (its block list),
+    /// whether or not one of that name is installed.
+    SKILL_BLOCKED: Some(C::Configuration);
 }
 
 impl ErrorCode {

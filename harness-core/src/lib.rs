@@ -22,6 +22,7 @@ pub mod registry;
 pub mod schema;
 pub mod service;
 pub mod session;
+pub mod skill;
 mod state;
 pub mod store;
 pub mod time;

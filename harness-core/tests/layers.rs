@@ -38,6 +38,7 @@ const LAYERS: &[&[&str]] = &[
     ],
     &["event", "manifest"],
     &["log", "tool", "store", "registry", "file"],
+    &["skill"],
     &["adapter", "lifecycle"],
     &["service", "schema", "__private"],
 ];

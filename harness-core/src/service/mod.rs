@@ -170,6 +170,7 @@ mod handle;
 pub mod invoke;
 mod persist;
 pub mod pool;
+mod skills;
 
 use std::fmt;
 use std::sync::Arc;
@@ -260,6 +261,13 @@ pub struct ExecutionRequest {
     /// The caller's W3C trace context.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_context: Option<TraceContext>,
+    /// The skills the execution asks for, by name (see [`skill`](crate::skill)): granted
+    /// by the service's [`SkillCatalog`](crate::skill::SkillCatalog) for the request's
+    /// caller before anything runs, or the request is refused (`SKILL_BLOCKED`,
+    /// `SKILL_NOT_FOUND`; `CAPABILITY_UNSUPPORTED` for an adapter whose `skills` is not
+    /// usable).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skills: Vec<String>,
     /// Which of the service's tools the execution gets: tool ids, or a tool provider's name
     /// for all of its tools (an MCP server's); every tool of the service when absent, none
     /// when empty. An entry the service does not offer refuses the request
@@ -417,6 +425,7 @@ struct ServiceInner<A> {
     thread_state: Arc<dyn ThreadStateStore>,
     tools: Option<Arc<crate::tool::ToolSet>>,
     files: files::FileSettings,
+    skills: Option<Arc<crate::skill::SkillCatalog>>,
     /// The pool of paused runtimes; `None` when the adapter cannot restore an evicted one.
     pool: Option<Arc<pool::Pool>>,
 }
@@ -483,6 +492,7 @@ pub struct AdapterServiceBuilder<A, L> {
     limits: RunLimits,
     files: files::FileSettings,
     middleware: crate::tool::middleware::PortableMiddlewarePolicy,
+    skills: Option<Arc<crate::skill::SkillCatalog>>,
 }
 
 impl<A: HarnessAdapter, L> fmt::Debug for AdapterServiceBuilder<A, L> {
@@ -507,6 +517,7 @@ impl<A: HarnessAdapter, L> AdapterServiceBuilder<A, L> {
             limits: self.limits,
             files: self.files,
             middleware: self.middleware,
+            skills: self.skills,
         }
     }
 
@@ -803,6 +814,7 @@ impl<A: HarnessAdapter, L> AdapterServiceBuilder<A, L> {
                     .unwrap_or_else(|| Arc::new(InMemoryThreadStateStore::new())),
                 tools: self.tools,
                 files: self.files,
+                skills: self.skills,
                 pool: pool::evictable(adapter.descriptor())
                     .then(|| Arc::new(pool::Pool::new(self.config.runtime_pool))),
                 adapter,
@@ -836,6 +848,7 @@ impl<A: HarnessAdapter> AdapterService<A> {
             limits: RunLimits::none(),
             files: files::FileSettings::default(),
             middleware: crate::tool::middleware::PortableMiddlewarePolicy::allow_all(),
+            skills: None,
         }
     }
 
@@ -925,17 +938,23 @@ impl<A: HarnessAdapter> AdapterService<A> {
         };
         self.check_tools(&request)?;
         let files = self.validated_files(&request).await?;
-        if !request.required_capabilities.is_empty() {
+        // Asking for skills requires `skills`, checked like any required capability and
+        // before the names are looked at.
+        let required = self.required_with_skills(&request);
+        if !required.is_empty() {
             // The descriptor is the most the adapter can do: what it cannot meet is refused
             // before `evaluate`, which may do provider work (the ACP adapter starts its agent).
             let declared = inner.adapter.descriptor().capabilities();
-            if let Err(unmet) = declared.check(&request.required_capabilities) {
+            if let Err(unmet) = declared.check(&required) {
                 return Err(unsupported(&unmet));
             }
+        }
+        let skills = self.granted_skills(&request)?;
+        if !required.is_empty() {
             let report = catch(async { inner.adapter.evaluate(&config, &inner.deployment).await })
                 .await
                 .and_then(|r| r)?;
-            if let Err(unmet) = report.check(&request.required_capabilities) {
+            if let Err(unmet) = report.check(&required) {
                 return Err(unsupported(&unmet));
             }
         }
@@ -1001,7 +1020,14 @@ impl<A: HarnessAdapter> AdapterService<A> {
             replay: false,
         };
         let turn = turn_of(id, &request, files);
-        let driver = self.driver(shared, request, config, (binding, thread_state), turn, None);
+        let driver = self.driver(
+            shared,
+            request,
+            config,
+            (binding, thread_state),
+            (turn, skills),
+            None,
+        );
         // The driver inherits the caller's span (a tracing layer enters the execution's span while
         // polling this call), so what the driver and the adapter log belongs to the execution.
         tokio.spawn(driver.run(queued).instrument(tracing::Span::current()));
@@ -1128,7 +1154,7 @@ impl<A: HarnessAdapter> AdapterService<A> {
         request: ExecutionRequest,
         config: AgentConfig,
         (binding, thread_state): (Option<SessionBinding>, Option<ScopedThreadState>),
-        turn: TurnInput,
+        (turn, skills): (TurnInput, crate::skill::SkillManifest),
         restored: Option<Restored>,
     ) -> Driver {
         let inner = &self.inner;
@@ -1147,6 +1173,7 @@ impl<A: HarnessAdapter> AdapterService<A> {
             cancellation: shared.cancel.child_token(),
             delivery: request.delivery,
             middleware: inner.middleware.clone(),
+            skills,
         };
         let mut execution = ExecutionRuntime::new(
             Arc::clone(&shared),
@@ -1252,6 +1279,7 @@ impl<A: HarnessAdapter> AdapterService<A> {
         let conversation = request.conversation();
         // The files are resolved again, in the owner's scope: the runtime gets the same handles.
         let files = self.validated_files(&request).await?;
+        let skills = self.granted_skills(&request)?;
         let state = match &conversation {
             Some(conversation) => {
                 let scoped = self.scoped_state(conversation).await?;
@@ -1284,7 +1312,7 @@ impl<A: HarnessAdapter> AdapterService<A> {
             request,
             config,
             state,
-            turn,
+            (turn, skills),
             Some(restored_for_runtime),
         );
         tokio::spawn(driver.run_restored(restored));

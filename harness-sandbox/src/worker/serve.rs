@@ -525,6 +525,9 @@ async fn build(
             cancellation,
             delivery: context.delivery,
             middleware,
+            // Skills are delivered by the control plane (written in the workspace the
+            // sandbox binds), not across the worker protocol.
+            skills: harness_core::skill::SkillManifest::default(),
         })
         .await?;
     let heartbeat = Duration::from_millis(context.heartbeat_ms.clamp(10, 60_000));

@@ -168,6 +168,7 @@ pub async fn runtime(adapter: &AcpAdapter) -> Box<dyn HarnessRuntime> {
         thread_state: None,
         cancellation: tokio_util::sync::CancellationToken::new(),
         delivery: harness_core::adapter::Delivery::default(),
+        skills: harness_core::skill::SkillManifest::default(),
     };
     adapter
         .create_runtime(context)

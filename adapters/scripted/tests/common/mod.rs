@@ -108,6 +108,7 @@ pub(crate) fn context(options: Value) -> RuntimeContext {
         thread_state: None,
         cancellation: CancellationToken::new(),
         delivery: harness_core::adapter::Delivery::default(),
+        skills: harness_core::skill::SkillManifest::default(),
     }
 }
 
