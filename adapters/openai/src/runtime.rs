@@ -27,6 +27,7 @@ use harness_core::file::{FileKind, ValidatedInputFile};
 use harness_core::id::{AdapterId, ExecutionId, ToolCallId};
 use harness_core::manifest::{Adapter as _, HarnessDescriptor};
 use harness_core::session::{ScopedThreadState, StateKey, Version};
+use harness_core::skill::disclosure;
 use harness_core::tool::{
     Approved, ProviderNameRule, ProviderToolNames, ToolCallContext, ToolHandle, ToolOutcome,
 };
@@ -230,6 +231,15 @@ const AHEAD: usize = 64;
         constraints(mediaTypes = ["application/pdf", "text/plain", "text/markdown", "application/json"]),
     ),
     capability(
+        "skills",
+        emulated,
+        explanation = "the provider has no skills of its own: the granted skills' names and \
+            descriptions go in the model's instructions, and the adapter runs two tools of its \
+            own, skills.load (a skill's body and the list of its files) and skills.read (one \
+            file, as text, at most 256 KiB)",
+        constraints(tools = ["skills.load", "skills.read"]),
+    ),
+    capability(
         "observability.metrics",
         native,
         explanation = "every outcome reaches the execution's log, so the metrics layer counts and \
@@ -412,8 +422,20 @@ impl HarnessAdapter for OpenAiAdapter {
         let result = self
             .pick(&context.config.options)
             .map(|(profile, model, temperature)| {
+                // Progressive disclosure of the granted skills: listed in the instructions,
+                // loaded on demand through the adapter's own tools.
+                let mut tools = context.tools;
+                tools.extend(
+                    disclosure::tools(&context.skills)
+                        .into_iter()
+                        .map(|t| t.cancelled_by(context.cancellation.clone())),
+                );
+                let prompt = match (context.prompt, disclosure::listing(&context.skills)) {
+                    (Some(p), Some(l)) => Some(format!("{p}\n\n{l}")),
+                    (p, l) => p.or(l),
+                };
                 let names = ProviderToolNames::new(
-                    context.tools.iter().map(ToolHandle::id),
+                    tools.iter().map(ToolHandle::id),
                     ProviderNameRule::COMMON,
                 );
                 Box::new(OpenAiRuntime {
@@ -423,8 +445,8 @@ impl HarnessAdapter for OpenAiAdapter {
                     model,
                     temperature,
                     client: Mutex::new(None),
-                    prompt: context.prompt,
-                    tools: context.tools,
+                    prompt,
+                    tools,
                     names,
                     thread_state: context.thread_state,
                     limits: context.limits,
