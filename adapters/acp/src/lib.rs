@@ -45,6 +45,7 @@ mod health;
 mod options;
 mod runtime;
 mod setup;
+pub mod skills;
 mod worker;
 
 #[cfg(feature = "fuzzing")]
@@ -59,4 +60,5 @@ pub use runtime::{
     ADAPTER_ID, AcpAdapter, DEFAULT_AGENT, MAX_AGENT_NAME, NAMESPACE, PROBE_TIMEOUT, Stats,
     StatsSnapshot, descriptor,
 };
+pub use skills::{CLAUDE_SKILLS_DIR, CODEX_SKILLS_DIR};
 pub use worker::adapter_from_settings;

@@ -185,6 +185,14 @@ pub struct AcpAgent {
     /// nothing shows that the trace goes on inside it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub trace_context: bool,
+    /// Where, under `cwd`, this agent reads skill folders (`<dir>/<name>/SKILL.md`): an
+    /// execution's granted skills are written there for its life (see
+    /// [`crate::skills`]). [`CLAUDE_SKILLS_DIR`](crate::CLAUDE_SKILLS_DIR) for Claude
+    /// Code, [`CODEX_SKILLS_DIR`](crate::CODEX_SKILLS_DIR) for Codex. `None` (the default:
+    /// ACP gives an agent no way to say where it looks): `skills` is reported unsupported,
+    /// and a request asking for skills is refused at preflight.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skills_dir: Option<PathBuf>,
     /// The operator's sandbox the agent runs in (see [`in_sandbox`](Self::in_sandbox)); `None`:
     /// the agent runs as a plain child process. Not part of the serialized form: a
     /// configuration file names a profile (`sandbox = "<name>"`), which the server resolves.
@@ -504,6 +512,7 @@ impl AcpAgent {
             mcp_servers: Vec::new(),
             elicitation: false,
             trace_context: false,
+            skills_dir: None,
             sandbox: None,
             worker: None,
         }
@@ -654,6 +663,22 @@ impl AcpAgent {
         self
     }
 
+    /// Delivers granted skills to this agent in `dir` under its `cwd`: see
+    /// [`skills_dir`](Self::skills_dir).
+    ///
+    /// ```
+    /// use harness_acp::{AcpAgent, CLAUDE_SKILLS_DIR};
+    /// let agent = AcpAgent::new(["claude-agent-acp"], "/srv/ws").with_skills_dir(CLAUDE_SKILLS_DIR);
+    /// agent.check().unwrap();
+    /// let err = agent.with_skills_dir("../elsewhere").check().unwrap_err();
+    /// assert!(err.message().contains("skillsDir"));
+    /// ```
+    #[must_use]
+    pub fn with_skills_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.skills_dir = Some(dir.into());
+        self
+    }
+
     /// Runs the agent in `sandbox`, an operator's profile: the agent sees its `cwd` (the
     /// workspace) and what the profile shows, reaches what the profile allows, and is torn
     /// down at the profile's limits. Every variable the agent is given (`env`, `setEnv`) must
@@ -741,6 +766,18 @@ impl AcpAgent {
         if let Some((name, _)) = self.set_env.iter().find(|(_, v)| v.contains('\0')) {
             return Err(invalid_agent(&format!(
                 "`setEnv` sets {name:?} to a value with a NUL byte"
+            )));
+        }
+        if let Some(dir) = &self.skills_dir
+            && (dir.as_os_str().is_empty()
+                || !dir
+                    .components()
+                    .all(|c| matches!(c, std::path::Component::Normal(_))))
+        {
+            return Err(invalid_agent(&format!(
+                "`skillsDir` {} must be a relative path inside `cwd` (no `..`, not absolute), \
+                 such as `.claude/skills`",
+                dir.display()
             )));
         }
         match (&self.worker, &self.sandbox) {

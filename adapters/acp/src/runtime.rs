@@ -326,6 +326,13 @@ fn session_for(
         constraints(mediaTypes = ["application/pdf", "text/plain", "text/markdown", "application/json"]),
     ),
     capability(
+        "skills",
+        native,
+        explanation = "granted skills are written in the agent's workspace, where the operator \
+            says it reads skill folders (AcpAgent::skills_dir), for the execution's life; an \
+            agent without a skills folder reports skills unsupported",
+    ),
+    capability(
         "invoke.non_streaming",
         emulated,
         explanation = "ACP has no non-streaming prompt: the service's invoke collects the \
@@ -807,6 +814,27 @@ fn multi_turn_unsupported(conversation: Option<&Conversation>) -> HarnessError {
     .with_code(ErrorCode::CAPABILITY_UNSUPPORTED)
 }
 
+/// `skills` for an agent: native where the operator says where it reads skill folders.
+fn skills_capability(agent: &AcpAgent) -> Capability {
+    match &agent.skills_dir {
+        Some(dir) => Capability::native()
+            .with_explanation(
+                "granted skills are written in the agent's workspace where it reads skill \
+                 folders, for the execution's life; the agent finds and loads them itself",
+            )
+            .with_constraint("skillsDir", dir.display().to_string())
+            .with_constraint(
+                "sharedWorkspace",
+                "executions of one agent share its workspace: while two run at once, each \
+                 may see the other's granted skills",
+            ),
+        None => Capability::unsupported(
+            "the operator does not say where this agent reads skill folders \
+             (AcpAgent::skills_dir): ACP gives an agent no way to declare it",
+        ),
+    }
+}
+
 /// `runtime.sandbox_isolation` for an agent: native with what its profile enforces as
 /// constraints, or unsupported without a sandbox.
 fn sandbox_isolation(agent: &AcpAgent) -> Capability {
@@ -930,6 +958,7 @@ impl HarnessAdapter for AcpAdapter {
                 CapabilityKey::RuntimeSandboxIsolation,
                 sandbox_isolation(&profile.agent),
             );
+            report.declare(CapabilityKey::Skills, skills_capability(&profile.agent));
             if !setup.ask {
                 report.declare(
                     CapabilityKey::InterruptToolApproval,
@@ -981,17 +1010,32 @@ impl HarnessAdapter for AcpAdapter {
 
     fn create_runtime(
         &self,
-        context: RuntimeContext,
+        mut context: RuntimeContext,
     ) -> BoxFuture<'_, Result<Box<dyn HarnessRuntime>, HarnessError>> {
         let profile = match self.profile(&context.config.options) {
             Ok(found) => found,
             Err(e) => return Box::pin(async move { Err(e) }),
         };
+        // The granted skills are written in the workspace before the agent (or its worker)
+        // starts; cleanup removes them.
+        let skills = std::mem::take(&mut context.skills);
+        let agent = Arc::clone(&profile.0.agent);
+        let with_skills = move |inner: Box<dyn HarnessRuntime>, installed| {
+            Box::new(crate::skills::WithSkills {
+                inner,
+                installed: Mutex::new(Some(installed)),
+            }) as Box<dyn HarnessRuntime>
+        };
         if let (Some(sandbox), Some(worker)) = (&profile.0.agent.sandbox, &profile.0.agent.worker) {
-            let (name, agent) = (Arc::clone(&profile.0.name), Arc::clone(&profile.0.agent));
+            let name = Arc::clone(&profile.0.name);
             let (sandbox, worker) = (sandbox.clone(), worker.clone());
             return Box::pin(async move {
-                crate::worker::start(&name, &agent, &sandbox, &worker, context).await
+                if skills.is_empty() {
+                    return crate::worker::start(&name, &agent, &sandbox, &worker, context).await;
+                }
+                let installed = crate::skills::install(&agent, &skills).await?;
+                let inner = crate::worker::start(&name, &agent, &sandbox, &worker, context).await?;
+                Ok(with_skills(inner, installed))
             });
         }
         let (profile, setup) = profile;
@@ -1016,7 +1060,13 @@ impl HarnessAdapter for AcpAdapter {
             halt: halt_tx,
             middleware: context.middleware,
         }) as Box<dyn HarnessRuntime>;
-        Box::pin(async move { Ok(runtime) })
+        if skills.is_empty() {
+            return Box::pin(async move { Ok(runtime) });
+        }
+        Box::pin(async move {
+            let installed = crate::skills::install(&agent, &skills).await?;
+            Ok(with_skills(runtime, installed))
+        })
     }
 }
 

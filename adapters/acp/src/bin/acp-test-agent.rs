@@ -61,6 +61,7 @@
 //! | `flusher` | at `initialize`, spawns a child (`acp-test-agent flush TAG...`, same process group) that, like the model process of a real harness, writes its state only when told to stop; a turn says `flushing child`; the agent itself exits at once on `SIGTERM` |
 //! | `mcp` | negotiates `mcpCapabilities.http`; a turn says `mcp: ` and the MCP servers its session got at `session/new`, `; `-separated: `<name> stdio <command> <args...> env <names>` or `<name> http <url> headers <names>`; `end_turn` |
 //! | `escape` | a hostile agent, for sandbox tests: each whitespace-separated probe of the prompt is tried and reported as a message chunk `<probe> <result>\n`: `read:<path>` and `write:<path>` (`ok` / `denied (<kind>)`), `connect:<port>` on 127.0.0.1 (`ok` / `denied (<kind>)`), `procs` (how many processes `/proc` shows), `env` (the variables' names), `bomb` (forks `sh -c 'sleep 300'` until a fork fails), `hog` (allocates 16 MiB blocks until stopped), `forever`; with `bomb` or `forever`, the turn then waits for `session/cancel`, else `end_turn` |
+//! | `skills` | lists the skill folders under `<cwd>/<prompt text>` (the prompt names a folder relative to the working directory, such as `.claude/skills`), by name: for each folder holding a `SKILL.md`, a message chunk `skill <name>\n<its SKILL.md>\n`, then `file <path>\n` for each other file of the folder (sorted); `no skills` when there is none; `end_turn` |
 //! | `burst` | as many message chunks `x` as the prompt's number (at most 10,000,000), then `end_turn`: a throughput source |
 //! | `sleep` | (not an agent) what `ignore-cancel` spawns: ignores `SIGTERM`, sleeps 300 s |
 //! | `flush` | (not an agent) what `flusher` spawns: on `SIGTERM`, waits 300 ms, then writes `<cwd>/flushed.txt` and exits |
@@ -151,6 +152,7 @@ enum Mode {
     Flusher,
     Mcp,
     Escape,
+    Skills,
     Burst,
     Sleep,
     Flush,
@@ -206,6 +208,7 @@ impl Mode {
             "flusher" => Self::Flusher,
             "mcp" => Self::Mcp,
             "escape" => Self::Escape,
+            "skills" => Self::Skills,
             "burst" => Self::Burst,
             "sleep" => Self::Sleep,
             "flush" => Self::Flush,
@@ -1091,6 +1094,10 @@ impl TestAgent {
                 }
                 StopReason::EndTurn
             }
+            Mode::Skills => {
+                turn.say(&list_skills(text.trim()))?;
+                StopReason::EndTurn
+            }
             Mode::Escape => {
                 for probe in text.split_whitespace() {
                     turn.say(&format!("{}\n", escape(probe)))?;
@@ -1416,6 +1423,46 @@ async fn flood(turn: &TurnCx<'_>) -> Result<StopReason, Error> {
 }
 
 /// Holds a responder forever: dropping it would answer the request with an error.
+/// Mode `skills`: the skill folders under `<cwd>/<dir>`, as the mode's row says.
+fn list_skills(dir: &str) -> String {
+    fn files(root: &Path, dir: &Path, out: &mut Vec<String>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                files(root, &path, out);
+            } else if let Ok(rel) = path.strip_prefix(root) {
+                out.push(rel.to_string_lossy().into_owned());
+            }
+        }
+    }
+    let root = std::env::current_dir().unwrap_or_default().join(dir);
+    let mut names: Vec<PathBuf> = std::fs::read_dir(&root)
+        .map(|e| e.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    names.sort();
+    let mut out = String::new();
+    for folder in names {
+        let Ok(md) = std::fs::read_to_string(folder.join("SKILL.md")) else {
+            continue;
+        };
+        let name = folder.file_name().unwrap_or_default().to_string_lossy();
+        out.push_str(&format!("skill {name}\n{md}\n"));
+        let mut listed = Vec::new();
+        files(&folder, &folder, &mut listed);
+        listed.sort();
+        for path in listed.iter().filter(|p| *p != "SKILL.md") {
+            out.push_str(&format!("file {path}\n"));
+        }
+    }
+    if out.is_empty() {
+        out.push_str("no skills");
+    }
+    out
+}
+
 /// One probe of mode `escape`, tried from wherever the agent runs; what it saw.
 fn escape(probe: &str) -> String {
     let (what, arg) = probe.split_once(':').unwrap_or((probe, ""));
