@@ -257,7 +257,7 @@ pub static FIXTURES: &[Fixture] = &[
         "skills.missing_blocked",
         Skills,
         [Skills],
-        "missing and blocked skills are refused"
+        "a granted skill reaches the harness, which shows its body; a missing skill, one offered to other principals only (refused exactly as a missing one) and a blocked one are refused before anything runs, SKILL_NOT_FOUND and SKILL_BLOCKED, naming the skill"
     ),
     fixture!(
         "subagents.nested",
@@ -358,7 +358,7 @@ const ONE_APPROVAL: Behaviour = Behaviour::ToolApproval {
 };
 
 /// Fixtures this suite version cannot test even when the capability is declared.
-const UNCERTIFIABLE: &[&str] = &["skills.missing_blocked", "subagents.nested"];
+const UNCERTIFIABLE: &[&str] = &["subagents.nested"];
 
 /// A credential-shaped canary the suite plants and looks for.
 const CANARY: &str = "sk-conformance-canary-7f3e9a1c5b";
@@ -655,6 +655,13 @@ async fn body<Kn: Knobs>(knobs: &Kn, id: &str) -> Result<Verdict, Skip> {
         "cancel.before_run" => cancel_before(knobs).await,
         "files.modalities" => {
             crate::files::modalities(knobs, req(knobs, Behaviour::StreamText)?).await
+        }
+        "skills.missing_blocked" => {
+            let use_skill = Behaviour::UseSkill {
+                name: crate::skills::SKILL.to_owned(),
+                marker: crate::skills::MARKER.to_owned(),
+            };
+            crate::skills::used_missing_blocked(knobs, req(knobs, use_skill)?).await
         }
         "cancel.after_run" => cancel_after(knobs).await,
         "cancel.while_streaming" => cancel_streaming(knobs, req(knobs, Behaviour::Hang)?).await,

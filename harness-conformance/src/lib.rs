@@ -156,6 +156,17 @@
 //! Those fixtures' runtimes are shut down when they end, waiting at most [`Bounds::grace`]
 //! for work the adapter left behind (blocking tasks included).
 //!
+//! # Group 9: skills
+//!
+//! `skills.missing_blocked` builds a service whose catalog offers [`skills::SKILL`] (its
+//! body holds [`skills::MARKER`]), a skill offered to another principal only, and a blocked
+//! name. A request granted the skill ([`Behaviour::UseSkill`]) must succeed and its message
+//! text must hold the marker: the harness saw the skill, not just the adapter. Then a missing
+//! skill and the hidden one must be refused `SKILL_NOT_FOUND` with the same message (the
+//! name aside), and the blocked one `SKILL_BLOCKED`, each `configuration`, naming the skill,
+//! before the adapter creates any runtime. An adapter whose `skills` is unusable is checked
+//! at preflight like any other.
+//!
 //! The sandbox's fixtures sit in group 12 too (the contract's list has no group of its own
 //! for it; resource containment is closest to its leak checks), tied to
 //! `runtime.sandbox_isolation`, so an adapter that does not claim it is checked at preflight:
@@ -190,6 +201,7 @@ mod replicas;
 mod report;
 mod sequences;
 mod sessions;
+pub mod skills;
 pub mod tools;
 
 pub use report::{FixtureResult, GATE_EVALUATED, Report};
@@ -299,6 +311,17 @@ pub enum Behaviour {
     /// Start processes until something stops it, never ending by itself: the sandbox's
     /// process limit must end the run. For `runtime.sandbox_isolation`.
     ForkBomb,
+    /// Use the skill `name`, which the suite grants (it sets the request's `skills`; its
+    /// description is [`skills::DESCRIPTION`]): stream, as message text, what the harness
+    /// sees of it, which must include the line of its body holding `marker`; then succeed.
+    /// A model loop loads it with its skill tools; an agent reads it where it reads skill
+    /// folders. For `skills`.
+    UseSkill {
+        /// The skill's name ([`skills::SKILL`]).
+        name: String,
+        /// The marker in its body ([`skills::MARKER`]).
+        marker: String,
+    },
 }
 
 impl Behaviour {
@@ -348,6 +371,7 @@ impl fmt::Display for Behaviour {
             Self::CredentialTool => f.write_str("CredentialTool"),
             Self::Escape { .. } => f.write_str("Escape"),
             Self::ForkBomb => f.write_str("ForkBomb"),
+            Self::UseSkill { .. } => f.write_str("UseSkill"),
         }
     }
 }

@@ -1258,17 +1258,18 @@ async fn the_evidence_id_is_the_same_for_the_same_outcomes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_declared_capability_the_suite_cannot_certify_fails() {
-    // Declaring skills supported without a way to test them must not pass.
+    // Declaring subagents supported, which this suite version cannot test, must not pass.
     #[derive(Debug)]
-    struct ClaimsSkills;
-    impl Knobs for ClaimsSkills {
+    struct ClaimsSubagents;
+    impl Knobs for ClaimsSubagents {
         type Adapter = Broken;
         fn adapter(&self) -> Broken {
             let mut b = Broken::new(Fault::None);
             b.descriptor = HarnessDescriptor::builder("broken".parse().unwrap(), "0.0.1")
                 .contract_version(ContractVersion::V1)
                 .execution_mode(ExecutionMode::in_process())
-                .capability(K::Skills, Capability::native())
+                .capability(K::Subagents, Capability::native())
+                .capability(K::SubagentsMixedHarness, Capability::native())
                 .build()
                 .unwrap();
             b
@@ -1277,8 +1278,64 @@ async fn a_declared_capability_the_suite_cannot_certify_fails() {
             BrokenKnobs(Fault::None).request_for(behaviour)
         }
     }
-    let result = run_fixture(&ClaimsSkills, "skills.missing_blocked")
+    let result = run_fixture(&ClaimsSubagents, "subagents.nested")
         .await
         .unwrap();
     assert_fails_saying(&result, "not certifiable by suite version");
+}
+
+/// An adapter that declares `skills` and runs, but whose harness never sees the skill.
+#[derive(Debug)]
+struct IgnoresSkills;
+impl Knobs for IgnoresSkills {
+    type Adapter = Broken;
+    fn adapter(&self) -> Broken {
+        let mut b = Broken::new(Fault::None);
+        b.descriptor = HarnessDescriptor::builder("broken".parse().unwrap(), "0.0.1")
+            .contract_version(ContractVersion::V1)
+            .execution_mode(ExecutionMode::in_process())
+            .capability(K::StreamText, Capability::native())
+            .capability(K::Skills, Capability::native())
+            .build()
+            .unwrap();
+        b
+    }
+    fn request_for(&self, behaviour: &Behaviour) -> Option<ExecutionRequest> {
+        match behaviour {
+            Behaviour::UseSkill { .. } => {
+                BrokenKnobs(Fault::None).request_for(&Behaviour::StreamText)
+            }
+            other => BrokenKnobs(Fault::None).request_for(other),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_skill_the_harness_never_sees_fails() {
+    let result = run_fixture(&IgnoresSkills, "skills.missing_blocked")
+        .await
+        .unwrap();
+    assert_fails_saying(&result, "a skill dropped silently");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn declaring_skills_without_a_knob_for_them_fails() {
+    #[derive(Debug)]
+    struct NoSkillKnob;
+    impl Knobs for NoSkillKnob {
+        type Adapter = Broken;
+        fn adapter(&self) -> Broken {
+            IgnoresSkills.adapter()
+        }
+        fn request_for(&self, behaviour: &Behaviour) -> Option<ExecutionRequest> {
+            match behaviour {
+                Behaviour::UseSkill { .. } => None,
+                other => BrokenKnobs(Fault::None).request_for(other),
+            }
+        }
+    }
+    let result = run_fixture(&NoSkillKnob, "skills.missing_blocked")
+        .await
+        .unwrap();
+    assert_fails_saying(&result, "knobs cannot produce UseSkill");
 }

@@ -200,6 +200,15 @@ impl Knobs for OpenAiKnobs {
             Behaviour::ToolSlow => request("conformance slow tool"),
             Behaviour::ProviderTool => request("conformance provider tool"),
             Behaviour::CredentialTool => request("conformance credential tool"),
+            Behaviour::UseSkill { name, marker } => {
+                // The model loads the skill only if its instructions list it, and says the
+                // marker only if the load's result (the body) holds it.
+                self.add(json!({"match": {"userMessage": "conformance skill", "systemMessage": harness_conformance::skills::DESCRIPTION},
+                    "response": {"toolCalls": [{"id": "call_skill", "name": tools::provider_name("skills.load"), "arguments": json!({"name": name}).to_string()}]}}));
+                self.add(json!({"match": {"userMessage": "conformance skill", "toolResultContains": marker},
+                    "response": {"content": format!("The skill says {marker}.")}}));
+                request("conformance skill")
+            }
             _ => return None,
         })
     }
@@ -245,6 +254,7 @@ async fn certify_one(api: Api, report_name: &str) {
         "session.expired_state",
         "observability.trace_propagation",
         "runtime.eviction_recovery",
+        "skills.missing_blocked",
     ] {
         assert!(
             matches!(
