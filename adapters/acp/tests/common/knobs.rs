@@ -26,7 +26,7 @@ pub struct AcpKnobs {
 }
 
 /// The test agent's modes the knobs offer, by agent name (the same).
-const MODES: [&str; 16] = [
+const MODES: [&str; 17] = [
     "text",
     "reasoning",
     "tool",
@@ -43,6 +43,7 @@ const MODES: [&str; 16] = [
     "emit",
     "escape",
     "malformed",
+    "skills",
 ];
 
 impl AcpKnobs {
@@ -96,6 +97,7 @@ pub fn agent(mode: &str, workspace: &std::path::Path) -> AcpAgent {
         .with_cancel_grace(Duration::from_millis(500))
         .with_elicitation()
         .with_trace_context()
+        .with_skills_dir(harness_acp::CLAUDE_SKILLS_DIR)
 }
 
 pub fn request(agent: &str, message: &str) -> ExecutionRequest {
@@ -146,6 +148,8 @@ impl Knobs for AcpKnobs {
                 request("escape", &escape.escape_probes().join(" "))
             }
             Behaviour::ForkBomb => request("escape", "bomb"),
+            // The agent lists the skill folders where it reads them, SKILL.md whole.
+            Behaviour::UseSkill { .. } => request("skills", harness_acp::CLAUDE_SKILLS_DIR),
             other => request(Self::mode_for(other)?, "conformance"),
         })
     }
