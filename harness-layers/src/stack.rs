@@ -55,7 +55,7 @@
 //! say what a layer there sees. The one rule, held by the types: no place below redaction,
 //! so nothing of yours sees what redaction removes. For an order the slots do not offer,
 //! build by hand: [`adapter_builder`](HarnessStack::adapter_builder) keeps the stack's
-//! configuration, tools, limits and files, and its getters
+//! configuration, tools, limits, files and skills, and its getters
 //! ([`service_config`](HarnessStack::service_config), [`tool_set`](HarnessStack::tool_set),
 //! [`run_limits`](HarnessStack::run_limits), ...) say what it holds.
 //!
@@ -214,6 +214,7 @@ pub struct HarnessStack {
     limits: harness_core::limits::RunLimits,
     files: Files,
     middleware: harness_core::middleware::PortableMiddlewarePolicy,
+    skills: Option<std::sync::Arc<harness_core::skill::SkillCatalog>>,
 }
 
 /// Where the services find uploaded files, and the operator's limits on input files.
@@ -523,6 +524,11 @@ impl HarnessStack {
         &self.files.limits
     }
 
+    /// The skills offered to executions, if set.
+    pub fn skill_catalog(&self) -> Option<&std::sync::Arc<harness_core::skill::SkillCatalog>> {
+        self.skills.as_ref()
+    }
+
     /// Sets the adapter service's timing knobs.
     pub fn config(mut self, config: ServiceConfig) -> Self {
         self.config = config;
@@ -570,10 +576,17 @@ impl HarnessStack {
         self
     }
 
+    /// The skills the services this stack builds offer (see
+    /// [`AdapterServiceBuilder::skills`](harness_core::service::AdapterServiceBuilder::skills)).
+    pub fn skills(mut self, catalog: std::sync::Arc<harness_core::skill::SkillCatalog>) -> Self {
+        self.skills = Some(catalog);
+        self
+    }
+
     /// The adapter service's builder with this stack's configuration, runtime layers,
-    /// tools, run limits, middleware and files: for a service built by hand (more layers
-    /// with [`layer`](harness_core::service::AdapterServiceBuilder::layer), a store) that
-    /// keeps everything this stack holds. Wrap what it builds in
+    /// tools, run limits, middleware, files and skills: for a service built by hand (more
+    /// layers with [`layer`](harness_core::service::AdapterServiceBuilder::layer), a store)
+    /// that keeps everything this stack holds. Wrap what it builds in
     /// [`admission`](Self::admission).
     pub fn adapter_builder<A: HarnessAdapter>(
         &self,
@@ -590,6 +603,9 @@ impl HarnessStack {
             .layer(self.runtime.clone());
         if let Some(workspace) = &self.files.workspace {
             builder = builder.files(std::sync::Arc::clone(workspace));
+        }
+        if let Some(catalog) = &self.skills {
+            builder = builder.skills(std::sync::Arc::clone(catalog));
         }
         match &self.tools {
             Some(tools) => builder.tools(tools.clone()),

@@ -107,6 +107,9 @@ pub struct Config {
     /// without a `middleware` table of its own ([`harness_core::middleware`]).
     #[serde(default)]
     pub middleware: Option<MiddlewareConfig>,
+    /// Installed skills, who may use them, and what is blocked ([`crate::skills`]).
+    #[serde(default)]
+    pub skills: Option<crate::skills::SkillsConfig>,
     /// The directory of the file read, against which relative paths were resolved.
     #[serde(skip)]
     base: Option<PathBuf>,
@@ -342,6 +345,10 @@ pub struct AcpConfig {
     /// The instance's middleware policy, in place of `[middleware]`.
     #[serde(default)]
     pub middleware: Option<MiddlewareConfig>,
+    /// The installed skills this instance offers ([`crate::skills`]); every one when left
+    /// out.
+    #[serde(default)]
+    pub skills: Option<Vec<String>>,
 }
 
 /// `[openai]`.
@@ -357,6 +364,10 @@ pub struct OpenAiConfig {
     /// The instance's middleware policy, in place of `[middleware]`.
     #[serde(default)]
     pub middleware: Option<MiddlewareConfig>,
+    /// The installed skills this instance offers ([`crate::skills`]); every one when left
+    /// out.
+    #[serde(default)]
+    pub skills: Option<Vec<String>>,
 }
 
 /// `[mcp]`.
@@ -504,7 +515,7 @@ fn json_of(value: &toml::Value, what: &str) -> Result<serde_json::Value, Harness
     serde_json::to_value(value).map_err(|e| invalid(format!("{what}: {e}")))
 }
 
-fn invalid(message: String) -> HarnessError {
+pub(crate) fn invalid(message: String) -> HarnessError {
     HarnessError::new(ErrorCategory::Configuration, message)
 }
 
@@ -597,6 +608,9 @@ impl Config {
         }
         if let Some(script) = self.scripted.as_mut().and_then(|s| s.script.as_mut()) {
             absolute(script);
+        }
+        if let Some(skills) = &mut self.skills {
+            skills.resolve(base);
         }
     }
 
@@ -928,6 +942,12 @@ impl Config {
     {
         let mut instances = Vec::new();
         let service = self.service_config()?;
+        let skills = self
+            .skills
+            .as_ref()
+            .map(crate::skills::SkillsConfig::load)
+            .transpose()?
+            .unwrap_or_default();
         let scripted = match (&self.scripted, &self.acp, &self.openai) {
             (Some(scripted), _, _) => Some(scripted.clone()),
             (None, None, None) => Some(ScriptedConfig::default()),
@@ -972,6 +992,7 @@ impl Config {
             service,
             uploads,
             middleware: self.middleware.as_ref(),
+            skills: &skills,
         };
         if let Some(acp) = &self.acp {
             instances.push(Instance::new_acp(
@@ -1002,6 +1023,8 @@ struct Common<'a> {
     uploads: &'a crate::files::Uploads,
     /// `[middleware]`, for instances without a table of their own.
     middleware: Option<&'a MiddlewareConfig>,
+    /// The installed skills (`[skills]`), which each instance offers some of.
+    skills: &'a crate::skills::Installed,
 }
 
 /// `stack` finding uploaded files where `uploads` keeps them, within its limits.
@@ -1073,7 +1096,8 @@ impl Instance {
                 .middleware(middleware)
                 .config(common.service),
             common.uploads,
-        );
+        )
+        .skills(common.skills.catalog("openai", openai.skills.as_deref())?);
         Ok(Self::new(
             &stack,
             adapter,
@@ -1110,7 +1134,8 @@ impl Instance {
                 .middleware(middleware)
                 .config(common.service),
             common.uploads,
-        );
+        )
+        .skills(common.skills.catalog("acp", acp.skills.as_deref())?);
         Ok(Self::new(
             &stack,
             adapter,

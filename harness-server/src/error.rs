@@ -78,7 +78,8 @@ impl From<HarnessError> for ApiError {
 ///
 /// | code or category | status |
 /// |---|---|
-/// | `EXECUTION_NOT_FOUND`, `FILE_NOT_FOUND`, `ENDPOINT_NOT_FOUND`, `ADAPTER_NOT_FOUND`, `ACTION_NOT_FOUND` | 404 |
+/// | `EXECUTION_NOT_FOUND`, `FILE_NOT_FOUND`, `SKILL_NOT_FOUND`, `ENDPOINT_NOT_FOUND`, `ADAPTER_NOT_FOUND`, `ACTION_NOT_FOUND` | 404 |
+/// | `SKILL_BLOCKED` (the operator's block list) | 403 |
 /// | `IDEMPOTENCY_CONFLICT`, `ACTION_ALREADY_RESOLVED`, `ACTION_REVISION_STALE`, `EXECUTION_TERMINAL` | 409 |
 /// | `REQUEST_TOO_LARGE`, `FILE_TOO_LARGE`, `FILES_TOO_MANY` | 413 |
 /// | `FILE_TYPE_MISMATCH`, `FILE_TYPE_UNSUPPORTED` (a file's content, at upload or start) | 415 |
@@ -98,11 +99,15 @@ pub fn status_of(error: &PublicError) -> StatusCode {
     let is = |c: ErrorCode| *code == c;
     if is(ErrorCode::EXECUTION_NOT_FOUND)
         || is(ErrorCode::FILE_NOT_FOUND)
+        || is(ErrorCode::SKILL_NOT_FOUND)
         || is(ErrorCode::ENDPOINT_NOT_FOUND)
         || is(ErrorCode::ADAPTER_NOT_FOUND)
         || is(ErrorCode::ACTION_NOT_FOUND)
     {
         return StatusCode::NOT_FOUND;
+    }
+    if is(ErrorCode::SKILL_BLOCKED) {
+        return StatusCode::FORBIDDEN;
     }
     if is(ErrorCode::IDEMPOTENCY_CONFLICT)
         || is(ErrorCode::ACTION_ALREADY_RESOLVED)
@@ -207,6 +212,8 @@ mod tests {
             ),
             (C::Configuration, Some(ErrorCode::EXECUTION_NOT_FOUND), 404),
             (C::Configuration, Some(ErrorCode::FILE_NOT_FOUND), 404),
+            (C::Configuration, Some(ErrorCode::SKILL_NOT_FOUND), 404),
+            (C::Configuration, Some(ErrorCode::SKILL_BLOCKED), 403),
             (C::Configuration, Some(ErrorCode::FILE_TOO_LARGE), 413),
             (C::Configuration, Some(ErrorCode::FILES_TOO_MANY), 413),
             (C::Configuration, Some(ErrorCode::FILE_TYPE_MISMATCH), 415),

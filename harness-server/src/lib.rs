@@ -85,6 +85,14 @@
 //! (reading, deleting, or starting an execution with it) finds nothing, exactly as for an id
 //! that never existed; a start request naming such an id is refused `404 FILE_NOT_FOUND`.
 //!
+//! Skills ([`skills`], `[skills]` in `harness.toml`): a start request asks for skills by name
+//! (`"skills": ["pdf-forms"]`); before anything runs, a name on the operator's block list is
+//! refused `403 SKILL_BLOCKED` (installed or not), a name the instance does not offer to the
+//! caller `404 SKILL_NOT_FOUND` (a skill restricted to other principals is answered exactly
+//! as a missing one), and any skills at all on an instance whose adapter takes none `422
+//! CAPABILITY_UNSUPPORTED`. Skill folders are checked when the server starts, which fails
+//! naming the folder and what is wrong.
+//!
 //! Errors are `{"error": <public error>}` with the status of [`error::status_of`] and
 //! `Retry-After` for `throttled` and `capacity`; no diagnostic ever leaves. Another
 //! principal's execution is `404 EXECUTION_NOT_FOUND`, exactly as one that does not exist.
@@ -194,6 +202,7 @@ pub mod health;
 mod instance;
 pub mod openapi;
 mod routes;
+pub mod skills;
 pub mod socket;
 mod view;
 pub mod visible;

@@ -144,9 +144,13 @@ pub fn document() -> Value {
     let mut start_responses = errors(&[
         invalid,
         (
+            "403",
+            "a skill asked for is blocked by the operator (SKILL_BLOCKED)",
+        ),
+        (
             "404",
-            "no adapter instance of that id, or no uploaded file of a `fileId` for this \
-             principal",
+            "no adapter instance of that id, no uploaded file of a `fileId` for this \
+             principal, or no skill of that name offered to this principal (SKILL_NOT_FOUND)",
         ),
         (
             "409",
@@ -159,7 +163,8 @@ pub fn document() -> Value {
         ),
         (
             "422",
-            "the options, required capabilities or files' modalities are not supported",
+            "the options, required capabilities (skills included) or files' modalities are \
+             not supported",
         ),
         (
             "503",
