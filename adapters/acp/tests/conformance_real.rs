@@ -81,6 +81,12 @@ impl RealKnobs {
                    "response": {"content": "x".repeat(1000)}, "latency": 5000, "chunkSize": 1}),
             json!({"match": {"userMessage": "recall"},
                    "response": {"content": "There is nothing to recall."}}),
+            // The skill: the model reads its SKILL.md where Codex reads repository skills,
+            // and says the marker only if the file's text came back.
+            json!({"match": {"userMessage": "use the conformance skill", "toolResultContains": harness_conformance::skills::MARKER},
+                   "response": {"content": format!("The skill says {}.", harness_conformance::skills::MARKER)}}),
+            json!({"match": {"userMessage": "use the conformance skill"},
+                   "response": {"toolCalls": [unasked(&format!("cat {}/{}/SKILL.md", harness_acp::CODEX_SKILLS_DIR, harness_conformance::skills::SKILL))]}}),
         ];
         for (i, fixture) in more.into_iter().enumerate() {
             list.insert(i, fixture);
@@ -114,11 +120,14 @@ impl Knobs for RealKnobs {
     fn adapter(&self) -> AcpAdapter {
         let mark = common::marker("conformance-real-run");
         let workspace = common::workspace(&mark);
-        let agent = HARNESS.agent(&self.mark, &self.mock, &self.home, workspace.clone());
+        let agent = HARNESS
+            .agent(&self.mark, &self.mock, &self.home, workspace.clone())
+            .with_skills_dir(harness_acp::CODEX_SKILLS_DIR);
         let auto = HARNESS
             .agent(&self.mark, &self.mock, &self.home, workspace)
             .with_approval(ApprovalPolicy::Agent)
-            .with_mode("full-access");
+            .with_mode("full-access")
+            .with_skills_dir(harness_acp::CODEX_SKILLS_DIR);
         AcpAdapter::new(agent)
             .and_then(|adapter| adapter.with_agent("auto", auto))
             .expect("a valid agent configuration")
@@ -171,6 +180,7 @@ impl Knobs for RealKnobs {
                 ExecutionRequest::new(format!("remember {marker}"))
             }
             Behaviour::Recall => ExecutionRequest::new("recall"),
+            Behaviour::UseSkill { .. } => auto("use the conformance skill"),
             _ => return None,
         })
     }
@@ -219,6 +229,12 @@ async fn a_real_harness_passes_the_conformance_suite() {
         let status = report.result(id).unwrap().outcome.status();
         assert!(status.contains("refused"), "{id}: {status}");
     }
+    // Codex lists the granted skill to its model: the description is in the request.
+    let journal = knobs.mock.journal();
+    assert!(
+        journal.contains(harness_conformance::skills::DESCRIPTION),
+        "the model's requests never listed the granted skill"
+    );
     report
         .check_published(std::path::Path::new(concat!(
             env!("CARGO_MANIFEST_DIR"),
