@@ -44,11 +44,10 @@ fn the_descriptor_builds_and_reports_only_what_is_implemented() {
         caps.get(CapabilityKey::InterruptFormInput).constraints()["when"],
         json!("the operator vouches that the agent asks")
     );
-    for key in [
-        CapabilityKey::StreamUsage,
-        CapabilityKey::RuntimeRestart,
-        CapabilityKey::Skills,
-    ] {
+    // Skills at most native: an agent with a skills folder takes them (its evaluated report
+    // says unsupported without one, `skills.rs`).
+    assert_eq!(caps.level(CapabilityKey::Skills), SupportLevel::Native);
+    for key in [CapabilityKey::StreamUsage, CapabilityKey::RuntimeRestart] {
         assert_eq!(caps.level(key), SupportLevel::Unsupported, "{key:?}");
     }
 }
@@ -186,10 +185,10 @@ async fn a_requirement_the_descriptor_cannot_meet_is_refused_without_a_probe() {
     let adapter = AcpAdapter::new(AcpAgent::new(["/nonexistent/acp-agent"], "/"))
         .expect("a valid configuration");
     let err = AdapterService::new(adapter.clone())
-        .oneshot(ExecutionRequest::new("go").require(CapabilityKey::Skills))
+        .oneshot(ExecutionRequest::new("go").require(CapabilityKey::StreamUsage))
         .await
         .expect_err("refused");
     assert_eq!(err.code(), &ErrorCode::CAPABILITY_UNSUPPORTED, "{err:?}");
-    assert!(err.message().contains("skills"), "{err:?}");
+    assert!(err.message().contains("stream.usage"), "{err:?}");
     assert_eq!(adapter.stats().snapshot().probes, 0);
 }
