@@ -77,6 +77,9 @@ pub use harness_observe as observe;
 /// `stream::once`, `StreamExt`, ...), for adapters that build the streams they yield.
 pub use futures_util::stream;
 
+#[cfg(all(feature = "layers", feature = "scripted", feature = "macros"))]
+pub mod cookbook;
+
 /// What most programs using the library import.
 ///
 /// ```
