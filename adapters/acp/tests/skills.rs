@@ -141,3 +141,47 @@ async fn concurrent_executions_share_a_folder_until_the_last_ends() {
         folder.display()
     );
 }
+
+/// A hostile agent leaves links in its workspace for the next execution: a `.claude` that
+/// points at a host folder, or a skill folder that points at one (with the adapter's marker
+/// planted there). The install refuses both, naming them, and writes nothing outside.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn links_in_the_workspace_never_lead_the_install_outside() {
+    let mark = marker("skills-links");
+    let agent = test_agent("skills", &mark).with_skills_dir(CLAUDE_SKILLS_DIR);
+    let outside = agent.cwd.with_extension("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::os::unix::fs::symlink(&outside, agent.cwd.join(".claude")).unwrap();
+    let service = service(agent.clone());
+    let execution = service.start(asking(CLAUDE_SKILLS_DIR)).await.unwrap();
+    let (_, outcome) = finish(&execution).await;
+    let Outcome::Failed(error) = outcome else {
+        panic!("expected a failure, got {outcome:?}");
+    };
+    assert!(
+        error.message().contains(".claude/skills") && error.message().contains("link"),
+        "{error:?}"
+    );
+    assert_eq!(
+        std::fs::read_dir(&outside).unwrap().count(),
+        0,
+        "nothing written outside the workspace"
+    );
+
+    // The link one level down, at the skill's own folder, with the adapter's marker in the
+    // folder it points at: not the adapter's, so neither replaced nor removed.
+    std::fs::remove_file(agent.cwd.join(".claude")).unwrap();
+    std::fs::create_dir_all(agent.cwd.join(".claude/skills")).unwrap();
+    std::fs::write(outside.join(".harness-installed"), b"").unwrap();
+    std::fs::write(outside.join("keep.txt"), b"the host's").unwrap();
+    std::os::unix::fs::symlink(&outside, agent.cwd.join(".claude/skills/pdf-forms")).unwrap();
+    let execution = service.start(asking(CLAUDE_SKILLS_DIR)).await.unwrap();
+    let (_, outcome) = finish(&execution).await;
+    assert!(matches!(outcome, Outcome::Failed(_)), "{outcome:?}");
+    assert_eq!(
+        std::fs::read_to_string(outside.join("keep.txt")).unwrap(),
+        "the host's"
+    );
+    assert!(!outside.join("SKILL.md").exists());
+    std::fs::remove_dir_all(&outside).unwrap();
+}

@@ -4,7 +4,6 @@
 use std::any::Any;
 use std::fmt;
 use std::future::Future;
-use std::io;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -383,8 +382,7 @@ impl ToolHandle {
             return self.shown(outcome);
         };
         let limit = self.policy.output_limit();
-        let mut counter = Counter { left: limit };
-        if serde_json::to_writer(&mut counter, output).is_ok() {
+        if !super::middleware::json_len_over(output, limit) {
             return self.shown(outcome);
         }
         ToolOutcome::Failure(
@@ -431,25 +429,6 @@ impl ToolHandle {
             BoundedFailure::new(format!("tool `{}` failed unexpectedly", self.id()))
                 .with_code(ErrorCode::TOOL_PANICKED),
         )
-    }
-}
-
-/// Counts JSON bytes, failing once past the limit (so a huge output is not written whole).
-struct Counter {
-    left: usize,
-}
-
-impl io::Write for Counter {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.left = self
-            .left
-            .checked_sub(buf.len())
-            .ok_or_else(|| io::Error::other("over the output limit"))?;
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
     }
 }
 

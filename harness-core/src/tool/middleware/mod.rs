@@ -790,9 +790,25 @@ impl ToolDecision {
 }
 
 /// Whether `value`'s JSON is longer than `limit` bytes; stops counting past it.
-fn json_len_over(value: &Value, limit: usize) -> bool {
-    let mut counter = Counter { left: limit };
-    serde_json::to_writer(&mut counter, value).is_err()
+pub(crate) fn json_len_over(value: &Value, limit: usize) -> bool {
+    struct Counter {
+        left: usize,
+    }
+    // Fails once past the limit, so a huge value is not written whole.
+    impl io::Write for Counter {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.left = self
+                .left
+                .checked_sub(buf.len())
+                .ok_or_else(|| io::Error::other("over the limit"))?;
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+    serde_json::to_writer(&mut Counter { left: limit }, value).is_err()
 }
 
 /// `value` as is when its JSON fits `limit` bytes, else a string of its JSON's first bytes,
@@ -811,25 +827,6 @@ fn truncated(value: Value, limit: usize) -> Value {
     out.push_str(&text[..keep]);
     out.push_str(&suffix);
     Value::String(out)
-}
-
-/// Counts JSON bytes, failing once past the limit (so a huge value is not written whole).
-struct Counter {
-    left: usize,
-}
-
-impl io::Write for Counter {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.left = self
-            .left
-            .checked_sub(buf.len())
-            .ok_or_else(|| io::Error::other("over the limit"))?;
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
 }
 
 #[cfg(test)]
