@@ -343,7 +343,7 @@ mod tests {
         std::fs::create_dir_all(dir.join("scripts")).unwrap();
         std::os::unix::fs::symlink(&outside, dir.join("scripts/out")).unwrap();
         drop(Installed {
-            root: Some((cwd.clone(), PathBuf::from(CLAUDE_SKILLS_DIR))),
+            root: Some((cwd, PathBuf::from(CLAUDE_SKILLS_DIR))),
             dirs: vec![dir.clone()],
         });
         assert!(!dir.exists());
