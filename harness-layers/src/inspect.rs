@@ -389,3 +389,61 @@ where
         this.observer.end(Ended::Drained);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use harness_core::event::{Content, TextDelta};
+
+    /// Two deltas, then the end; drains nothing.
+    struct Two(Vec<EventResult>);
+
+    impl Stream for Two {
+        type Item = EventResult;
+        fn poll_next(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Option<EventResult>> {
+            Poll::Ready(self.0.pop())
+        }
+    }
+
+    impl SegmentStream for Two {
+        fn drain(self: Pin<&mut Self>, _out: &mut Vec<AdapterEvent>) {}
+    }
+
+    fn delta() -> EventResult {
+        Ok(AdapterEvent::Content(Content::MessageDelta(
+            TextDelta::new("x"),
+        )))
+    }
+
+    #[test]
+    fn a_stream_dropped_before_its_end_shows_dropped_once() {
+        let ends = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = Arc::clone(&ends);
+        let mut stream = Box::pin(InspectStream {
+            inner: Two(vec![delta(), delta()]),
+            observer: Watch {
+                observer: Some(move |s: Seen<'_>| {
+                    if let Seen::End(end) = s {
+                        seen.lock().unwrap().push(end);
+                    }
+                }),
+                items: 0,
+            },
+        });
+        let waker = futures_util::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        assert!(matches!(
+            stream.as_mut().poll_next(&mut cx),
+            Poll::Ready(Some(Ok(_)))
+        ));
+        assert!(ends.lock().unwrap().is_empty(), "no end while it runs");
+        drop(stream);
+        assert_eq!(
+            *ends.lock().unwrap(),
+            [SegmentEnd {
+                how: Ended::Dropped,
+                items: 1
+            }]
+        );
+    }
+}
