@@ -302,6 +302,9 @@ codes! {
     ACTION_REVISION_STALE: Some(C::Configuration);
     /// The answer does not fit the request (wrong kind, invalid values, undeclared decision).
     ACTION_RESPONSE_INVALID: Some(C::Configuration);
+    /// A caller's credential for a tool provider cannot be taken: too short to be redacted
+    /// exactly, too long, or for a provider the instance does not have.
+    CALLER_CREDENTIAL_INVALID: Some(C::Configuration);
     /// The same idempotency key was used with a different request.
     IDEMPOTENCY_CONFLICT: Some(C::Configuration);
     /// A required capability is not supported at the required level.

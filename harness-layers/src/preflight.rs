@@ -24,7 +24,7 @@
 //! # });
 //! ```
 //!
-//! Three checks, all against the adapter's descriptor, in this order, each listing everything
+//! Four checks, all against the adapter's descriptor, in this order, each listing everything
 //! wrong rather than the first problem:
 //!
 //! 1. **Options** are validated against the descriptor's options schema; every violation is
@@ -36,6 +36,9 @@
 //!    only; capability *constraints* are reported for callers to read but not matched.
 //! 3. **Continuity**: a request that names a conversation needs `session.multi_turn`
 //!    (`CAPABILITY_UNSUPPORTED`).
+//! 4. **Caller credentials**: a request carrying [`CallerCredentials`] needs
+//!    `tool.caller_credentials` (`CAPABILITY_UNSUPPORTED`): an adapter that runs no
+//!    provider's tools would drop them without a word.
 //!
 //! Every refusal is a `configuration` error, returned without calling the inner service, and
 //! counted in `harness_preflight_rejections_total` by capability (`options` for options).
@@ -56,6 +59,7 @@ use harness_core::capability::{CapabilityKey, Requirement};
 use harness_core::error::{ErrorCategory, ErrorCode, HarnessError};
 use harness_core::manifest::{HarnessDescriptor, OptionsValidator};
 use harness_core::service::{ExecutionHandle, ExecutionRequest};
+use harness_core::tool::CallerCredentials;
 use pin_project_lite::pin_project;
 
 use crate::metrics::names;
@@ -199,6 +203,26 @@ impl Checks {
                     ErrorCategory::Configuration,
                     format!(
                         "the request continues a conversation, which needs `session.multi_turn`: {}; start a new execution without a conversation id instead",
+                        detail.join("; ")
+                    ),
+                )
+                .with_code(ErrorCode::CAPABILITY_UNSUPPORTED));
+            }
+        }
+        if request
+            .extensions
+            .get::<CallerCredentials>()
+            .is_some_and(|c| !c.is_empty())
+        {
+            let key = CapabilityKey::ToolCallerCredentials;
+            if let Err(unmet) = report.check(&[Requirement::from(key)]) {
+                names::record_preflight_rejection(adapter.as_str(), key.as_str());
+                let detail: Vec<String> = unmet.iter().map(ToString::to_string).collect();
+                return Err(HarnessError::new(
+                    ErrorCategory::Configuration,
+                    format!(
+                        "the request carries caller credentials for tool providers, which \
+                         needs `tool.caller_credentials`: {}; leave them out for this adapter",
                         detail.join("; ")
                     ),
                 )

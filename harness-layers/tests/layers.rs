@@ -90,6 +90,23 @@ async fn preflight_refusals_reach_no_adapter_and_list_every_problem() {
     assert!(err.message().contains("tool.mcp"), "{}", err.message());
     assert!(!err.message().contains("stream.text"), "{}", err.message());
 
+    // Caller credentials for an adapter without `tool.caller_credentials` (the scripted
+    // adapter runs no provider's tools): refused rather than dropped without a word.
+    let mut bad = ExecutionRequest::new("go");
+    bad.extensions
+        .insert(harness_core::tool::CallerCredentials::new().with(
+            "github",
+            harness_core::tool::Credential::new("ghp_callers_own_token"),
+        ));
+    let err = service.clone().oneshot(bad).await.unwrap_err();
+    assert_eq!(err.code(), &ErrorCode::CAPABILITY_UNSUPPORTED);
+    assert!(
+        err.message().contains("tool.caller_credentials"),
+        "{}",
+        err.message()
+    );
+    assert!(!err.message().contains("ghp_"), "{}", err.message());
+
     assert_eq!(
         calls.load(Ordering::SeqCst),
         0,

@@ -1413,3 +1413,69 @@ fn a_secret_in_encoded_json_is_caught() {
             .contains("ss-word")
     );
 }
+
+/// A caller's credentials (`CallerCredentials` in the request's extensions) are redacted
+/// for that execution only: split across deltas, in an error, in a summary; another
+/// execution of the same service (no credentials) is untouched. One too short to redact
+/// exactly refuses the segment before the adapter runs.
+#[tokio::test]
+async fn a_callers_credentials_are_redacted_from_its_execution_only() {
+    use harness_core::tool::{CallerCredentials, Credential};
+    const CALLERS: &str = "callers-own-token-6d5c4b3a";
+    let script = Script::builder()
+        .text("the server said callers-own-")
+        .text("token-6d5c4b3a back")
+        .complete(format!("done with {CALLERS}"))
+        .build();
+    let svc = service(script);
+    let mut request = ExecutionRequest::new("go");
+    request
+        .extensions
+        .insert(CallerCredentials::new().with("github", Credential::new(CALLERS)));
+    let execution = svc.clone().oneshot(request).await.unwrap();
+    let Outcome::Succeeded(done) = execution.outcome().await else {
+        panic!("expected success")
+    };
+    assert_eq!(done.summary.as_deref(), Some("done with [REDACTED:secret]"));
+    let all: Vec<_> = execution.events(Cursor::START).collect().await;
+    assert_eq!(
+        text_of(&all, false),
+        "the server said [REDACTED:secret] back"
+    );
+    for event in &all {
+        let json = serde_json::to_string(event).unwrap();
+        assert!(!json.contains(CALLERS), "{json}");
+        assert_clean(event.kind().as_str(), &json);
+    }
+
+    // Without credentials the same text is not a secret of this service's.
+    let plain = svc
+        .clone()
+        .oneshot(ExecutionRequest::new("go"))
+        .await
+        .unwrap();
+    let all: Vec<_> = plain.events(Cursor::START).collect().await;
+    assert_eq!(
+        text_of(&all, false),
+        "the server said callers-own-token-6d5c4b3a back"
+    );
+
+    // Too short to redact exactly: refused, naming the provider and not the value.
+    let mut request = ExecutionRequest::new("go");
+    request
+        .extensions
+        .insert(CallerCredentials::new().with("github", Credential::new("x7q")));
+    let refused = svc.oneshot(request).await.unwrap();
+    let Outcome::Failed(err) = refused.outcome().await else {
+        panic!("expected a failure")
+    };
+    assert_eq!(err.code(), &ErrorCode::CALLER_CREDENTIAL_INVALID);
+    assert!(err.message().contains("`github`"), "{}", err.message());
+    assert!(!err.message().contains("x7q"), "{}", err.message());
+    let all: Vec<_> = refused.events(Cursor::START).collect().await;
+    assert!(
+        all.iter()
+            .all(|e| !matches!(e.payload(), EventPayload::MessageDelta(_))),
+        "the adapter ran"
+    );
+}

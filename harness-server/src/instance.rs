@@ -42,6 +42,9 @@ pub struct Instance {
     pub(crate) health: Arc<crate::health::Cached>,
     /// The store's thread state, for the write probe of [`crate::health`].
     pub(crate) state_store: Arc<dyn ThreadStateStore>,
+    /// The names of the instance's tool providers: those a caller may give a credential
+    /// for (`callerCredentials`).
+    pub(crate) providers: Arc<[String]>,
 }
 
 impl std::fmt::Debug for Instance {
@@ -60,6 +63,15 @@ impl Instance {
         let id = adapter.descriptor().id().clone();
         let manifest = serde_json::to_value(adapter.descriptor()).unwrap_or(Value::Null);
         let state_store: Arc<dyn ThreadStateStore> = store.clone();
+        let providers = stack
+            .tool_set()
+            .map(|set| {
+                set.provider_names()
+                    .into_iter()
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default();
         let (admission, service) = stack.durable_parts(adapter, store, replica);
         Self {
             id,
@@ -68,6 +80,7 @@ impl Instance {
             control: Arc::new(service),
             health: Arc::default(),
             state_store,
+            providers,
         }
     }
 

@@ -621,6 +621,18 @@ fn start_schema(request: &Value) -> Value {
         "description": "The adapter instance id (`GET /v1/adapters`).",
         "examples": ["scripted"],
     });
+    start["properties"]["callerCredentials"] = json!({
+        "type": "object",
+        "description": "The caller's own credentials for the instance's tool providers, by \
+            provider name (`tool.caller_credentials`), for this execution only: never stored, \
+            never in an event, redacted from everything the execution yields. Each 4 to \
+            8192 bytes; at most 16. A provider the instance does not have, or a value that \
+            is not a string, is refused (`CALLER_CREDENTIAL_INVALID`); an adapter without \
+            `tool.caller_credentials` refuses the request (`CAPABILITY_UNSUPPORTED`).",
+        "additionalProperties": {"type": "string", "minLength": 4, "maxLength": 8192},
+        "maxProperties": 16,
+        "writeOnly": true,
+    });
     start["examples"] = json!([{"adapter": "scripted", "message": "Hello"}]);
     match start.get_mut("required").and_then(Value::as_array_mut) {
         Some(required) => required.push(json!("adapter")),

@@ -386,8 +386,15 @@ async fn start_execution(
             "`idempotencyKey` goes in the `Idempotency-Key` header over HTTP, not in the body",
         ));
     }
+    let credentials = body
+        .remove("callerCredentials")
+        .map(|value| caller_credentials(instance, value))
+        .transpose()?;
     let mut request: ExecutionRequest = parse("the request body", Value::Object(body))?;
     crate::files::check_inline(state, &request.files)?;
+    if let Some(credentials) = credentials {
+        request.extensions.insert(credentials);
+    }
     if let Some(key) = header_text(headers, "idempotency-key")? {
         let key: IdempotencyKey = key
             .parse()
@@ -426,6 +433,75 @@ async fn start_execution(
     }
     let view = ExecutionView::of_handle(&record, &handle);
     Ok((status, [(header::LOCATION, location)], Json(view)).into_response())
+}
+
+/// The most credentials one request carries, and the longest one, in bytes.
+const MAX_CREDENTIALS: usize = 16;
+const MAX_CREDENTIAL_LEN: usize = 8 * 1024;
+
+/// A start request's `callerCredentials` (`tool.caller_credentials`): tool provider name →
+/// the caller's own credential for it, for this execution only. Taken out of the body before
+/// anything else reads it: it goes into the request's extensions, never into the request
+/// that is stored, hashed for idempotency or echoed; the redaction layer redacts each from
+/// everything the execution yields. No error names a credential's value.
+fn caller_credentials(
+    instance: &crate::Instance,
+    value: Value,
+) -> Result<harness_core::tool::CallerCredentials, ApiError> {
+    use harness_core::tool::{CallerCredentials, Credential};
+    let refuse = |message: String| {
+        ApiError::new(
+            HarnessError::new(ErrorCategory::Configuration, message)
+                .with_code(ErrorCode::CALLER_CREDENTIAL_INVALID),
+        )
+    };
+    let providers = || {
+        if instance.providers.is_empty() {
+            "this instance has no tool provider".to_owned()
+        } else {
+            format!("its tool providers are {}", instance.providers.join(", "))
+        }
+    };
+    let Value::Object(entries) = value else {
+        return Err(refuse(
+            "`callerCredentials` must be an object: tool provider name → the credential \
+             (a string)"
+                .to_owned(),
+        ));
+    };
+    if entries.len() > MAX_CREDENTIALS {
+        return Err(refuse(format!(
+            "`callerCredentials` names {} providers; at most {MAX_CREDENTIALS}",
+            entries.len()
+        )));
+    }
+    let mut credentials = CallerCredentials::new();
+    for (name, secret) in entries {
+        let shown: String = name.chars().take(64).collect();
+        if !instance.providers.iter().any(|p| *p == name) {
+            return Err(refuse(format!(
+                "`callerCredentials` names tool provider `{shown}`, which instance `{}` does \
+                 not have: {}",
+                instance.id(),
+                providers()
+            )));
+        }
+        let Value::String(secret) = secret else {
+            return Err(refuse(format!(
+                "`callerCredentials.{shown}` must be a string (the credential itself)"
+            )));
+        };
+        let len = secret.len();
+        if !(harness_layers::redaction::MIN_SECRET_LEN..=MAX_CREDENTIAL_LEN).contains(&len) {
+            return Err(refuse(format!(
+                "`callerCredentials.{shown}` has {len} bytes; a credential has {} to \
+                 {MAX_CREDENTIAL_LEN} (a shorter one could not be redacted exactly)",
+                harness_layers::redaction::MIN_SECRET_LEN
+            )));
+        }
+        credentials = credentials.with(name, Credential::new(secret));
+    }
+    Ok(credentials)
 }
 
 #[derive(Deserialize)]

@@ -50,7 +50,10 @@ impl fmt::Debug for Credential {
 /// The credentials a caller supplies for an execution's tool providers, by provider name
 /// (`tool.caller_credentials`). Put it in the request's
 /// [`extensions`](crate::service::ExecutionRequest::extensions): it is caller data, never
-/// serialized, never part of the request's identity, never stored.
+/// serialized, never part of the request's identity, never stored. Over HTTP it is the start
+/// request's `callerCredentials`. harness-layers' redaction layer also redacts each from
+/// everything the execution yields, and its preflight layer refuses them for an adapter
+/// without `tool.caller_credentials`.
 ///
 /// ```
 /// use harness_core::service::ExecutionRequest;
@@ -84,6 +87,31 @@ impl CallerCredentials {
     #[must_use]
     pub fn get(&self, provider: &str) -> Option<&Credential> {
         self.0.get(provider)
+    }
+
+    /// Whether it holds no credential.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// How many credentials it holds.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// The providers it holds a credential for, in name order.
+    pub fn providers(&self) -> impl Iterator<Item = &str> {
+        self.0.keys().map(String::as_str)
+    }
+
+    /// The credentials, by provider name, in name order: for a redactor that must know
+    /// them (the redaction layer adds them to the secrets it redacts for the execution).
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Credential)> {
+        self.0
+            .iter()
+            .map(|(name, credential)| (name.as_str(), credential))
     }
 }
 

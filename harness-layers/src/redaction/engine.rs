@@ -4,6 +4,7 @@ use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::HashSet;
 use std::fmt;
+use std::sync::Arc;
 
 use aho_corasick::automaton::StateID;
 use harness_core::error::HarnessError;
@@ -395,6 +396,17 @@ pub struct Redactor {
     field_marker: Box<str>,
     /// The longest text a stream may hold back.
     hold_back: usize,
+    /// What it was built from, for [`with_secrets`](Redactor::with_secrets).
+    recipe: Arc<Recipe>,
+}
+
+/// A [`RedactorBuilder`]'s inputs, kept by the [`Redactor`] it built.
+struct Recipe {
+    secrets: Vec<String>,
+    rules: Vec<PatternRule>,
+    fields: Vec<String>,
+    builtins: bool,
+    default_fields: bool,
 }
 
 impl fmt::Debug for Redactor {
@@ -542,6 +554,13 @@ impl RedactorBuilder {
     /// A secret shorter than [`MIN_SECRET_LEN`](super::MIN_SECRET_LEN), two rules with one
     /// name, an empty trigger prefix, or automata over their size limits.
     pub fn build(self) -> Result<Redactor, RedactionError> {
+        let recipe = Arc::new(Recipe {
+            secrets: self.secrets.clone(),
+            rules: self.rules.clone(),
+            fields: self.fields.clone(),
+            builtins: self.builtins,
+            default_fields: self.default_fields,
+        });
         let lazy_dfa = self.lazy_dfa();
         #[cfg(test)]
         let (shapes, derive_tokens) = (self.dfas, self.derive_tokens);
@@ -678,6 +697,7 @@ impl RedactorBuilder {
             markers,
             field_marker: marker(FIELD_RULE),
             hold_back,
+            recipe,
         })
     }
 }
@@ -720,6 +740,48 @@ impl Redactor {
     /// rules and fields, then [`build`](RedactorBuilder::build).
     pub fn builder() -> RedactorBuilder {
         RedactorBuilder::default()
+    }
+
+    /// This redactor's rules, fields and secrets, and `extra` secrets besides: what the
+    /// redaction layer redacts an execution with when its caller supplied credentials
+    /// ([`CallerCredentials`](harness_core::tool::CallerCredentials)), which must not leave in
+    /// any form the redactor catches (escaped in JSON, split across deltas) whatever a tool
+    /// echoes.
+    ///
+    /// ```
+    /// use harness_layers::redaction::Redactor;
+    ///
+    /// let base = Redactor::builder().secret("hunter2-db-password").build()?;
+    /// let both = base.with_secrets(["ghp_callers_own_token"])?;
+    /// assert_eq!(
+    ///     both.redact_str("hunter2-db-password ghp_callers_own_token"),
+    ///     "[REDACTED:secret] [REDACTED:secret]"
+    /// );
+    /// // The base redactor is unchanged.
+    /// assert_eq!(base.redact_str("ghp_callers_own_token"), "ghp_callers_own_token");
+    /// # Ok::<(), harness_layers::redaction::RedactionError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`RedactorBuilder::build`]: an extra secret shorter than
+    /// [`MIN_SECRET_LEN`](super::MIN_SECRET_LEN) (the error gives its index among all the
+    /// secrets, never its value).
+    pub fn with_secrets<I, S>(&self, extra: I) -> Result<Redactor, RedactionError>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let recipe = &*self.recipe;
+        let mut builder = RedactorBuilder {
+            secrets: recipe.secrets.clone(),
+            rules: recipe.rules.clone(),
+            fields: recipe.fields.clone(),
+            builtins: recipe.builtins,
+            default_fields: recipe.default_fields,
+            ..RedactorBuilder::default()
+        };
+        builder.secrets.extend(extra.into_iter().map(Into::into));
+        builder.build()
     }
 
     /// The names of the pattern rules, in priority order.

@@ -52,6 +52,15 @@
 //! - **sensitive JSON field names** ([`DEFAULT_FIELDS`] plus [`RedactorBuilder::field`]),
 //!   compared case-insensitively ignoring `_` and `-`, whose values are replaced wholesale.
 //!
+//! **Caller credentials.** A request may carry the caller's credentials for tool providers
+//! ([`CallerCredentials`] in its extensions; `callerCredentials` over HTTP). The tool
+//! handles already scrub each from what its provider's tools give back; the layer also
+//! redacts them, as exact secrets, from everything the execution yields (a provider's
+//! error, an echo split across deltas or escaped in JSON): each execution with credentials
+//! gets the shared redactor plus its own ([`Redactor::with_secrets`]). A credential shorter
+//! than [`MIN_SECRET_LEN`] cannot be redacted exactly, so its segment is refused
+//! (`CALLER_CREDENTIAL_INVALID`) before the adapter runs.
+//!
 //! Every match becomes a marker `[REDACTED:<rule>]` (`secret` for exact secrets, `field`
 //! for sensitive fields, the rule's name for patterns); overlapping matches become one
 //! marker. A marker never contains any part of what it replaces (not its length either).
@@ -222,8 +231,9 @@ mod body;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use harness_core::error::HarnessError;
+use harness_core::error::{ErrorCategory, ErrorCode, HarnessError};
 use harness_core::service::{Segment, SegmentStream};
+use harness_core::tool::CallerCredentials;
 use tower::Service;
 
 pub use body::RedactedStream;
@@ -305,8 +315,52 @@ where
     }
 
     fn call(&mut self, segment: Segment) -> Self::Future {
-        let redactor =
-            StreamRedactor::for_adapter(Arc::clone(&self.redactor), Arc::clone(&self.adapter));
+        let redactor = match for_execution(&self.redactor, &segment) {
+            Ok(redactor) => redactor,
+            Err(error) => return ResponseFuture::refused(error),
+        };
+        let redactor = StreamRedactor::for_adapter(redactor, Arc::clone(&self.adapter));
         ResponseFuture::new(self.inner.call(segment), redactor)
     }
+}
+
+/// The redactor for `segment`'s execution: `base`, plus the caller's credentials when the
+/// request carries some ([`CallerCredentials`]), so that none leaves in anything the
+/// execution yields, whatever a tool or a provider echoes.
+///
+/// # Errors
+/// `CALLER_CREDENTIAL_INVALID` for a credential too short to be redacted exactly
+/// ([`MIN_SECRET_LEN`]), naming its provider: it is refused before the segment runs rather
+/// than let through unredacted.
+fn for_execution(base: &Arc<Redactor>, segment: &Segment) -> Result<Arc<Redactor>, HarnessError> {
+    let Some(credentials) = segment
+        .extensions()
+        .get::<CallerCredentials>()
+        .filter(|c| !c.is_empty())
+    else {
+        return Ok(Arc::clone(base));
+    };
+    if let Some((provider, _)) = credentials
+        .iter()
+        .find(|(_, credential)| credential.expose().len() < MIN_SECRET_LEN)
+    {
+        return Err(HarnessError::new(
+            ErrorCategory::Configuration,
+            format!(
+                "the caller's credential for tool provider `{provider}` is shorter than \
+                 {MIN_SECRET_LEN} bytes: too short to be redacted from what the execution \
+                 yields; supply the provider's own token"
+            ),
+        )
+        .with_code(ErrorCode::CALLER_CREDENTIAL_INVALID));
+    }
+    base.with_secrets(credentials.iter().map(|(_, c)| c.expose().to_owned()))
+        .map(Arc::new)
+        .map_err(|e| {
+            HarnessError::new(
+                ErrorCategory::Internal,
+                "the redactor could not take the caller's credentials",
+            )
+            .with_diagnostic(e.to_string())
+        })
 }
