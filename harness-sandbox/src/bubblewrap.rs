@@ -75,6 +75,11 @@ pub struct Launch {
     /// Other programs it starts (a worker's agent): absolute paths, each made visible
     /// read-only like the program.
     pub also: Vec<PathBuf>,
+    /// Loopback endpoints of the control plane relayed into this sandbox only, at the same
+    /// address, besides the profile's (`network.allow`): an endpoint that exists for this
+    /// launch alone, such as the one that serves an agent its operator's credentialed MCP
+    /// servers. The profile is not widened: no other sandbox reaches them.
+    pub relays: Vec<crate::Endpoint>,
 }
 
 impl Launch {
@@ -87,7 +92,22 @@ impl Launch {
             workspace: workspace.into(),
             env: Vec::new(),
             also: Vec::new(),
+            relays: Vec::new(),
         }
+    }
+
+    /// Relays the control plane's loopback endpoint `endpoint` into this sandbox (see
+    /// [`relays`](Self::relays)).
+    ///
+    /// ```
+    /// use harness_sandbox::Launch;
+    /// let launch = Launch::new("/usr/bin/agent", "/srv/ws").relay("127.0.0.1:40123".parse().unwrap());
+    /// assert_eq!(launch.relays[0].port, 40123);
+    /// ```
+    #[must_use]
+    pub fn relay(mut self, endpoint: crate::Endpoint) -> Self {
+        self.relays.push(endpoint);
+        self
     }
 
     /// Makes another program it starts visible, read-only (a worker's agent).
@@ -355,9 +375,8 @@ impl Sandbox {
             limit(pid, Resource::Nofile, limits.open_files)?;
         }
         limit(pid, Resource::Core, 0)?;
-        let forwards = net::forward(init, &self.inner.profile.network)
+        let forwards = net::forward(init, &self.inner.profile.network, &launch.relays)
             .map_err(|e| format!("opening the sandbox's network forwards: {e}"))?;
-        let _ = &launch;
         let mut block = std::fs::File::from(block);
         block
             .write_all(b"1")

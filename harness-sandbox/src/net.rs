@@ -23,14 +23,28 @@ use crate::profile::{Endpoint, NetworkPolicy, PROXY_PORT, ProxyTarget};
 /// Connections one forward relays at once; more wait to be accepted.
 const CONNECTIONS: usize = 64;
 
-/// Opens the relays of the policy's loopback endpoints, and its HTTP proxy when it has
-/// targets, inside the network namespace of process `pid`, and serves them until the
-/// returned tasks are aborted.
-pub(crate) fn forward(pid: u32, network: &NetworkPolicy) -> Result<Vec<JoinHandle<()>>, String> {
+/// Opens the relays of the policy's loopback endpoints and of the launch's own (`extra`), and
+/// the policy's HTTP proxy when it has targets, inside the network namespace of process
+/// `pid`, and serves them until the returned tasks are aborted.
+pub(crate) fn forward(
+    pid: u32,
+    network: &NetworkPolicy,
+    extra: &[Endpoint],
+) -> Result<Vec<JoinHandle<()>>, String> {
     let proxy = (!network.proxy.is_empty())
         .then(|| SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), PROXY_PORT));
-    let mut addresses: Vec<SocketAddr> = network
-        .allow
+    let mut endpoints: Vec<Endpoint> = network.allow.clone();
+    for endpoint in extra {
+        if !endpoint.ip.is_loopback() {
+            return Err(format!(
+                "{endpoint}: only loopback endpoints can be relayed"
+            ));
+        }
+        if !endpoints.contains(endpoint) {
+            endpoints.push(*endpoint);
+        }
+    }
+    let mut addresses: Vec<SocketAddr> = endpoints
         .iter()
         .map(|e| SocketAddr::new(e.ip, e.port))
         .collect();
@@ -40,7 +54,7 @@ pub(crate) fn forward(pid: u32, network: &NetworkPolicy) -> Result<Vec<JoinHandl
     }
     let mut listeners = bind_inside(pid, addresses)?.into_iter();
     let mut tasks = Vec::new();
-    for endpoint in &network.allow {
+    for endpoint in &endpoints {
         let listener = tokio_listener(listeners.next(), &endpoint.to_string())?;
         tasks.push(tokio::spawn(serve(listener, *endpoint)));
     }

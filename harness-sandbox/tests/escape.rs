@@ -171,6 +171,20 @@ async fn only_the_allowed_endpoint_is_reachable() {
     assert_eq!(out, "refused\n", "{err}");
 }
 
+/// A launch's own relay reaches the control plane's endpoint from that sandbox only: the
+/// profile is not widened, so another launch of it does not reach it.
+#[tokio::test]
+async fn a_launchs_own_relay_is_reachable_from_its_sandbox_only() {
+    let workspace = Dir::new("relay");
+    let (port, _g) = greeter();
+    let endpoint = format!("127.0.0.1:{port}").parse().unwrap();
+    let sandbox = Sandbox::new(SandboxProfile::default()).unwrap();
+    let (out, err, _) = run(&sandbox, connect(&workspace.0, port).relay(endpoint)).await;
+    assert_eq!(out, "got hello from the host\n", "{err}");
+    let (out, err, _) = run(&sandbox, connect(&workspace.0, port)).await;
+    assert_eq!(out, "refused\n", "{err}");
+}
+
 /// Runs until the sandbox is torn down; the breach.
 async fn breach(limits: SandboxLimits, launch: Launch, read_output: bool) -> Breach {
     let sandbox = Sandbox::new(SandboxProfile::default().limits(limits)).unwrap();

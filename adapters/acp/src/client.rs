@@ -791,15 +791,17 @@ pub(crate) fn inherited(agent: &AcpAgent, mut launch: Launch) -> Launch {
 
 /// Starts the agent in the operator's sandbox: its program resolved on the agent's search
 /// path (the sandbox runs an absolute path), its environment as an unsandboxed agent's
-/// (what `env` names, from this process, then `setEnv`), all of it allowed by the profile.
+/// (what `env` names, from this process, then `setEnv`), all of it allowed by the profile;
+/// `relay`, the MCP relay's endpoint, relayed into this sandbox only.
 async fn spawn_sandboxed(
     agent: &AcpAgent,
     sandbox: &Sandbox,
-    program: &str,
-    args: &[String],
+    (program, args): (&str, &[String]),
+    relay: Option<harness_sandbox::Endpoint>,
 ) -> Result<harness_sandbox::Sandboxed, HarnessError> {
     let resolved = resolve_for_sandbox(agent, program)?;
     let mut launch = inherited(agent, Launch::new(resolved, &agent.cwd));
+    launch.relays.extend(relay);
     launch.args.extend(args.iter().map(Into::into));
     for (name, value) in &agent.set_env {
         launch.env.retain(|(n, _)| n != name);
@@ -827,11 +829,13 @@ impl Reaped {
 
 impl AgentProcess {
     /// Spawns the agent in its own process group, with only the allowlisted environment, and
-    /// connects the crate's client to its stdio. What the agent sends goes to `inbound`.
+    /// connects the crate's client to its stdio. What the agent sends goes to `inbound`. A
+    /// sandboxed agent reaches `relay` (the MCP relay's endpoint) through its sandbox.
     pub(crate) async fn spawn(
         agent: &AcpAgent,
         inbound: mpsc::UnboundedSender<Inbound>,
         stats: Arc<Stats>,
+        relay: Option<harness_sandbox::Endpoint>,
     ) -> Result<Arc<Self>, HarnessError> {
         let (program, args) = agent
             .command
@@ -865,7 +869,7 @@ impl AgentProcess {
                 })?
             }
             Some(sandbox) => {
-                let sandboxed = spawn_sandboxed(agent, sandbox, program, args).await?;
+                let sandboxed = spawn_sandboxed(agent, sandbox, (program, args), relay).await?;
                 let _ = wire.sandbox.set(sandboxed.guard);
                 sandboxed.child
             }

@@ -42,6 +42,7 @@
 mod client;
 mod elicitation;
 mod health;
+pub mod mcp;
 mod options;
 mod runtime;
 mod setup;

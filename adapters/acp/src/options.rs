@@ -208,7 +208,12 @@ pub struct AcpAgent {
     pub worker: Option<PathBuf>,
 }
 
-/// An MCP server forwarded to an ACP agent, which starts or reaches it itself.
+/// One of the operator's MCP servers for an ACP agent's sessions.
+///
+/// A server that carries no credential (a stdio server without `env`, an HTTP server without
+/// `headers`) is forwarded to the agent as configured: the agent starts or reaches it itself.
+/// One that does is not: its credentials stay with the control plane (see
+/// [`AcpMcpTransport`] and [`crate::mcp`]).
 ///
 /// ```
 /// use harness_acp::AcpMcpServer;
@@ -224,27 +229,44 @@ pub struct AcpAgent {
 pub struct AcpMcpServer {
     /// The server's name, as the agent shows it (non-empty, unique per agent).
     pub name: String,
-    /// How the agent reaches it.
+    /// How it is reached.
     pub transport: AcpMcpTransport,
 }
 
-/// How an ACP agent reaches a forwarded MCP server.
+/// How an MCP server of an ACP agent is reached, and what the agent is given of it.
+///
+/// Variables and headers are credentials (API tokens, `Authorization`), and the agent never
+/// gets them: a server with some is served to the agent by the control plane's MCP relay, on
+/// a loopback URL (`http://127.0.0.1:<port>/mcp/<random token>`), which needs an agent that
+/// negotiates `mcpCapabilities.http` (the start fails naming the server otherwise). The
+/// `tool.mcp` capability's constraints say which servers are `forwarded`, `proxied` and
+/// `bridged`. See [`crate::mcp`] for the relay's bounds.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub enum AcpMcpTransport {
-    /// A program the agent starts (over its stdio).
+    /// A program speaking MCP over its stdio. Without `env`, the agent is given the command
+    /// and starts it itself (**forwarded**). With `env`, the control plane runs it, one
+    /// process per MCP session, with these variables and those the agent inherits from the
+    /// host (`AcpAgent::env`), in the agent's working directory (in a sandbox of the agent's
+    /// profile for a sandboxed agent, which must allow the variables' names), and serves it
+    /// to the agent over streamable HTTP (**bridged**): the agent's process, its children
+    /// and their `/proc` never hold a value.
     Stdio {
         /// The program and its arguments.
         command: Vec<String>,
-        /// Variables the agent sets for it.
+        /// Variables the program gets; never given to the agent.
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
         env: BTreeMap<String, String>,
     },
-    /// A streamable-HTTP server.
+    /// A streamable-HTTP server. Without `headers`, the agent is given the URL and reaches it
+    /// itself (**forwarded**). With `headers`, the control plane proxies it: the agent is
+    /// given the relay's URL, and the relay forwards its requests to `url` with the headers
+    /// added (**proxied**); an `https://` URL then needs harness-acp's `tls` feature (refused
+    /// by [`AcpAgent::check`] without it).
     Http {
         /// Its URL.
         url: String,
-        /// Headers the agent sends.
+        /// Headers sent to the server; never given to the agent.
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
         headers: BTreeMap<String, String>,
     },
@@ -324,19 +346,32 @@ impl AcpMcpServer {
                         self.name
                     )));
                 }
-                if let Some(bad) = env.keys().find(|n| n.is_empty() || n.contains('=')) {
+                if let Some(bad) = env
+                    .keys()
+                    .find(|n| n.is_empty() || n.contains('=') || n.contains('\0'))
+                {
                     return Err(invalid_agent(&format!(
                         "MCP server `{}` sets an invalid variable name {bad:?}",
                         self.name
                     )));
                 }
+                if let Some((bad, _)) = env.iter().find(|(_, v)| v.contains('\0')) {
+                    return Err(invalid_agent(&format!(
+                        "MCP server `{}` sets {bad:?} to a value with a NUL byte",
+                        self.name
+                    )));
+                }
             }
-            AcpMcpTransport::Http { url, .. } => {
+            AcpMcpTransport::Http { url, headers } => {
                 if !(url.starts_with("http://") || url.starts_with("https://")) {
                     return Err(invalid_agent(&format!(
                         "MCP server `{}`: {url:?} is not an http:// or https:// URL",
                         self.name
                     )));
+                }
+                if !headers.is_empty() {
+                    crate::mcp::check_proxied(&self.name, url, headers)
+                        .map_err(|why| invalid_agent(&why))?;
                 }
             }
         }
@@ -805,6 +840,25 @@ impl AcpAgent {
         let mut names = std::collections::BTreeSet::new();
         for server in &self.mcp_servers {
             server.check()?;
+            // A bridged server runs in a sandbox of the agent's profile, with the variables
+            // the agent inherits and its own.
+            if let (Some(sandbox), AcpMcpTransport::Stdio { env, .. }) =
+                (&self.sandbox, &server.transport)
+                && !env.is_empty()
+            {
+                let names = self.env.iter().chain(env.keys());
+                sandbox
+                    .profile()
+                    .check_env(names.map(String::as_str))
+                    .map_err(|e| {
+                        invalid_agent(&format!(
+                            "MCP server `{}` runs in a sandbox of the agent's profile (its \
+                             variables are credentials, kept from the agent): {}",
+                            server.name,
+                            e.message()
+                        ))
+                    })?;
+            }
             if !names.insert(server.name.as_str()) {
                 return Err(invalid_agent(&format!(
                     "two MCP servers in `mcpServers` are named `{}`",

@@ -425,11 +425,18 @@ fn session_for(
     capability(
         "tool.mcp",
         native,
-        explanation = "the operator's MCP servers (AcpAgent::mcp_servers) are forwarded to the \
-            agent in session/new and session/load: the agent connects to them and offers \
-            their tools to its model; evaluate reports it unsupported for an agent without \
-            any",
-        constraints(when = "the operator configures mcpServers"),
+        explanation = "the operator's MCP servers (AcpAgent::mcp_servers) are given to the \
+            agent in session/new and session/load, and it offers their tools to its model; \
+            credentials stay behind the control plane: a server with headers is proxied and a \
+            stdio server with variables is run by the control plane and bridged, both served \
+            to the agent on a loopback URL without the secret (an agent without \
+            mcpCapabilities.http is refused such a server); the others are forwarded as \
+            configured; evaluate names each server's way, and reports it unsupported for an \
+            agent without any",
+        constraints(
+            when = "the operator configures mcpServers",
+            credentials = "proxied"
+        ),
     ),
     capability(
         "observability.metrics",
@@ -612,7 +619,7 @@ impl AcpAdapter {
         bump(&self.stats.probes);
         let (tx, _rx) = mpsc::unbounded_channel();
         let started = tokio::time::timeout(PROBE_TIMEOUT, async {
-            let agent = AgentProcess::spawn(options, tx, Arc::clone(&self.stats)).await?;
+            let agent = AgentProcess::spawn(options, tx, Arc::clone(&self.stats), None).await?;
             let result = agent.initialize(options.files).await;
             agent.shutdown(Duration::from_millis(500)).await;
             result.map_err(|e| with_stderr(&agent, e))
@@ -747,58 +754,6 @@ fn load_failed(err: HarnessError, session: &SessionId) -> HarnessError {
     failed
 }
 
-/// The operator's MCP servers for the agent, as ACP's `mcpServers`.
-///
-/// # Errors
-/// `configuration` (`OPTIONS_INVALID`) when an HTTP server is configured for an agent that
-/// did not negotiate `mcpCapabilities.http`.
-fn mcp_servers(
-    agent: &AcpAgent,
-    capabilities: &agent_client_protocol::v1::schema::AgentCapabilities,
-) -> Result<Vec<agent_client_protocol::v1::schema::McpServer>, HarnessError> {
-    use crate::options::AcpMcpTransport;
-    use agent_client_protocol::v1::schema::{
-        EnvVariable, HttpHeader, McpServer, McpServerHttp, McpServerStdio,
-    };
-    agent
-        .mcp_servers
-        .iter()
-        .map(|server| match &server.transport {
-            AcpMcpTransport::Stdio { command, env } => Ok(McpServer::Stdio(
-                McpServerStdio::new(server.name.clone(), command[0].clone())
-                    .args(command[1..].to_vec())
-                    .env(
-                        env.iter()
-                            .map(|(k, v)| EnvVariable::new(k.clone(), v.clone()))
-                            .collect(),
-                    ),
-            )),
-            AcpMcpTransport::Http { url, headers } => {
-                if !capabilities.mcp_capabilities.http {
-                    return Err(HarnessError::new(
-                        ErrorCategory::Configuration,
-                        format!(
-                            "MCP server `{}` is reached over HTTP, but the agent did not \
-                             negotiate mcpCapabilities.http: configure it as a stdio server, \
-                             or use an agent that takes HTTP servers",
-                            server.name
-                        ),
-                    )
-                    .with_code(ErrorCode::OPTIONS_INVALID));
-                }
-                Ok(McpServer::Http(
-                    McpServerHttp::new(server.name.clone(), url.clone()).headers(
-                        headers
-                            .iter()
-                            .map(|(k, v)| HttpHeader::new(k.clone(), v.clone()))
-                            .collect(),
-                    ),
-                ))
-            }
-        })
-        .collect()
-}
-
 fn multi_turn_unsupported(conversation: Option<&Conversation>) -> HarnessError {
     let what = conversation.map_or_else(
         || "a conversation".to_owned(),
@@ -812,6 +767,43 @@ fn multi_turn_unsupported(conversation: Option<&Conversation>) -> HarnessError {
         ),
     )
     .with_code(ErrorCode::CAPABILITY_UNSUPPORTED)
+}
+
+/// `tool.mcp` for an agent: which of its servers are forwarded, proxied and bridged (see
+/// [`crate::mcp`]).
+fn mcp_capability(agent: &AcpAgent) -> Capability {
+    if agent.mcp_servers.is_empty() {
+        return Capability::unsupported(
+            "the operator gives this agent no MCP server (AcpAgent::mcp_servers)",
+        );
+    }
+    let named = |way: crate::mcp::Way| -> Vec<String> {
+        agent
+            .mcp_servers
+            .iter()
+            .filter(|s| crate::mcp::Way::of(s) == way)
+            .map(|s| s.name.clone())
+            .collect()
+    };
+    let mut capability = Capability::native()
+        .with_explanation(
+            "the agent is given its MCP servers in session/new and session/load; a server's \
+             headers or variables (credentials) never reach it: a server with headers is \
+             proxied, a stdio server with variables run by the control plane and bridged, \
+             both served on a loopback URL of the control plane",
+        )
+        .with_constraint("credentials", "proxied");
+    for way in [
+        crate::mcp::Way::Forwarded,
+        crate::mcp::Way::Proxied,
+        crate::mcp::Way::Bridged,
+    ] {
+        let names = named(way);
+        if !names.is_empty() {
+            capability = capability.with_constraint(way.as_str(), names);
+        }
+    }
+    capability
 }
 
 /// `skills` for an agent: native where the operator says where it reads skill folders.
@@ -925,14 +917,7 @@ impl HarnessAdapter for AcpAdapter {
             session_for(&self.sessions, config.conversation.as_ref(), &profile.name)?;
             let probed = self.probe(profile).await?;
             let mut report = Self::static_descriptor().capabilities().clone();
-            if profile.agent.mcp_servers.is_empty() {
-                report.declare(
-                    CapabilityKey::ToolMcp,
-                    Capability::unsupported(
-                        "the operator forwards no MCP server to this agent (AcpAgent::mcp_servers)",
-                    ),
-                );
-            }
+            report.declare(CapabilityKey::ToolMcp, mcp_capability(&profile.agent));
             // What ACP gives an agent no way to declare is claimed only where the operator
             // vouches for it: a report claims nothing the agent may never do.
             if !profile.agent.elicitation {
@@ -1059,6 +1044,7 @@ impl HarnessAdapter for AcpAdapter {
             turn: turn_tx,
             halt: halt_tx,
             middleware: context.middleware,
+            relay: Mutex::new(None),
         }) as Box<dyn HarnessRuntime>;
         if skills.is_empty() {
             return Box::pin(async move { Ok(runtime) });
@@ -1169,6 +1155,9 @@ struct AcpRuntime {
     halt: watch::Sender<bool>,
     /// The operator's middleware policy, consulted for the agent's permission requests.
     middleware: PortableMiddlewarePolicy,
+    /// The MCP relay serving the agent its credentialed MCP servers, while the runtime lives
+    /// (see [`crate::mcp`]).
+    relay: Mutex<Option<crate::mcp::McpRelay>>,
 }
 
 /// Marks the runtime as initializing while alive (also when `initialize` is dropped).
@@ -1284,8 +1273,14 @@ impl AcpRuntime {
         if let Some(session) = &known.0 {
             self.reaping.settled(session).await;
         }
+        // The relay serves the credentialed MCP servers before the agent starts: a sandboxed
+        // agent's launch relays its address.
+        let relay = crate::mcp::McpRelay::start(&self.agent).await?;
+        let endpoint = relay.as_ref().map(crate::mcp::McpRelay::endpoint);
+        *lock(&self.relay) = relay;
         let (tx, rx) = mpsc::unbounded_channel();
-        let agent = AgentProcess::spawn(&self.agent, tx.clone(), Arc::clone(&self.stats)).await?;
+        let agent =
+            AgentProcess::spawn(&self.agent, tx.clone(), Arc::clone(&self.stats), endpoint).await?;
         bump(&self.stats.agents_started);
         *self.inbound.lock().await = Some(rx);
         {
@@ -1306,7 +1301,11 @@ impl AcpRuntime {
         (known, version): (Option<SessionId>, Option<harness_core::session::Version>),
     ) -> Result<RuntimeInit, HarnessError> {
         let init = agent.initialize(self.agent.files).await?;
-        let servers = mcp_servers(&self.agent, &init.agent_capabilities)?;
+        let servers = crate::mcp::servers_for_agent(
+            &self.agent,
+            init.agent_capabilities.mcp_capabilities.http,
+            lock(&self.relay).as_ref(),
+        )?;
         let (session_id, loaded, modes, options) = match known {
             Some(session_id) if init.agent_capabilities.load_session => {
                 let request = LoadSessionRequest::new(session_id.clone(), self.agent.cwd.clone())
@@ -2246,6 +2245,8 @@ impl HarnessRuntime for AcpRuntime {
             if let Some(agent) = agent {
                 self.release(&agent, self.agent.cancel_grace());
             }
+            // The bridged MCP servers end with the runtime.
+            drop(lock(&self.relay).take());
         })
     }
 

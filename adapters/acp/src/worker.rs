@@ -2,14 +2,21 @@
 //! (`AcpAgent::hosted_by_worker`).
 
 use std::path::Path;
+use std::sync::{Mutex, PoisonError};
 
-use harness_core::adapter::{HarnessRuntime, RuntimeContext};
+use harness_core::action::ActionRequest;
+use harness_core::adapter::{
+    BoxFuture, BoxStream, CancelResult, EventResult, HarnessRuntime, Restored, ResumeDecision,
+    RuntimeContext, RuntimeIdentity, RuntimeInit, TurnInput,
+};
 use harness_core::error::HarnessError;
+use harness_core::event::CancelReason;
 use harness_sandbox::worker::{WorkerLink, WorkerOptions, WorkerRuntime};
 use harness_sandbox::{Launch, Sandbox};
 use serde_json::{Value, json};
 
 use crate::AcpAgent;
+use crate::mcp::McpRelay;
 
 /// Starts `worker` in `sandbox` for the agent `name`, and drives the runtime it hosts.
 pub(crate) async fn start(
@@ -25,26 +32,89 @@ pub(crate) async fn start(
         .map(String::as_str)
         .unwrap_or_default();
     let resolved = crate::client::resolve_for_sandbox(agent, program)?;
+    // The credentialed MCP servers stay here, served by the control plane's relay, which the
+    // sandbox reaches through a relay of its address made for this launch only.
+    let relay = McpRelay::start(agent).await?;
     // The worker gets the variables the agent inherits (`env`), from this process; it sets
     // `setEnv` for the agent itself. The profile allows each (`AcpAgent::check`).
-    let launch = crate::client::inherited(agent, Launch::new(worker, &agent.cwd).also(resolved));
+    let mut launch =
+        crate::client::inherited(agent, Launch::new(worker, &agent.cwd).also(resolved));
+    launch.relays.extend(relay.as_ref().map(McpRelay::endpoint));
     let link = WorkerLink::sandboxed(sandbox.spawn(launch).await?)?;
     let runtime = WorkerRuntime::start(
         link,
         &context,
-        settings(name, agent),
+        settings(name, agent, relay.as_ref()),
         WorkerOptions::default(),
     )
     .await?;
-    Ok(Box::new(runtime))
+    match relay {
+        None => Ok(Box::new(runtime)),
+        Some(relay) => Ok(Box::new(WithRelay {
+            inner: Box::new(runtime),
+            relay: Mutex::new(Some(relay)),
+        })),
+    }
 }
 
-/// What the worker builds its adapter from: the agent, to run unsandboxed inside.
-fn settings(name: &str, agent: &AcpAgent) -> Value {
-    let mut inside = agent.clone();
+/// What the worker builds its adapter from: the agent, to run unsandboxed inside, its
+/// credentialed MCP servers replaced by the relay's URLs (no header, no variable).
+fn settings(name: &str, agent: &AcpAgent, relay: Option<&McpRelay>) -> Value {
+    let mut inside = crate::mcp::for_worker(agent, relay);
     inside.sandbox = None;
     inside.worker = None;
     json!({"name": name, "agent": inside})
+}
+
+/// A worker's runtime with the relay that serves its agent the credentialed MCP servers: the
+/// relay ends (its bridged servers killed) with the runtime's cleanup.
+struct WithRelay {
+    inner: Box<dyn HarnessRuntime>,
+    relay: Mutex<Option<McpRelay>>,
+}
+
+impl HarnessRuntime for WithRelay {
+    fn identity(&self) -> RuntimeIdentity {
+        self.inner.identity()
+    }
+    fn initialize(&self) -> BoxFuture<'_, Result<RuntimeInit, HarnessError>> {
+        self.inner.initialize()
+    }
+    fn stream(&self, turn: TurnInput) -> BoxStream<'_, EventResult> {
+        self.inner.stream(turn)
+    }
+    fn resume(&self, decision: ResumeDecision) -> BoxStream<'_, EventResult> {
+        self.inner.resume(decision)
+    }
+    fn pending_action(&self) -> BoxFuture<'_, Option<ActionRequest>> {
+        self.inner.pending_action()
+    }
+    fn cancel(&self, reason: CancelReason) -> BoxFuture<'_, CancelResult> {
+        self.inner.cancel(reason)
+    }
+    fn restart(&self) -> BoxFuture<'_, Result<(), HarnessError>> {
+        self.inner.restart()
+    }
+    fn cleanup(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            self.inner.cleanup().await;
+            drop(
+                self.relay
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .take(),
+            );
+        })
+    }
+    fn restore(&self, restored: Restored) -> BoxFuture<'_, Result<(), HarnessError>> {
+        self.inner.restore(restored)
+    }
+    fn restorable(&self) -> bool {
+        self.inner.restorable()
+    }
+    fn lost(&self) -> BoxFuture<'_, ()> {
+        self.inner.lost()
+    }
 }
 
 /// The worker's adapter, from the control plane's settings.
