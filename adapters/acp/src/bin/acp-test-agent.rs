@@ -59,7 +59,7 @@
 //! | `late-replay` | as `echo` (history, `loadSession`), but `session/load` answers first and replays the history 50 ms later (as Gemini CLI sends part of it after the answer), and a turn waits 200 ms (a model's latency) before it answers as `echo` |
 //! | `modes` | `session/new` (and `session/load`, which it serves from history as `echo` does) answers with modes `auto` (current), `ask` and `yolo` and config options `model` (select: `m1` current, `m2`) and `fast` (boolean, false); serves `session/set_mode` and `session/set_config_option` (unknown ids: `-32602`); a turn says `mode=<mode> model=<model> fast=<fast>`, then, in mode `ask`, asks for `t1` as `approval` does (message `approved` / `rejected`), elsewhere runs `t1` without asking (a completed `tool_call`); `end_turn` |
 //! | `flusher` | at `initialize`, spawns a child (`acp-test-agent flush TAG...`, same process group) that, like the model process of a real harness, writes its state only when told to stop; a turn says `flushing child`; the agent itself exits at once on `SIGTERM` |
-//! | `mcp` | negotiates `mcpCapabilities.http`; a turn says `mcp: ` and the MCP servers its session got at `session/new`, `; `-separated: `<name> stdio <command> <args...> env <names>` or `<name> http <url> headers <names>`; `end_turn` |
+//! | `mcp` | negotiates `mcpCapabilities.http`; at `session/new`, starts a child (`acp-test-agent sleep TAG... <args...>`, same process group) for each stdio server, with its variables, as an agent starts them; a turn says `mcp: ` and the MCP servers its session got at `session/new`, `; `-separated: `<name> stdio <command> <args...> env <names>` or `<name> http <url> headers <names>`; `end_turn` |
 //! | `escape` | a hostile agent, for sandbox tests: each whitespace-separated probe of the prompt is tried and reported as a message chunk `<probe> <result>\n`: `read:<path>` and `write:<path>` (`ok` / `denied (<kind>)`), `connect:<port>` on 127.0.0.1 (`ok` / `denied (<kind>)`), `procs` (how many processes `/proc` shows), `env` (the variables' names), `bomb` (forks `sh -c 'sleep 300'` until a fork fails), `hog` (allocates 16 MiB blocks until stopped), `forever`; with `bomb` or `forever`, the turn then waits for `session/cancel`, else `end_turn` |
 //! | `skills` | lists the skill folders under `<cwd>/<prompt text>` (the prompt names a folder relative to the working directory, such as `.claude/skills`), by name: for each folder holding a `SKILL.md`, a message chunk `skill <name>\n<its SKILL.md>\n`, then `file <path>\n` for each other file of the folder (sorted); `no skills` when there is none; `end_turn` |
 //! | `burst` | as many message chunks `x` as the prompt's number (at most 10,000,000), then `end_turn`: a throughput source |
@@ -672,6 +672,21 @@ impl TestAgent {
             return responder.respond_with_internal_error(format!("cannot keep history: {err}"));
         }
         let mcp = request.mcp_servers.iter().map(described).collect();
+        if self.mode == Mode::Mcp {
+            // As an agent starts the stdio MCP servers it is given: a child (a sleeper) with
+            // the server's arguments and variables, for a test to look for in `/proc`.
+            for server in &request.mcp_servers {
+                if let McpServer::Stdio(stdio) = server {
+                    self.sleeper()?
+                        .args(&stdio.args)
+                        .envs(stdio.env.iter().map(|e| (&e.name, &e.value)))
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::null())
+                        .spawn()
+                        .map_err(Error::into_internal_error)?;
+                }
+            }
+        }
         state.sessions.insert(
             id.clone(),
             Session {

@@ -48,7 +48,7 @@ async fn relay_for(server: AcpMcpServer) -> (McpRelay, String) {
     (relay, url)
 }
 
-fn request(id: Value, method: &str) -> Value {
+fn request(id: &Value, method: &str) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "method": method, "params": {}})
 }
 
@@ -66,7 +66,7 @@ async fn post(url: &str, session: Option<&str>, body: &Value) -> reqwest::Respon
 
 /// Opens a session; its id.
 async fn initialize(url: &str) -> String {
-    let response = post(url, None, &request(json!(0), "initialize")).await;
+    let response = post(url, None, &request(&json!(0), "initialize")).await;
     assert_eq!(response.status(), 200);
     let id = response.headers()["mcp-session-id"]
         .to_str()
@@ -97,7 +97,7 @@ async fn gone(pid: u64) -> bool {
 async fn a_bridged_session_answers_requests_by_id_and_takes_notifications() {
     let (_relay, url) = relay_for(bridged()).await;
     let session = initialize(&url).await;
-    let response = post(&url, Some(&session), &request(json!("a-7"), "tools/list")).await;
+    let response = post(&url, Some(&session), &request(&json!("a-7"), "tools/list")).await;
     assert_eq!(response.status(), 200);
     assert_eq!(
         response.headers()["content-type"],
@@ -119,14 +119,14 @@ async fn a_bridged_session_answers_requests_by_id_and_takes_notifications() {
 async fn what_the_bridge_refuses() {
     let (_relay, url) = relay_for(bridged()).await;
     // No session: only `initialize` opens one.
-    let response = post(&url, None, &request(json!(1), "tools/list")).await;
+    let response = post(&url, None, &request(&json!(1), "tools/list")).await;
     assert_eq!(response.status(), 400);
     // An unknown session is 404, as MCP says.
-    let response = post(&url, Some("0123"), &request(json!(1), "tools/list")).await;
+    let response = post(&url, Some("0123"), &request(&json!(1), "tools/list")).await;
     assert_eq!(response.status(), 404);
     let session = initialize(&url).await;
     // Batches.
-    let batch = json!([request(json!(1), "a"), request(json!(2), "b")]);
+    let batch = json!([request(&json!(1), "a"), request(&json!(2), "b")]);
     let response = post(&url, Some(&session), &batch).await;
     assert_eq!(response.status(), 400);
     assert!(response.text().await.unwrap().contains("batches"));
@@ -154,10 +154,10 @@ async fn what_the_bridge_refuses() {
     // A duplicate id while the first is in flight.
     let slow = tokio::spawn({
         let (url, session) = (url.clone(), session.clone());
-        async move { post(&url, Some(&session), &request(json!(9), "slow")).await }
+        async move { post(&url, Some(&session), &request(&json!(9), "slow")).await }
     });
     tokio::time::sleep(Duration::from_millis(150)).await;
-    let dup = post(&url, Some(&session), &request(json!(9), "x")).await;
+    let dup = post(&url, Some(&session), &request(&json!(9), "x")).await;
     assert_eq!(dup.status(), 400);
     let first: Value = slow.await.unwrap().json().await.unwrap();
     assert_eq!(first["result"]["method"], "slow");
@@ -167,7 +167,7 @@ async fn what_the_bridge_refuses() {
 async fn a_crashed_program_ends_its_session() {
     let (_relay, url) = relay_for(bridged()).await;
     let session = initialize(&url).await;
-    let answer: Value = post(&url, Some(&session), &request(json!(1), "crash"))
+    let answer: Value = post(&url, Some(&session), &request(&json!(1), "crash"))
         .await
         .json()
         .await
@@ -180,7 +180,7 @@ async fn a_crashed_program_ends_its_session() {
             .contains("exited"),
         "{answer}"
     );
-    let after = post(&url, Some(&session), &request(json!(2), "tools/list")).await;
+    let after = post(&url, Some(&session), &request(&json!(2), "tools/list")).await;
     assert_eq!(after.status(), 404);
     // A new session starts a new process.
     let again = initialize(&url).await;
@@ -191,7 +191,7 @@ async fn a_crashed_program_ends_its_session() {
 async fn a_message_over_the_limit_ends_the_session() {
     let (_relay, url) = relay_for(bridged()).await;
     let session = initialize(&url).await;
-    let answer: Value = post(&url, Some(&session), &request(json!(1), "big"))
+    let answer: Value = post(&url, Some(&session), &request(&json!(1), "big"))
         .await
         .json()
         .await
@@ -201,7 +201,7 @@ async fn a_message_over_the_limit_ends_the_session() {
         "{}",
         &answer.to_string()[..200]
     );
-    let after = post(&url, Some(&session), &request(json!(2), "x")).await;
+    let after = post(&url, Some(&session), &request(&json!(2), "x")).await;
     assert_eq!(after.status(), 404);
 }
 
@@ -210,7 +210,7 @@ async fn unprompted_messages_wait_for_the_stream_one_stream_at_a_time() {
     let (_relay, url) = relay_for(bridged()).await;
     let session = initialize(&url).await;
     // Sent before any stream is open: buffered.
-    let answer = post(&url, Some(&session), &request(json!(1), "notify")).await;
+    let answer = post(&url, Some(&session), &request(&json!(1), "notify")).await;
     assert_eq!(answer.status(), 200);
     let client = reqwest::Client::new();
     let mut stream = client
@@ -261,7 +261,7 @@ async fn delete_and_the_relays_end_kill_the_program() {
     let (relay, url) = relay_for(bridged()).await;
     let session = initialize(&url).await;
     let pid = |answer: &Value| answer["result"]["pid"].as_u64().unwrap();
-    let first: Value = post(&url, Some(&session), &request(json!(1), "x"))
+    let first: Value = post(&url, Some(&session), &request(&json!(1), "x"))
         .await
         .json()
         .await
@@ -277,10 +277,10 @@ async fn delete_and_the_relays_end_kill_the_program() {
         .unwrap();
     assert_eq!(deleted.status(), 200);
     assert!(gone(first).await, "DELETE killed {first}");
-    let after = post(&url, Some(&session), &request(json!(2), "x")).await;
+    let after = post(&url, Some(&session), &request(&json!(2), "x")).await;
     assert_eq!(after.status(), 404);
     let other = initialize(&url).await;
-    let second: Value = post(&url, Some(&other), &request(json!(1), "x"))
+    let second: Value = post(&url, Some(&other), &request(&json!(1), "x"))
         .await
         .json()
         .await
@@ -296,7 +296,7 @@ async fn sessions_are_bounded() {
     for _ in 0..SESSIONS {
         initialize(&url).await;
     }
-    let refused = post(&url, None, &request(json!(0), "initialize")).await;
+    let refused = post(&url, None, &request(&json!(0), "initialize")).await;
     assert_eq!(refused.status(), 503);
 }
 
