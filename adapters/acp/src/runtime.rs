@@ -2274,6 +2274,33 @@ pub fn descriptor() -> &'static HarnessDescriptor {
 mod tests {
     use super::*;
 
+    /// `tool.mcp` names each server's way, and says that credentials are proxied.
+    #[test]
+    fn tool_mcp_names_which_servers_are_forwarded_proxied_and_bridged() {
+        use crate::options::{AcpMcpServer, AcpMcpTransport};
+        let none = AcpAgent::new(["a"], "/srv/ws");
+        assert!(!mcp_capability(&none).level().is_usable());
+        let mut bridged = AcpMcpServer::stdio("local", ["srv"]);
+        if let AcpMcpTransport::Stdio { env, .. } = &mut bridged.transport {
+            env.insert("TOKEN".to_owned(), "t".to_owned());
+        }
+        let mut proxied = AcpMcpServer::http("remote", "http://127.0.0.1:1/mcp");
+        if let AcpMcpTransport::Http { headers, .. } = &mut proxied.transport {
+            headers.insert("Authorization".to_owned(), "Bearer t".to_owned());
+        }
+        let agent = none
+            .with_mcp_server(bridged)
+            .with_mcp_server(proxied)
+            .with_mcp_server(AcpMcpServer::stdio("open", ["srv"]));
+        let capability = serde_json::to_value(mcp_capability(&agent)).unwrap();
+        let constraints = &capability["constraints"];
+        assert_eq!(constraints["credentials"], "proxied", "{capability}");
+        assert_eq!(constraints["bridged"], json!(["local"]), "{capability}");
+        assert_eq!(constraints["proxied"], json!(["remote"]), "{capability}");
+        assert_eq!(constraints["forwarded"], json!(["open"]), "{capability}");
+        assert!(!capability.to_string().contains("Bearer"), "{capability}");
+    }
+
     /// Defect: the conversation → session map was keyed by the conversation only, so a
     /// conversation continued with another agent loaded a foreign session id in it.
     #[test]

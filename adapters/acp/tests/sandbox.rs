@@ -385,3 +385,108 @@ async fn a_sandbox_killed_mid_run_gives_one_terminal_event_and_no_orphan() {
     assert_one_terminal(&events);
     assert_no_process_left(&mark).await;
 }
+
+/// A line-delimited JSON-RPC server answering every request with an empty result.
+const BRIDGED: &str = r#"$| = 1; while (<STDIN>) { print qq({"jsonrpc":"2.0","id":$1,"result":{}}\n) if /"method"/ && /"id":(\d+)/ }"#;
+
+/// An HTTP upstream on the host's loopback: answers each request `200`, and records whether
+/// it carried the operator's header.
+async fn upstream() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let authorized = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = std::sync::Arc::clone(&authorized);
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let mut got = Vec::new();
+            let mut buf = [0_u8; 4096];
+            while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                match socket.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+            }
+            if String::from_utf8_lossy(&got)
+                .to_lowercase()
+                .contains("authorization: bearer op-token")
+            {
+                seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            let _ = socket
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}")
+                .await;
+        }
+    });
+    (url, authorized)
+}
+
+/// A sandboxed agent (`hosted`: with its ACP client, hosted by a worker) reaches its
+/// credentialed MCP servers through the relay of the control plane, relayed into its sandbox
+/// for its launch only: the bridged one (run in a sandbox of its own, of the agent's profile,
+/// which allows its variable) and the proxied one (which gets the operator's header). A server
+/// forwarded as configured is reached only where the profile allows, here not at all.
+async fn reach_mcp(hosted: bool) {
+    use harness_acp::{AcpMcpServer, AcpMcpTransport};
+    let (url, authorized) = upstream().await;
+    let mark = marker("mcp-reach");
+    let mut bridged = AcpMcpServer::stdio("bridged", ["perl", "-e", BRIDGED]);
+    if let AcpMcpTransport::Stdio { env, .. } = &mut bridged.transport {
+        env.insert("SECRET".to_owned(), "s".to_owned());
+    }
+    let mut proxied = AcpMcpServer::http("proxied", &url);
+    if let AcpMcpTransport::Http { headers, .. } = &mut proxied.transport {
+        headers.insert("Authorization".to_owned(), "Bearer op-token".to_owned());
+    }
+    let profile = SandboxProfile::default().allow_env("SECRET");
+    let mut agent = test_agent("mcp-reach", &mark)
+        .in_sandbox(Sandbox::new(profile).expect("bwrap is installed"))
+        .with_mcp_server(bridged)
+        .with_mcp_server(proxied)
+        .with_mcp_server(AcpMcpServer::http("direct", &url));
+    if hosted {
+        agent = agent.hosted_by_worker(WORKER);
+    }
+    let (report, outcome) = run(agent, "go").await;
+    assert!(
+        matches!(outcome, Outcome::Succeeded(_)),
+        "{outcome:?}\n{report}"
+    );
+    assert!(report.contains("bridged 200"), "{report}");
+    assert!(report.contains("proxied 200"), "{report}");
+    assert!(report.contains("direct unreachable"), "{report}");
+    assert_eq!(authorized.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_no_process_left(&mark).await;
+}
+
+#[tokio::test]
+async fn a_sandboxed_agent_reaches_its_credentialed_mcp_servers_through_its_own_relay() {
+    reach_mcp(false).await;
+}
+
+#[tokio::test]
+async fn a_worker_hosted_agent_reaches_its_credentialed_mcp_servers_through_its_own_relay() {
+    reach_mcp(true).await;
+}
+
+/// A bridged server of a sandboxed agent runs in a sandbox of the agent's profile: its
+/// variables must be allowed there.
+#[test]
+fn a_bridged_servers_variables_must_be_allowed_by_the_agents_profile() {
+    use harness_acp::{AcpMcpServer, AcpMcpTransport};
+    let mut bridged = AcpMcpServer::stdio("local", ["srv"]);
+    if let AcpMcpTransport::Stdio { env, .. } = &mut bridged.transport {
+        env.insert("API_TOKEN".to_owned(), "t".to_owned());
+    }
+    let agent = test_agent("text", &marker("mcp-profile"))
+        .in_sandbox(Sandbox::with_bwrap(
+            SandboxProfile::default(),
+            "/usr/bin/bwrap",
+        ))
+        .with_mcp_server(bridged);
+    let message = agent.check().unwrap_err().message().to_owned();
+    assert!(
+        message.contains("`local`") && message.contains("API_TOKEN"),
+        "{message}"
+    );
+}

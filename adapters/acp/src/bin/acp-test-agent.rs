@@ -59,6 +59,7 @@
 //! | `late-replay` | as `echo` (history, `loadSession`), but `session/load` answers first and replays the history 50 ms later (as Gemini CLI sends part of it after the answer), and a turn waits 200 ms (a model's latency) before it answers as `echo` |
 //! | `modes` | `session/new` (and `session/load`, which it serves from history as `echo` does) answers with modes `auto` (current), `ask` and `yolo` and config options `model` (select: `m1` current, `m2`) and `fast` (boolean, false); serves `session/set_mode` and `session/set_config_option` (unknown ids: `-32602`); a turn says `mode=<mode> model=<model> fast=<fast>`, then, in mode `ask`, asks for `t1` as `approval` does (message `approved` / `rejected`), elsewhere runs `t1` without asking (a completed `tool_call`); `end_turn` |
 //! | `flusher` | at `initialize`, spawns a child (`acp-test-agent flush TAG...`, same process group) that, like the model process of a real harness, writes its state only when told to stop; a turn says `flushing child`; the agent itself exits at once on `SIGTERM` |
+//! | `mcp-reach` | negotiates `mcpCapabilities.http`; a turn POSTs an MCP `initialize` to each HTTP server its session got and says `reached: ` and `<name> <status code>` (or why none), `; `-separated; `end_turn` |
 //! | `mcp` | negotiates `mcpCapabilities.http`; at `session/new`, starts a child (`acp-test-agent sleep TAG... <args...>`, same process group) for each stdio server, with its variables, as an agent starts them; a turn says `mcp: ` and the MCP servers its session got at `session/new`, `; `-separated: `<name> stdio <command> <args...> env <names>` or `<name> http <url> headers <names>`; `end_turn` |
 //! | `escape` | a hostile agent, for sandbox tests: each whitespace-separated probe of the prompt is tried and reported as a message chunk `<probe> <result>\n`: `read:<path>` and `write:<path>` (`ok` / `denied (<kind>)`), `connect:<port>` on 127.0.0.1 (`ok` / `denied (<kind>)`), `procs` (how many processes `/proc` shows), `env` (the variables' names), `bomb` (forks `sh -c 'sleep 300'` until a fork fails), `hog` (allocates 16 MiB blocks until stopped), `forever`; with `bomb` or `forever`, the turn then waits for `session/cancel`, else `end_turn` |
 //! | `skills` | lists the skill folders under `<cwd>/<prompt text>` (the prompt names a folder relative to the working directory, such as `.claude/skills`), by name: for each folder holding a `SKILL.md`, a message chunk `skill <name>\n<its SKILL.md>\n`, then `file <path>\n` for each other file of the folder (sorted); `no skills` when there is none; `end_turn` |
@@ -151,6 +152,7 @@ enum Mode {
     Modes,
     Flusher,
     Mcp,
+    McpReach,
     Escape,
     Skills,
     Burst,
@@ -207,6 +209,7 @@ impl Mode {
             "modes" => Self::Modes,
             "flusher" => Self::Flusher,
             "mcp" => Self::Mcp,
+            "mcp-reach" => Self::McpReach,
             "escape" => Self::Escape,
             "skills" => Self::Skills,
             "burst" => Self::Burst,
@@ -482,6 +485,8 @@ struct Session {
     settings: Settings,
     /// `mcp`: the MCP servers `session/new` named, described.
     mcp: Vec<String>,
+    /// `mcp-reach`: the HTTP MCP servers `session/new` named: name, URL.
+    mcp_http: Vec<(String, String)>,
 }
 
 /// The on-disk history of a session (`<cwd>/.acp-test-agent/<sessionId>.json`).
@@ -630,7 +635,10 @@ impl TestAgent {
                             .image(self.mode != Mode::NoLoad)
                             .embedded_context(self.mode != Mode::NoLoad),
                     )
-                    .mcp_capabilities(McpCapabilities::new().http(self.mode == Mode::Mcp)),
+                    .mcp_capabilities(
+                        McpCapabilities::new()
+                            .http(matches!(self.mode, Mode::Mcp | Mode::McpReach)),
+                    ),
             )
             .agent_info(Implementation::new(
                 "acp-test-agent",
@@ -695,6 +703,7 @@ impl TestAgent {
                 cancel: Arc::default(),
                 settings: Settings::default(),
                 mcp,
+                mcp_http: http_servers(&request.mcp_servers),
             },
         );
         drop(state);
@@ -736,6 +745,7 @@ impl TestAgent {
                 cancel: Arc::default(),
                 settings: Settings::default(),
                 mcp: request.mcp_servers.iter().map(described).collect(),
+                mcp_http: http_servers(&request.mcp_servers),
             },
         );
         if self.mode == Mode::LateReplay {
@@ -1208,6 +1218,20 @@ impl TestAgent {
                     _ => StopReason::Cancelled,
                 }
             }
+            Mode::McpReach => {
+                let servers = self
+                    .lock()
+                    .sessions
+                    .get(turn.id)
+                    .map(|s| s.mcp_http.clone())
+                    .unwrap_or_default();
+                let mut said = Vec::new();
+                for (name, url) in servers {
+                    said.push(format!("{name} {}", reach(&url).await));
+                }
+                turn.say(&format!("reached: {}", said.join("; ")))?;
+                StopReason::EndTurn
+            }
             Mode::Mcp => {
                 let servers = self
                     .lock()
@@ -1549,6 +1573,52 @@ async fn never_answer<T: JsonRpcResponse>(responder: Responder<T>) -> Outcome {
 }
 
 /// One `session/prompt` turn: where its updates go.
+/// The HTTP servers among `servers`: name, URL.
+fn http_servers(servers: &[McpServer]) -> Vec<(String, String)> {
+    servers
+        .iter()
+        .filter_map(|s| match s {
+            McpServer::Http(h) => Some((h.name.clone(), h.url.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// POSTs an MCP `initialize` to `url` (plain HTTP/1.1, one connection): the answer's status
+/// code, or why there is none.
+async fn reach(url: &str) -> String {
+    let Some((authority, path)) = url
+        .strip_prefix("http://")
+        .and_then(|rest| rest.split_once('/'))
+    else {
+        return format!("not an http URL: {url}");
+    };
+    let body = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"acp-test-agent","version":"0"}}}"#;
+    let request = format!(
+        "POST /{path} HTTP/1.1\r\nhost: {authority}\r\ncontent-type: application/json\r\n\
+         accept: application/json, text/event-stream\r\ncontent-length: {}\r\n\
+         connection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect(authority).await?;
+        stream.write_all(request.as_bytes()).await?;
+        let mut head = String::new();
+        tokio::io::BufReader::new(stream)
+            .read_line(&mut head)
+            .await?;
+        Ok::<_, std::io::Error>(head)
+    };
+    match tokio::time::timeout(Duration::from_secs(10), exchange).await {
+        Ok(Ok(head)) => head
+            .split_whitespace()
+            .nth(1)
+            .map_or_else(|| format!("no status: {head:?}"), str::to_owned),
+        Ok(Err(e)) => format!("unreachable: {e}"),
+        Err(_) => "no answer within 10 s".to_owned(),
+    }
+}
+
 /// An MCP server of `session/new`, as the `mcp` mode reports it (names only, no values).
 fn described(server: &McpServer) -> String {
     match server {
