@@ -167,9 +167,12 @@ pub struct AcpAgent {
     #[serde(default = "default_replay_quiet")]
     pub replay_quiet_ms: u64,
     /// MCP servers the agent's sessions get (`mcpServers` of `session/new` and
-    /// `session/load`): the agent connects to them and offers their tools to its model. An
-    /// HTTP server needs an agent that negotiates `mcpCapabilities.http` (the start fails
-    /// saying so otherwise). Header and variable values are never printed.
+    /// `session/load`): the agent connects to them and offers their tools to its model. Their
+    /// headers and variables are credentials that never reach the agent: a server with some
+    /// is served to it by the control plane's MCP relay instead (see [`AcpMcpTransport`]).
+    /// An HTTP server, and a relayed one, needs an agent that negotiates
+    /// `mcpCapabilities.http` (the start fails saying so otherwise). Header and variable
+    /// values are never printed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mcp_servers: Vec<AcpMcpServer>,
     /// The operator vouches that this agent asks for form input (ACP's form-mode
