@@ -26,7 +26,8 @@
 //! it started. Each server is served at `/mcp/<token>`, a random 128-bit token made per relay,
 //! so no other local process can use a server it was not given; any other path is `404`. It
 //! accepts at most [`CONNECTIONS`] connections at once, requests of at most [`BODY_LIMIT`]
-//! bytes, and a request's head must arrive within [`HEAD_TIMEOUT`].
+//! bytes, and a request's head must arrive within [`HEAD_TIMEOUT`] (an idle connection is
+//! closed then).
 //!
 //! A sandboxed agent ([`AcpAgent::in_sandbox`]) reaches the relay through a relay of its own
 //! address into its sandbox, made for that launch only ([`harness_sandbox::Launch::relay`]);
@@ -61,7 +62,8 @@ use crate::options::{AcpAgent, AcpMcpServer, AcpMcpTransport};
 pub const CONNECTIONS: usize = 32;
 /// The largest request body the relay takes (`413` beyond it).
 pub const BODY_LIMIT: usize = 4 * 1024 * 1024;
-/// How long a request's head may take to arrive.
+/// How long a request's head may take to arrive; a connection idle between requests for as
+/// long is closed too.
 pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long connecting to a proxied server may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);

@@ -435,3 +435,41 @@ fn servers_reach_the_agent_by_their_way() {
     let forwarded = agent_with(plain);
     assert_eq!(servers_for_agent(&forwarded, false, None).unwrap().len(), 1);
 }
+
+/// At most [`CONNECTIONS`] connections are served at once, and one that sends no request
+/// head (idle between requests too) is closed after [`HEAD_TIMEOUT`].
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_are_bounded_and_idle_ones_closed() {
+    let (_relay, url) = relay_for(bridged()).await;
+    let authority = url
+        .strip_prefix("http://")
+        .and_then(|rest| rest.split_once('/'))
+        .unwrap()
+        .0
+        .to_owned();
+    let mut idle = Vec::new();
+    for _ in 0..CONNECTIONS {
+        idle.push(tokio::net::TcpStream::connect(&authority).await.unwrap());
+    }
+    // Every slot is held: a request waits.
+    let client = reqwest::Client::new();
+    let waiting = client
+        .post(&url)
+        .timeout(Duration::from_millis(500))
+        .body("{}")
+        .send()
+        .await;
+    assert!(
+        waiting.is_err_and(|e| e.is_timeout()),
+        "served beyond the bound"
+    );
+    // A slot freed: served (`400`: not JSON-RPC).
+    drop(idle.pop());
+    let served = client.post(&url).body("{}").send().await.unwrap();
+    assert_eq!(served.status(), 400);
+    // The idle ones are closed by the relay within the head timeout.
+    let mut first = idle.swap_remove(0);
+    let mut buf = [0_u8; 16];
+    let read = tokio::time::timeout(HEAD_TIMEOUT * 2, first.read(&mut buf)).await;
+    assert!(matches!(read, Ok(Ok(0) | Err(_))), "{read:?}");
+}
