@@ -478,7 +478,7 @@ fn caller_credentials(
     let mut credentials = CallerCredentials::new();
     for (name, secret) in entries {
         let shown: String = name.chars().take(64).collect();
-        if !instance.providers.iter().any(|p| *p == name) {
+        if !instance.providers.contains(&name) {
             return Err(refuse(format!(
                 "`callerCredentials` names tool provider `{shown}`, which instance `{}` does \
                  not have: {}",

@@ -772,15 +772,14 @@ impl Redactor {
         S: Into<String>,
     {
         let recipe = &*self.recipe;
-        let mut builder = RedactorBuilder {
-            secrets: recipe.secrets.clone(),
-            rules: recipe.rules.clone(),
-            fields: recipe.fields.clone(),
-            builtins: recipe.builtins,
-            default_fields: recipe.default_fields,
-            ..RedactorBuilder::default()
-        };
+        // Field by field: test builds have fields of their own, left at their defaults.
+        let mut builder = RedactorBuilder::default();
+        builder.secrets.clone_from(&recipe.secrets);
         builder.secrets.extend(extra.into_iter().map(Into::into));
+        builder.rules.clone_from(&recipe.rules);
+        builder.fields.clone_from(&recipe.fields);
+        builder.builtins = recipe.builtins;
+        builder.default_fields = recipe.default_fields;
         builder.build()
     }
 
