@@ -41,6 +41,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::LazyLock;
 
+use crate::wire::UnknownFields;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::de::{self, MapAccess, Visitor};
 use serde::ser::{SerializeMap, SerializeStruct};
@@ -539,7 +540,7 @@ pub const PORTABLE_TOOLS: &str = "portableTools";
 /// );
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 #[schemars(
     description = "What an adapter declares about one capability: level, machine-readable constraints, explanation and conformance evidence."
 )]
@@ -555,6 +556,11 @@ pub struct Capability {
     /// The conformance evidence, when certified.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     evidence: Option<EvidenceId>,
+    /// Fields a newer writer added that this version does not know, written back as read
+    /// (see [`crate::wire`]).
+    #[serde(flatten)]
+    #[schemars(skip)]
+    unknown: UnknownFields,
 }
 
 impl Capability {
@@ -566,6 +572,7 @@ impl Capability {
             constraints: serde_json::Map::new(),
             explanation: None,
             evidence: None,
+            unknown: UnknownFields::default(),
         }
     }
 
@@ -624,6 +631,13 @@ impl Capability {
     pub fn with_evidence(mut self, evidence: EvidenceId) -> Self {
         self.evidence = Some(evidence);
         self
+    }
+
+    /// Fields a newer writer added that this version does not know (kept, and written back
+    /// when the capability is serialized again; see [`crate::wire`]).
+    #[must_use]
+    pub fn unknown_fields(&self) -> &UnknownFields {
+        &self.unknown
     }
 
     /// The support level.
@@ -1117,7 +1131,7 @@ impl JsonSchema for Requirement {
 /// );
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 #[schemars(
     description = "A required capability the adapter does not provide at the required level."
 )]
@@ -1361,7 +1375,6 @@ mod tests {
     }
 
     #[rstest]
-    #[case(json!({"level": "native", "explaination": "x"}), "unknown field `explaination`")]
     #[case(json!({"level": "full"}), "unknown variant `full`")]
     #[case(json!({"explanation": "x"}), "missing field `level`")]
     #[case(json!({"level": "native", "constraints": [1]}), "invalid type: sequence, expected a map")]
@@ -1369,6 +1382,22 @@ mod tests {
     fn capability_rejects_bad_input(#[case] input: serde_json::Value, #[case] message: &str) {
         let err = serde_json::from_value::<Capability>(input).unwrap_err();
         assert!(err.to_string().contains(message), "{err}");
+    }
+
+    /// A capability is part of a descriptor, which crosses a version boundary: a newer
+    /// writer's field is kept and written back (see `crate::wire`).
+    #[test]
+    fn a_newer_writers_capability_field_is_kept() {
+        let newer =
+            json!({"level": "native", "evidence": "conformance:v1:x", "verifiedAt": "2026-12-01"});
+        let cap: Capability = serde_json::from_value(newer.clone()).unwrap();
+        assert_eq!(cap.level(), SupportLevel::Native);
+        assert_eq!(
+            cap.unknown_fields().get("verifiedAt"),
+            Some(&json!("2026-12-01"))
+        );
+        assert_eq!(serde_json::to_value(&cap).unwrap(), newer);
+        assert!(Capability::native().unknown_fields().is_empty());
     }
 
     #[test]
@@ -1468,7 +1497,8 @@ mod tests {
         let validator = jsonschema::validator_for(&schema).unwrap();
         assert!(validator.is_valid(&json!({"stream.text": {"level": "native"}})));
         assert!(!validator.is_valid(&json!({"stream.txt": {"level": "native"}})));
-        assert!(!validator.is_valid(&json!({"stream.text": {"level": "native", "x": 1}})));
+        // Keys are closed; a capability's own fields are open to a newer writer.
+        assert!(validator.is_valid(&json!({"stream.text": {"level": "native", "x": 1}})));
     }
 
     #[rstest]

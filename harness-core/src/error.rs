@@ -794,7 +794,7 @@ fn classify(error: &(dyn std::error::Error + 'static)) -> HarnessError {
 
 /// The safe projection of a [`HarnessError`]: what clients see.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct PublicError {
     /// The category.
     pub category: ErrorCategory,

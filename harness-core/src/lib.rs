@@ -29,6 +29,7 @@ pub mod time;
 pub mod tool;
 pub use tool::middleware;
 pub mod trace;
+pub mod wire;
 
 #[doc(hidden)]
 pub mod __private;

@@ -292,7 +292,7 @@ string_newtype!(
 /// assert_eq!(serde_json::from_value::<SessionBinding>(wire).unwrap(), b);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct SessionBinding {
     binding_id: BindingId,
     conversation_id: ConversationId,
@@ -1024,11 +1024,13 @@ mod tests {
         }
         let err = serde_json::from_str::<StateKey>("\"a b\"").unwrap_err();
         assert!(err.to_string().contains("invalid state key `a b`"), "{err}");
-        let err = serde_json::from_value::<SessionBinding>(serde_json::json!({
+        // A binding crosses a version boundary (a worker, a store): a newer writer's field
+        // is read past (see `crate::wire`).
+        let read = serde_json::from_value::<SessionBinding>(serde_json::json!({
             "bindingId": "b", "conversationId": "c", "epoch": 0, "owner": "x"
         }))
-        .unwrap_err();
-        assert!(err.to_string().contains("unknown field `owner`"), "{err}");
+        .unwrap();
+        assert_eq!(read.epoch(), 0);
     }
 
     #[test]

@@ -27,6 +27,7 @@ const LAYERS: &[&[&str]] = &[
         "program",
         "boxed",
         "state",
+        "wire",
     ],
     &[
         "action",

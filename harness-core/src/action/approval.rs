@@ -80,7 +80,7 @@ impl fmt::Display for DecisionKind {
 /// # }
 /// ```
 #[derive(Clone, PartialEq, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct ToolCallApproval {
     /// The tool call this decision is about; unique within the approval.
     pub(super) call_id: ToolCallId,
@@ -225,7 +225,7 @@ impl fmt::Debug for ToolCallApproval {
 }
 
 #[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 struct ToolCallApprovalWire {
     call_id: ToolCallId,
     tool: String,
@@ -261,7 +261,7 @@ impl<'de> Deserialize<'de> for ToolCallApproval {
 /// # }
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct ApprovalRequest {
     /// The calls awaiting a decision, in the order they were proposed.
     // Shared by clones: a request is copied into the log, the lifecycle and the runtime, and
@@ -342,7 +342,7 @@ impl ApprovalRequest {
 }
 
 #[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 struct ApprovalRequestWire {
     calls: Vec<ToolCallApproval>,
 }

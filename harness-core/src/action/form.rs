@@ -6,7 +6,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
-use super::support::{listed, no_fields, ticked};
+use super::support::{listed, ticked};
 use crate::json_schema::{CompiledSchema, truncate};
 
 use super::ids::*;
@@ -29,8 +29,7 @@ use super::ids::*;
 #[serde(
     tag = "type",
     rename_all = "snake_case",
-    rename_all_fields = "camelCase",
-    deny_unknown_fields
+    rename_all_fields = "camelCase"
 )]
 pub enum FieldKind {
     /// A string. Lengths count Unicode scalar values, as JSON Schema does.
@@ -59,7 +58,6 @@ pub enum FieldKind {
         integer: bool,
     },
     /// `true` or `false`.
-    #[serde(deserialize_with = "no_fields")]
     Boolean,
     /// One of a fixed list of strings, or several of them (an array) when `multiple`.
     Choice {
@@ -146,7 +144,7 @@ impl FieldKind {
 /// # }
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct FormField {
     /// The key under which the value is submitted; unique within the form.
     pub name: FieldName,
@@ -222,7 +220,7 @@ impl FormField {
 /// # }
 /// ```
 #[derive(Clone, PartialEq, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct FormRequest {
     /// A heading for the form.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -353,7 +351,7 @@ impl fmt::Debug for FormRequest {
 }
 
 #[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 struct FormRequestWire {
     #[serde(default)]
     title: Option<String>,
@@ -828,7 +826,7 @@ impl fmt::Display for JsonType {
 /// assert_eq!(wire["problem"]["type"], "wrong_type");
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct FieldViolation {
     /// The field name as submitted (or as defined, for a missing field).
     pub field: String,
@@ -856,16 +854,13 @@ impl fmt::Display for FieldViolation {
 #[serde(
     tag = "type",
     rename_all = "snake_case",
-    rename_all_fields = "camelCase",
-    deny_unknown_fields
+    rename_all_fields = "camelCase"
 )]
 #[non_exhaustive]
 pub enum FieldProblem {
     /// A required field is absent or `null`.
-    #[serde(deserialize_with = "no_fields")]
     Missing,
     /// The form defines no field of that name.
-    #[serde(deserialize_with = "no_fields")]
     Unknown,
     /// The value has the wrong JSON type.
     WrongType {
@@ -894,7 +889,6 @@ pub enum FieldProblem {
         pattern: String,
     },
     /// The number has a fraction but the field takes whole numbers.
-    #[serde(deserialize_with = "no_fields")]
     NotAnInteger,
     /// The number is below the minimum.
     BelowMinimum {

@@ -19,6 +19,13 @@
 //! names what was wrong and what would be right. A validated answer summarizes itself as the
 //! [`ActionResolution`] recorded in the `action.resolved` event.
 //!
+//! **Unknown fields.** A request (an adapter's) and a resolution (the engine's) cross version
+//! boundaries in events and in the store: a field a newer writer added is read past. An
+//! answer ([`ActionResponse`] and its parts) is a caller's instruction: a field this version
+//! does not know is refused with an error that names it, whether the answer comes from a
+//! caller or is read back from the store (a reader must not act on part of an instruction).
+//! See [`crate::wire`].
+//!
 //! ```
 //! use harness_core::action::{
 //!     ActionRequest, ApprovalRequest, ApprovalResponse, FieldKind, FormField, FormRequest,

@@ -84,7 +84,7 @@ const fn default_dismissible() -> bool {
 /// # }
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct ActionRequest {
     /// The action's identity.
     pub id: ActionId,

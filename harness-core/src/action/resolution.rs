@@ -4,7 +4,6 @@ use serde::{Deserialize, Serialize};
 use super::approval::DecisionKind;
 use super::ids::ActionType;
 use super::ids::{FieldName, Revision};
-use super::support::no_fields;
 // Named by the docs only (their text is published in the JSON Schemas, links unrewritten).
 #[cfg(doc)]
 use super::validation::{ValidatedApproval, ValidatedForm};
@@ -35,7 +34,7 @@ use crate::id::{ActionId, IdempotencyKey, ToolCallId};
 /// assert!(!r.is_dismissed());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct ActionResolution {
     /// The action resolved.
     pub action_id: ActionId,
@@ -63,8 +62,7 @@ impl ActionResolution {
 #[serde(
     tag = "type",
     rename_all = "snake_case",
-    rename_all_fields = "camelCase",
-    deny_unknown_fields
+    rename_all_fields = "camelCase"
 )]
 pub enum ResolutionOutcome {
     /// A form was submitted.
@@ -73,7 +71,6 @@ pub enum ResolutionOutcome {
         fields: Vec<FieldName>,
     },
     /// The action was dismissed.
-    #[serde(deserialize_with = "no_fields")]
     Dismissed,
     /// Every tool call received a decision.
     Decided {
@@ -84,7 +81,7 @@ pub enum ResolutionOutcome {
 
 /// The decision one tool call received.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct CallResolution {
     /// The call.
     pub call_id: ToolCallId,

@@ -20,7 +20,7 @@ use crate::json_schema::{CompiledSchema, MESSAGE_CHARS, truncate};
 /// assert_eq!(v.to_string(), "at `/path`: value is not of type \"string\"");
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct SchemaViolation {
     /// The JSON pointer (RFC 6901) of the offending value; empty for the whole document.
     pub pointer: String,

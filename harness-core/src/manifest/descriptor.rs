@@ -12,6 +12,7 @@ use super::support::truncate_for_echo;
 use super::version::ContractVersion;
 use crate::capability::{Capability, CapabilityKey, CapabilityReport};
 use crate::id::AdapterId;
+use crate::wire::UnknownFields;
 
 // ---------------------------------------------------------------------------------------------
 // Descriptor
@@ -25,8 +26,12 @@ use crate::id::AdapterId;
 /// must reject unknown fields), the [`CapabilityReport`], and the version of the conformance
 /// evidence that certified it.
 ///
-/// Build one with [`HarnessDescriptor::builder`] or deserialize it (camelCase, unknown fields
-/// rejected); both validate, so every `HarnessDescriptor` is valid. Building performs no I/O.
+/// Build one with [`HarnessDescriptor::builder`] or deserialize it (camelCase); both validate,
+/// so every `HarnessDescriptor` is valid. Building performs no I/O.
+///
+/// A descriptor written by a newer version may carry optional fields this one does not know:
+/// they are read, kept and written back as they were (see [`crate::wire`]); the execution
+/// mode alone refuses a field it does not know, since it says what the adapter can reach.
 ///
 /// ```
 /// use harness_core::manifest::HarnessDescriptor;
@@ -51,7 +56,7 @@ use crate::id::AdapterId;
 /// assert!(err.to_string().contains("`optionsSchema` accepts unknown fields at the root"));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 #[schemars(
     title = "HarnessDescriptor",
     description = "The provider manifest of one adapter (adapter contract v1)."
@@ -85,6 +90,11 @@ pub struct HarnessDescriptor {
     /// The version of the conformance evidence that certified this adapter version.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) certification_evidence_version: Option<String>,
+    /// Fields a newer writer added that this version does not know, written back as read
+    /// (see [`crate::wire`]).
+    #[serde(flatten)]
+    #[schemars(skip)]
+    pub(crate) unknown: UnknownFields,
 }
 
 impl HarnessDescriptor {
@@ -111,6 +121,13 @@ impl HarnessDescriptor {
     #[must_use]
     pub fn id(&self) -> &AdapterId {
         &self.id
+    }
+
+    /// Top-level fields a newer writer added that this version does not know (kept, and
+    /// written back when the descriptor is serialized again).
+    #[must_use]
+    pub fn unknown_fields(&self) -> &UnknownFields {
+        &self.unknown
     }
 
     /// The display name.
@@ -253,7 +270,7 @@ impl HarnessDescriptor {
 
 /// The wire form before validation.
 #[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 struct RawHarnessDescriptor {
     id: AdapterId,
     name: String,
@@ -267,6 +284,8 @@ struct RawHarnessDescriptor {
     capabilities: CapabilityReport,
     #[serde(default)]
     certification_evidence_version: Option<String>,
+    #[serde(flatten)]
+    unknown: UnknownFields,
 }
 
 impl TryFrom<RawHarnessDescriptor> for HarnessDescriptor {
@@ -283,6 +302,7 @@ impl TryFrom<RawHarnessDescriptor> for HarnessDescriptor {
             options_schema: raw.options_schema,
             capabilities: raw.capabilities,
             certification_evidence_version: raw.certification_evidence_version,
+            unknown: raw.unknown,
         };
         match descriptor.validate() {
             Ok(()) => Ok(descriptor),
@@ -444,6 +464,7 @@ impl HarnessDescriptorBuilder {
             ),
             capabilities: self.capabilities,
             certification_evidence_version: self.certification_evidence_version,
+            unknown: UnknownFields::default(),
         };
         if let Err(found) = descriptor.validate() {
             // Without a real mode, a boundary mismatch against the stand-in means nothing.

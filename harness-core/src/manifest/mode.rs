@@ -2,6 +2,7 @@ use std::borrow::Cow;
 use std::fmt;
 use std::str::FromStr;
 
+use crate::wire::UnknownFields;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -492,7 +493,7 @@ impl fmt::Display for DependencyKind {
 /// );
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 #[schemars(description = "Something an adapter needs in order to run.")]
 pub struct Dependency {
     /// The name in its ecosystem (`@google/gemini-cli`, `claude`, `tokio`).
@@ -504,6 +505,11 @@ pub struct Dependency {
     /// Whether the adapter still works, with less, without it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     optional: bool,
+    /// Fields a newer writer added that this version does not know, written back as read
+    /// (see [`crate::wire`]).
+    #[serde(flatten)]
+    #[schemars(skip)]
+    unknown: UnknownFields,
 }
 
 impl Dependency {
@@ -515,6 +521,7 @@ impl Dependency {
             kind,
             version: version.into(),
             optional: false,
+            unknown: UnknownFields::default(),
         }
     }
 

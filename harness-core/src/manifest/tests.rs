@@ -541,8 +541,12 @@ fn full_descriptor_round_trips_through_json() {
             .map(|e| e.to_string())
             .collect::<Vec<_>>()
     );
+    // Open to a newer writer's fields, except in the execution mode (what the adapter can
+    // reach).
     let mut extra = json;
     extra["image"] = json!("x");
+    assert!(validator.is_valid(&extra));
+    extra["executionMode"]["image"] = json!("x");
     assert!(!validator.is_valid(&extra));
 }
 
@@ -684,8 +688,27 @@ fn deserialization_accepts_the_minimal_manifest_and_defaults_optional_fields() {
     assert_eq!(serde_json::to_value(&d).unwrap(), valid_json());
 }
 
+/// A manifest written by a newer version, with optional fields this one does not know at the
+/// top level, in a dependency and in a capability: read, kept, and written back unchanged (a
+/// registry passing it on strips nothing). This once asserted the opposite: see `crate::wire`.
+#[test]
+fn a_newer_writers_extra_manifest_fields_are_kept() {
+    let mut wire = valid_json();
+    wire["extra"] = json!(1);
+    wire["provenance"] = json!({"builtBy": "ci", "at": "2026-12-01"});
+    wire["dependencies"] =
+        json!([{"name": "claude", "kind": "binary", "version": "*", "sha256": "ab"}]);
+    wire["capabilities"] = json!({"stream.text": {"level": "native", "verifiedAt": "2026-12-01"}});
+    let d: HarnessDescriptor = serde_json::from_value(wire.clone()).unwrap();
+    assert_eq!(d.unknown_fields().get("extra"), Some(&json!(1)));
+    assert_eq!(d.unknown_fields().len(), 2);
+    assert_eq!(serde_json::to_value(&d).unwrap(), wire);
+    // What this version builds has none.
+    assert!(valid_builder().build().unwrap().unknown_fields().is_empty());
+}
+
 #[rstest]
-#[case("extra", json!(1), "unknown field `extra`")]
+#[case("executionMode", json!({"mode": "in_process", "compatibilityOnly": true, "hostNetwork": true}), "unknown field `hostNetwork`, expected `compatibilityOnly`")]
 #[case("id", json!("Scripted"), "invalid adapter id `Scripted`: expected a lowercase id matching ^[a-z][a-z0-9_]{1,63}$")]
 #[case("id", json!("x"), "invalid adapter id `x`")]
 #[case("contractVersions", json!("1"), "invalid type: string \"1\", expected a sequence")]
