@@ -136,7 +136,7 @@ impl<A> Registry<A> {
     /// An empty registry for an engine that supports contract version 1 only.
     #[must_use]
     pub fn new() -> Self {
-        Self::with_supported_versions([ContractVersion::V1])
+        Self::with_supported_versions([ContractVersion::CURRENT])
     }
 
     /// An empty registry for an engine that supports `versions` (duplicates are ignored; with

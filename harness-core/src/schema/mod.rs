@@ -3,10 +3,17 @@
 //! The workspace test `tests/schemas.rs` regenerates them and fails when a committed file has
 //! drifted from the types; `UPDATE_SCHEMAS=1 cargo test --test schemas` rewrites them.
 //!
+//! Under `schemas/baseline/v<N>/` lies a copy of them as contract version `N` pinned them,
+//! with `contract.json` ([`compat::contract_semantics`]): `harness-core/tests/schema_compat.rs`
+//! fails when today's schemas are incompatible with the baseline of
+//! [`ContractVersion::CURRENT`](crate::manifest::ContractVersion::CURRENT) (see [`compat`]).
+//!
 //! ```
 //! let schemas = harness_core::schema::wire_schemas();
 //! assert!(schemas.iter().any(|(name, _)| *name == "event"));
 //! ```
+
+pub mod compat;
 
 use schemars::{JsonSchema, Schema, generate::SchemaSettings};
 
