@@ -39,6 +39,7 @@ pub async fn check<S: ExecutionStore + Clone>(store: S) {
     records_and_idempotency(&store).await;
     leases_and_fencing(&store).await;
     appends(&store).await;
+    a_newer_writers_events(&store).await;
     answers_and_cancels(&store).await;
     tails(&store).await;
     races(&store).await;
@@ -392,6 +393,64 @@ async fn leases_and_fencing<S: ExecutionStore>(store: &S) {
         .expect("a lapsed lease is free");
     assert!(next.token > short.token);
     assert_eq!(store.read(&id, Cursor::START, 10).await, Ok(Vec::new()));
+}
+
+/// Events `from..=to` of `id` as a newer version writes them: an envelope field (`traceId`)
+/// and a `data` field (`lang`) this version does not know, read by today's [`Event`] (which
+/// keeps them; see `harness_core::wire`).
+///
+/// # Panics
+/// Never for valid ids (the JSON is built from known values).
+#[must_use]
+pub fn newer_writers_events(id: &ExecutionId, from: u64, to: u64) -> Vec<Event> {
+    events(id, from, to)
+        .iter()
+        .map(|event| {
+            let mut wire = serde_json::to_value(event).expect("an event serializes");
+            wire["traceId"] = serde_json::json!("4bf92f3577b34da6a3ce929d0e0e4736");
+            if let Some(data) = wire
+                .get_mut("data")
+                .and_then(serde_json::Value::as_object_mut)
+            {
+                data.insert("lang".into(), serde_json::json!("en"));
+            }
+            serde_json::from_value(wire).expect("a newer writer's event reads")
+        })
+        .collect()
+}
+
+/// A rolling upgrade: events a newer replica appended, with fields this version does not
+/// know, are read back by this one with those fields (so that serving them again strips
+/// nothing), and the execution goes on with this version's events.
+async fn a_newer_writers_events<S: ExecutionStore>(store: &S) {
+    let (id, lease) = leased(store, "a").await;
+    let newer = newer_writers_events(&id, 1, 3);
+    assert_eq!(
+        newer[2].unknown_data_fields().get("lang"),
+        Some(&serde_json::json!("en"))
+    );
+    store.append(&lease, &newer).await.expect("append");
+    let ours = events(&id, 4, 4);
+    store
+        .append(&lease, &ours)
+        .await
+        .expect("append this version's");
+    let read = store.read(&id, Cursor::START, 10).await.expect("read");
+    assert_eq!(
+        read[..3],
+        newer[..],
+        "a newer writer's fields are kept through the store"
+    );
+    assert_eq!(read[3..], ours[..]);
+    let served = serde_json::to_value(&read[2]).expect("serialize");
+    assert_eq!(
+        (&served["traceId"], &served["data"]["lang"]),
+        (
+            &serde_json::json!("4bf92f3577b34da6a3ce929d0e0e4736"),
+            &serde_json::json!("en")
+        ),
+        "served again as the newer writer wrote it"
+    );
 }
 
 async fn appends<S: ExecutionStore>(store: &S) {

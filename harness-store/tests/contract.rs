@@ -147,6 +147,83 @@ proptest! {
     }
 }
 
+/// A rolling upgrade: rows a newer replica wrote (events and an answer, with fields this
+/// version does not know in the envelope and in `data`) are read by this version's store,
+/// and the events are served again as the newer writer wrote them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_a_newer_writer_stored_are_read() {
+    use harness_core::store::Resolution;
+    let dir = scratch("newer-rows");
+    let path = dir.join("harness.db");
+    let record = suite::record();
+    let id = record.id.clone();
+    let action: harness_core::id::ActionId = "act_1".parse().unwrap();
+    let answer = Resolution {
+        action_id: action.clone(),
+        revision: 1,
+        response: serde_json::json!({"type": "form_input", "actionId": "act_1", "revision": 1,
+                                     "answer": {"type": "dismiss"}}),
+        at: "2026-11-30T12:00:00Z".parse().unwrap(),
+    };
+    {
+        let store = SqliteStore::open(&path).expect("open");
+        store.create(record).await.expect("create");
+        let lease = store
+            .acquire(&id, &ReplicaId::new("newer"), Duration::from_secs(30))
+            .await
+            .expect("lease");
+        store
+            .append(&lease, &suite::events(&id, 1, 3))
+            .await
+            .expect("append");
+        store.resolve(&id, answer.clone()).await.expect("resolve");
+    }
+    // What the newer replica wrote instead: the same rows with its new fields.
+    let mut body = serde_json::to_value(suite::events(&id, 1, 3)).unwrap();
+    body[0]["traceId"] = serde_json::json!("4bf92f3577b34da6a3ce929d0e0e4736");
+    body[1]["replica"] = serde_json::json!({"zone": "b"});
+    body[2]["data"]["lang"] = serde_json::json!("en");
+    body[2]["data"]["style"] = serde_json::json!({"bold": true});
+    let mut stored_answer = serde_json::to_value(&answer).unwrap();
+    stored_answer["answeredBy"] = serde_json::json!("replica-b");
+    {
+        let conn = rusqlite::Connection::open(&path).expect("the file");
+        let changed = conn
+            .execute(
+                "UPDATE events SET body = ?1 WHERE execution = ?2",
+                rusqlite::params![body.to_string(), id.as_str()],
+            )
+            .expect("rewrite the events row");
+        assert_eq!(changed, 1, "one batch row");
+        let changed = conn
+            .execute(
+                "UPDATE resolutions SET body = ?1 WHERE execution = ?2",
+                rusqlite::params![stored_answer.to_string(), id.as_str()],
+            )
+            .expect("rewrite the answer row");
+        assert_eq!(changed, 1);
+    }
+    let store = SqliteStore::open(&path).expect("reopen");
+    let read = store
+        .read(&id, Cursor::START, 10)
+        .await
+        .expect("a newer writer's events row reads");
+    assert_eq!(read.len(), 3);
+    assert_eq!(read[2].payload(), suite::event(&id, 3).payload());
+    assert_eq!(
+        serde_json::to_value(&read).unwrap(),
+        body,
+        "served again with the newer writer's fields"
+    );
+    assert_eq!(
+        store.resolution(&id, &action).await,
+        Ok(Some(answer)),
+        "a newer writer's answer row reads (its extra field is not this version's to keep)"
+    );
+    drop(store);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_1_database_is_migrated_with_its_events() {
     let dir = scratch("v1");
