@@ -14,6 +14,7 @@
 //! | [`HarnessDescriptor`](crate::manifest::HarnessDescriptor), [`Dependency`](crate::manifest::Dependency), [`Capability`](crate::capability::Capability) | an adapter | tolerated and **preserved** |
 //! | [`ActionResolution`](crate::action::ActionResolution), [`UnmetRequirement`](crate::capability::UnmetRequirement), the violation details of a refused answer | the engine | tolerated |
 //! | [`ExecutionMode`](crate::manifest::ExecutionMode) | an adapter | **refused**: it says what the adapter can reach (below) |
+//! | [`FormField`](crate::action::FormField), [`FieldKind`](crate::action::FieldKind) | an adapter, and an operator (a scripted adapter's script) | **refused** (below) |
 //! | capability *keys* of a [`CapabilityReport`](crate::capability::CapabilityReport) | an adapter | **refused**: a key is a contract term, not an optional field |
 //! | [`ActionResponse`](crate::action::ActionResponse) and its parts (a caller's answer) | a caller | **refused**, naming the field |
 //! | [`ExecutionRequest`](crate::service::ExecutionRequest), [`Requirement`](crate::capability::Requirement), [`RunLimits`](crate::limits::RunLimits), adapter options, configuration files, tool arguments under a closed schema | a caller, an operator | **refused**, naming the field |
@@ -47,6 +48,11 @@
 //!   states what an adapter's runtime can reach (`sandbox_pod` may name only an operator's
 //!   profile): a field the reader cannot interpret there could broaden that authority, and
 //!   the contract ties broadened authority to a new contract version.
+//! - **A form's fields stay closed.** They are an adapter's (inside an action request) but
+//!   also an operator's: a scripted adapter's script declares its forms with them, and an
+//!   adapter's options schema must be closed. One type cannot be both, so they stay closed,
+//!   and an older reader refuses an `action.requested` event whose form field has a field it
+//!   does not know. (A closed mirror of them in the scripted adapter would lift this.)
 //! - **Capability keys stay closed.** A new capability is a new contract term that comes
 //!   with a contract version (and a conformance fixture); an unknown key is more often a typo
 //!   (`stream.txt`), which the reader names with a suggestion.

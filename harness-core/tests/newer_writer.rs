@@ -35,7 +35,7 @@ fn sorted<'a>(keys: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
 /// The fields deeper than the top level of `data`: read past, not written back.
 const DROPPED: &[&str] = &[
     "/5/data/outcome/durationMs",
-    "/6/data/kind/fields/0/placeholder",
+    "/6/data/kind/layout",
     "/8/data/error/hint",
 ];
 
@@ -173,6 +173,19 @@ fn an_older_reader_reads_a_newer_writers_descriptor_and_keeps_its_fields() {
     let again: HarnessDescriptor =
         serde_json::from_value(serde_json::to_value(&descriptor).unwrap()).unwrap();
     assert_eq!(again, descriptor);
+}
+
+#[test]
+fn a_newer_writers_form_field_is_refused() {
+    // Form fields are also an operator's vocabulary (a scripted adapter's script), so closed:
+    // see `harness_core::wire`.
+    let mut written: Value = serde_json::from_str(&fixture("events.json")).unwrap();
+    written[6]["data"]["kind"]["fields"][0]["placeholder"] = json!("ada@example.com");
+    let err = serde_json::from_value::<Event>(written[6].clone()).unwrap_err();
+    assert!(
+        err.to_string().contains("unknown field `placeholder`"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -6,7 +6,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
-use super::support::{listed, ticked};
+use super::support::{listed, no_fields, ticked};
 use crate::json_schema::{CompiledSchema, truncate};
 
 use super::ids::*;
@@ -29,7 +29,8 @@ use super::ids::*;
 #[serde(
     tag = "type",
     rename_all = "snake_case",
-    rename_all_fields = "camelCase"
+    rename_all_fields = "camelCase",
+    deny_unknown_fields
 )]
 pub enum FieldKind {
     /// A string. Lengths count Unicode scalar values, as JSON Schema does.
@@ -58,6 +59,7 @@ pub enum FieldKind {
         integer: bool,
     },
     /// `true` or `false`.
+    #[serde(deserialize_with = "no_fields")]
     Boolean,
     /// One of a fixed list of strings, or several of them (an array) when `multiple`.
     Choice {
@@ -143,8 +145,12 @@ impl FieldKind {
 /// # Ok(())
 /// # }
 /// ```
+/// Closed (an unknown field is refused, by name), unlike the rest of an action request: a
+/// form's fields are also what an operator writes, in a scripted adapter's script, whose
+/// options schema must be closed. So an older reader refuses an `action.requested` event
+/// whose form field carries a field it does not know (see [`crate::wire`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct FormField {
     /// The key under which the value is submitted; unique within the form.
     pub name: FieldName,

@@ -604,7 +604,7 @@ fn requests_and_resolutions_survive_a_flattened_event_envelope() {
     );
     // A newer writer's field deep inside is read past (the request is the same).
     wire["data"]["kind"]["fields"][0]["kind"]["minLength"] = json!(2);
-    wire["data"]["kind"]["fields"][2]["kind"]["extra"] = json!(1);
+    wire["data"]["kind"]["layout"] = json!("grid");
     let read = serde_json::from_value::<Envelope>(wire).unwrap();
     assert_eq!(read.payload, Payload::Requested(form_request()));
 }
@@ -654,6 +654,29 @@ fn caller_answers_refuse_unknown_fields(
     assert!(err.to_string().contains(expected), "{err}");
 }
 
+/// A form's fields are also an operator's (a scripted adapter's script): closed, by name
+/// (see [`crate::wire`]).
+#[rstest]
+#[case::form_field(
+    json!({"fields": [{"name": "a", "label": "A", "kind": {"type": "boolean"},
+                       "placeholder": "x"}]}),
+    "unknown field `placeholder`"
+)]
+#[case::field_kind(
+    json!({"fields": [{"name": "a", "label": "A",
+                       "kind": {"type": "text", "maxLen": 3}}]}),
+    "unknown field `maxLen`"
+)]
+#[case::unit_variant(
+    json!({"fields": [{"name": "a", "label": "A",
+                       "kind": {"type": "boolean", "default": true}}]}),
+    "unknown field `default`"
+)]
+fn form_fields_refuse_unknown_fields(#[case] wire: Value, #[case] expected: &str) {
+    let err = serde_json::from_value::<FormRequest>(wire).unwrap_err();
+    assert!(err.to_string().contains(expected), "{err}");
+}
+
 /// Requests (an adapter's) and resolutions (the engine's) cross a version boundary in events
 /// and in the store: a newer writer's optional field, at any level, is read past.
 #[rstest]
@@ -667,26 +690,11 @@ fn caller_answers_refuse_unknown_fields(
     json!({"id": "a", "revision": 1, "createdAt": "2026-11-30T12:00:00Z",
            "kind": {"type": "form_input", "fields": [], "layout": "grid"}})
 )]
-#[case::form_field(
-    "FormRequest",
-    json!({"fields": [{"name": "a", "label": "A", "kind": {"type": "boolean"},
-                       "placeholder": "x"}]})
-)]
-#[case::field_kind(
-    "FormRequest",
-    json!({"fields": [{"name": "a", "label": "A",
-                       "kind": {"type": "text", "maxLen": 3}}]})
-)]
 #[case::approval_call(
     "ActionRequest",
     json!({"id": "a", "revision": 1, "createdAt": "2026-11-30T12:00:00Z",
            "kind": {"type": "tool_approval", "calls": [{"callId": "c", "tool": "t",
              "arguments": {}, "inputSchema": {}, "allowed": ["approve"], "risk": "high"}]}})
-)]
-#[case::unit_variant(
-    "FormRequest",
-    json!({"fields": [{"name": "a", "label": "A",
-                       "kind": {"type": "boolean", "default": true}}]})
 )]
 #[case::unit_outcome(
     "ActionResolution",
@@ -768,7 +776,7 @@ fn generated_schemas_accept_the_wire_and_close_only_answers() {
         .resolution();
     check(false, &[resolution]);
 
-    // Unknown keys in nested unit variants: refused in an answer, admitted in a request.
+    // Unknown keys in nested unit variants: refused in an answer and in a form's fields.
     let schema = serde_json::to_value(schemars::schema_for!(ActionResponse)).unwrap();
     let validator = jsonschema::validator_for(&schema).unwrap();
     let decision = |d: Value| {
@@ -781,7 +789,7 @@ fn generated_schemas_accept_the_wire_and_close_only_answers() {
     let validator = jsonschema::validator_for(&schema).unwrap();
     let form = |k: Value| json!({"fields": [{"name": "a", "label": "A", "kind": k}]});
     assert!(validator.is_valid(&form(json!({"type": "boolean"}))));
-    assert!(validator.is_valid(&form(json!({"type": "boolean", "default": true}))));
+    assert!(!validator.is_valid(&form(json!({"type": "boolean", "default": true}))));
 }
 
 // ----- validating answers --------------------------------------------------------------
