@@ -178,6 +178,74 @@ async fn a_version_1_database_is_migrated_with_its_events() {
     assert_eq!(version, 7);
 }
 
+/// A rolling upgrade: rows a newer replica wrote (an events batch and an answer, with fields
+/// this version does not know) are read by this version's store, and the events are served
+/// again as the newer writer wrote them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_a_newer_writer_stored_are_read() {
+    use harness_core::store::Resolution;
+    let cluster = Cluster::start();
+    let store = connect(&cluster).await;
+    let record = suite::record();
+    let id = record.id.clone();
+    let action: harness_core::id::ActionId = "act_1".parse().unwrap();
+    let answer = Resolution {
+        action_id: action.clone(),
+        revision: 1,
+        response: serde_json::json!({"type": "form_input", "actionId": "act_1", "revision": 1,
+                                     "answer": {"type": "dismiss"}}),
+        at: "2026-11-30T12:00:00Z".parse().unwrap(),
+    };
+    store.create(record).await.expect("create");
+    let lease = store
+        .acquire(&id, &ReplicaId::new("newer"), Duration::from_secs(30))
+        .await
+        .expect("lease");
+    store
+        .append(&lease, &suite::events(&id, 1, 3))
+        .await
+        .expect("append");
+    store.resolve(&id, answer.clone()).await.expect("resolve");
+    // What the newer replica wrote instead: the same rows with its new fields.
+    let mut body = serde_json::to_value(suite::events(&id, 1, 3)).unwrap();
+    body[0]["traceId"] = serde_json::json!("4bf92f3577b34da6a3ce929d0e0e4736");
+    body[2]["data"]["lang"] = serde_json::json!("en");
+    let mut stored_answer = serde_json::to_value(&answer).unwrap();
+    stored_answer["answeredBy"] = serde_json::json!("replica-b");
+    let (client, connection) = tokio_postgres::connect(&cluster.url, tokio_postgres::NoTls)
+        .await
+        .expect("a plain connection");
+    tokio::spawn(connection);
+    let changed = client
+        .execute(
+            "UPDATE harness_event_batches SET body = $1 WHERE execution = $2",
+            &[&body.to_string(), &id.as_str()],
+        )
+        .await
+        .expect("rewrite the events row");
+    assert_eq!(changed, 1, "one batch row");
+    let changed = client
+        .execute(
+            "UPDATE harness_resolutions SET body = $1 WHERE execution = $2",
+            &[&stored_answer.to_string(), &id.as_str()],
+        )
+        .await
+        .expect("rewrite the answer row");
+    assert_eq!(changed, 1);
+    // Another replica (this version) reads them.
+    let older = connect(&cluster).await;
+    let read = older
+        .read(&id, Cursor::START, 10)
+        .await
+        .expect("a newer writer's events row reads");
+    assert_eq!(
+        serde_json::to_value(&read).unwrap(),
+        body,
+        "served again with the newer writer's fields"
+    );
+    assert_eq!(older.resolution(&id, &action).await, Ok(Some(answer)));
+}
+
 /// Schema 6 scopes conversations by principal: see [`common::seed_unscoped_conversations`].
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_5_database_gives_each_conversation_to_the_principal_who_started_it() {
