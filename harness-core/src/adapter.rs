@@ -82,8 +82,11 @@ impl From<Content> for AdapterEvent {
 pub struct AgentConfig {
     /// Adapter options, already validated against the adapter's options schema.
     pub options: Value,
-    /// The selected model, if the caller chose one.
-    pub model: Option<String>,
+    /// The model, narrowed by the engine: one the operator's
+    /// [`ModelPolicy`](crate::context::ModelPolicy) allows, chosen by the request or the
+    /// policy's default; `None` when the instance offers no choice (the adapter uses its own
+    /// configured model).
+    pub model: Option<crate::context::ModelSelection>,
     /// The conversation the caller continues, if any, in the caller's scope: key anything
     /// kept per conversation outside the thread state by it (the same id under two callers
     /// is two conversations).
@@ -124,8 +127,13 @@ pub struct RuntimeContext {
     pub config: AgentConfig,
     /// The session binding, for multi-turn conversations.
     pub binding: Option<SessionBinding>,
-    /// A rendered system prompt, if any.
-    pub prompt: Option<String>,
+    /// The operator's instance prompt, rendered by the engine with the request's
+    /// parameters ([`PromptTemplate`](crate::context::PromptTemplate)); `None` when the
+    /// instance has none. A model loop makes it its system message.
+    pub prompt: Option<crate::context::RenderedPrompt>,
+    /// The pauses the caller permits and how long an answer may take. The service's driver
+    /// enforces it whatever the runtime does; a runtime that can avoid a pause may read it.
+    pub interrupt_policy: crate::context::InterruptPolicy,
     /// Portable tools, each behind a validating handle.
     pub tools: Vec<ToolHandle>,
     /// The run limits in force for this execution (the operator's, narrowed by the
@@ -209,6 +217,10 @@ pub struct TurnInput {
     /// Input files, validated (count, size, type by content) and of a modality the
     /// adapter declares it takes: read handles, never host paths (see [`crate::file`]).
     pub files: Vec<ValidatedInputFile>,
+    /// The principal's safe projection (an opaque stable id and what the operator lets
+    /// pass, never a token or a claim), to attribute work by; `None` for an execution
+    /// without a principal (in-process use that names no caller).
+    pub user: Option<crate::context::SafeUserContext>,
     /// Opaque client context (no credentials: callers must not put any here).
     pub client_context: Map<String, Value>,
     /// The caller's trace context, to continue.
@@ -543,6 +555,10 @@ impl<A: SimpleAdapter> HarnessRuntime for SimpleRuntime<A> {
     }
 
     fn resume(&self, decision: ResumeDecision) -> BoxStream<'_, EventResult> {
+        // A decision made for another conversation's pause is never applied to this one.
+        if let Err(err) = decision.check_binding(self.context.binding.as_ref()) {
+            return Box::pin(futures_util::stream::once(async move { Err(err) }));
+        }
         let turn = {
             let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
             state.action = None;

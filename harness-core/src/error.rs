@@ -460,6 +460,22 @@ codes! {
     /// A request asks for a skill the operator blocks on this service (its block list),
     /// whether or not one of that name is installed.
     SKILL_BLOCKED: Some(C::Configuration);
+    /// The request names a model the instance does not offer (or any model, on an instance
+    /// whose operator offers no choice); the message lists the models it offers.
+    MODEL_NOT_ALLOWED: Some(C::Configuration);
+    /// The request's prompt parameters do not fit the instance's prompt template: an
+    /// unknown parameter, a required one missing, a value too long or with control
+    /// characters, or parameters for an instance without a template. The message names it.
+    PROMPT_PARAMETER_INVALID: Some(C::Configuration);
+    /// The runtime paused for a kind of action the request's interrupt policy does not
+    /// permit (`interruptPolicy.allow`): the run fails instead of pausing.
+    INTERRUPT_FORBIDDEN: Some(C::Configuration);
+    /// The action was not answered within the request's interrupt policy
+    /// (`interruptPolicy.answerWithinMs`): it is withdrawn and the run fails.
+    ACTION_EXPIRED: Some(C::Timeout);
+    /// A resume decision made for another session binding (another conversation, or an
+    /// epoch a clear left behind) was presented to a runtime: refused.
+    ACTION_BINDING_MISMATCH: Some(C::Protocol);
 }
 
 impl ErrorCode {

@@ -6,6 +6,7 @@ pub mod adapter;
 pub mod artifact;
 mod boxed;
 pub mod capability;
+pub mod context;
 pub mod error;
 pub mod event;
 pub mod extensions;

@@ -361,8 +361,14 @@ impl OpenAiAdapter {
         self.profiles.keys().map(String::as_str)
     }
 
-    /// The endpoint and model a request's options pick.
-    fn pick(&self, options: &Value) -> Result<(Arc<Profile>, String, Option<f64>), HarnessError> {
+    /// The endpoint and model a request picks: the engine's narrowed choice (`chosen`, from
+    /// the instance's model policy: the operator's word, used as is) or else its options'
+    /// `model` among the endpoint's, else the endpoint's model.
+    fn pick(
+        &self,
+        options: &Value,
+        chosen: Option<&harness_core::context::ModelSelection>,
+    ) -> Result<(Arc<Profile>, String, Option<f64>), HarnessError> {
         let options = OpenAiOptions::from_value(options)?;
         let name = options.endpoint.as_deref().unwrap_or(DEFAULT_ENDPOINT);
         let profile = self.profiles.get(name).ok_or_else(|| {
@@ -373,6 +379,20 @@ impl OpenAiAdapter {
             ))
         })?;
         let endpoint = &profile.endpoint;
+        if let Some(chosen) = chosen {
+            if let Some(other) = options.model.as_deref().filter(|m| *m != chosen.as_str()) {
+                return Err(invalid(format!(
+                    "the request chooses model {other:?} in its options but runs {:?} (its \
+                     `model`, or the instance's default): choose the model once, with `model`",
+                    chosen.as_str()
+                )));
+            }
+            return Ok((
+                Arc::clone(profile),
+                chosen.as_str().to_owned(),
+                options.temperature,
+            ));
+        }
         let model = match options.model {
             None => endpoint.model.clone(),
             Some(m) if m == endpoint.model || endpoint.models.contains(&m) => m,
@@ -408,7 +428,7 @@ impl HarnessAdapter for OpenAiAdapter {
         config: &'a AgentConfig,
         _deployment: &'a DeploymentContext,
     ) -> BoxFuture<'a, Result<CapabilityReport, HarnessError>> {
-        let picked = self.pick(&config.options);
+        let picked = self.pick(&config.options, config.model.as_ref());
         Box::pin(async move {
             picked?;
             Ok(Self::static_descriptor().capabilities().clone())
@@ -420,7 +440,7 @@ impl HarnessAdapter for OpenAiAdapter {
         context: RuntimeContext,
     ) -> BoxFuture<'_, Result<Box<dyn HarnessRuntime>, HarnessError>> {
         let result = self
-            .pick(&context.config.options)
+            .pick(&context.config.options, context.config.model.as_ref())
             .map(|(profile, model, temperature)| {
                 // Progressive disclosure of the granted skills: listed in the instructions,
                 // loaded on demand through the adapter's own tools.
@@ -430,7 +450,12 @@ impl HarnessAdapter for OpenAiAdapter {
                         .into_iter()
                         .map(|t| t.cancelled_by(context.cancellation.clone())),
                 );
-                let prompt = match (context.prompt, disclosure::listing(&context.skills)) {
+                let prompt = match (
+                    context
+                        .prompt
+                        .map(harness_core::context::RenderedPrompt::into_string),
+                    disclosure::listing(&context.skills),
+                ) {
                     (Some(p), Some(l)) => Some(format!("{p}\n\n{l}")),
                     (p, l) => p.or(l),
                 };

@@ -470,6 +470,11 @@ impl Driver {
                 if let Err(err) = self.declared.action(&request, &self.shared.adapter) {
                     return Some(SegmentEnd::Failed(err));
                 }
+                // The caller's interrupt policy: a pause it does not permit is never opened.
+                let policy = self.execution.interrupt_policy();
+                if !policy.permits(request.action_type()) {
+                    return Some(SegmentEnd::Failed(policy.forbidden(request.action_type())));
+                }
                 *ending = Some(SegmentEnd::Action(request));
             }
             AdapterEvent::Completed(summary) => *ending = Some(SegmentEnd::Completed(summary)),
@@ -696,6 +701,7 @@ impl Driver {
             (Some(pool), Some(_)) => Some(pool.enter()),
             _ => None,
         };
+        let expires = self.expiry(&pending_id);
         let id = self.shared.id.clone();
         let mut lost: Pin<Box<dyn std::future::Future<Output = ()> + Send>> =
             Box::pin(async move {
@@ -729,6 +735,12 @@ impl Driver {
                 }
                 () = &mut lost => {
                     return Err(Unanswered::Withdrawn(awaiting.withdraw(), provider_lost()));
+                }
+                // The caller's bound on an answer: the action expires, withdrawn, and the run
+                // fails with its own code.
+                () = sleep_until(expires) => {
+                    let err = self.execution.interrupt_policy().expired().with_retryable(false);
+                    return Err(Unanswered::Withdrawn(awaiting.withdraw(), err));
                 }
                 () = evicted => {
                     idle = None;
@@ -772,7 +784,9 @@ impl Driver {
                     self.answers.push(kept);
                     self.shared.snapshot().resolved.insert(id);
                     let _ = reply.send(Ok(()));
-                    return Ok((running, ResumeDecision::new(validated)));
+                    let decision = ResumeDecision::new(validated)
+                        .for_binding(self.execution.binding().cloned());
+                    return Ok((running, decision));
                 }
                 Err((back, err)) => {
                     awaiting = back;
@@ -780,6 +794,32 @@ impl Driver {
                 }
             }
         }
+    }
+
+    /// When the pending action `pending` expires under the request's interrupt policy: its
+    /// `answerWithinMs` after the `action.requested` the log holds for it (recorded now for
+    /// a fresh pause, earlier for one taken over), so a takeover keeps the deadline.
+    fn expiry(&self, pending: &crate::id::ActionId) -> Option<tokio::time::Instant> {
+        let within = self.execution.interrupt_policy().answer_within()?;
+        let now = tokio::time::Instant::now();
+        let requested = self
+            .shared
+            .reader
+            .last()
+            .and_then(|event| match event.payload() {
+                crate::event::EventPayload::ActionRequested(request) if request.id == *pending => {
+                    Some(event.time())
+                }
+                _ => None,
+            });
+        let elapsed = requested.map_or(Duration::ZERO, |at| {
+            let ms = crate::time::Timestamp::now()
+                .as_millis()
+                .saturating_sub(at.as_millis());
+            Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+        });
+        let left = within.saturating_sub(elapsed);
+        Some(now.checked_add(left).unwrap_or(now))
     }
 
     /// Lets the paused runtime go (the pool evicted it): cleaned up now, bounded by the

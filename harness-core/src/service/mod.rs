@@ -172,6 +172,7 @@ mod persist;
 pub mod pool;
 mod skills;
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -289,6 +290,23 @@ pub struct ExecutionRequest {
     /// started, and the reverse.
     #[serde(default, skip_serializing_if = "Delivery::is_stream")]
     pub delivery: Delivery,
+    /// The model to run with: one of those the operator offers on this instance
+    /// ([`AdapterServiceBuilder::models`]), else the request is refused before anything
+    /// runs (`MODEL_NOT_ALLOWED`, naming them). Absent: the operator's default. The adapter
+    /// receives the choice in [`AgentConfig::model`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Values of the instance prompt's parameters ([`AdapterServiceBuilder::prompt`]), by
+    /// name: checked before anything runs (`PROMPT_PARAMETER_INVALID`, naming an unknown
+    /// parameter, a missing required one, a value too long), rendered by the engine into
+    /// [`RuntimeContext::prompt`].
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub prompt_parameters: BTreeMap<String, String>,
+    /// Which pauses the caller permits and how long an answer may take (see
+    /// [`InterruptPolicy`](crate::context::InterruptPolicy)): every pause, unbounded, when
+    /// absent. Enforced by the driver whatever the adapter does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupt_policy: Option<crate::context::InterruptPolicy>,
     /// Caller data for the application's own layers (never on the wire; not part of the
     /// request's identity). No layer of this project puts a policy here: a layer that
     /// rebuilds the request cannot switch anything off.
@@ -395,6 +413,32 @@ impl ExecutionRequest {
         self
     }
 
+    /// Chooses the model (see [`model`](Self::model)).
+    #[must_use]
+    pub fn with_model(mut self, model: impl Into<String>) -> Self {
+        self.model = Some(model.into());
+        self
+    }
+
+    /// Fills one parameter of the instance prompt (see
+    /// [`prompt_parameters`](Self::prompt_parameters)).
+    #[must_use]
+    pub fn with_prompt_parameter(
+        mut self,
+        name: impl Into<String>,
+        value: impl Into<String>,
+    ) -> Self {
+        self.prompt_parameters.insert(name.into(), value.into());
+        self
+    }
+
+    /// Sets the interrupt policy (see [`interrupt_policy`](Self::interrupt_policy)).
+    #[must_use]
+    pub fn with_interrupt_policy(mut self, policy: crate::context::InterruptPolicy) -> Self {
+        self.interrupt_policy = Some(policy);
+        self
+    }
+
     /// Selects the service's tools the execution gets (see [`tools`](Self::tools)).
     #[must_use]
     pub fn with_tools(mut self, tools: impl IntoIterator<Item = crate::tool::ToolId>) -> Self {
@@ -428,6 +472,16 @@ struct ServiceInner<A> {
     skills: Option<Arc<crate::skill::SkillCatalog>>,
     /// The pool of paused runtimes; `None` when the adapter cannot restore an evicted one.
     pool: Option<Arc<pool::Pool>>,
+    /// The operator's instance context: models, prompt, user projection.
+    instance: Instance,
+}
+
+/// What the operator configures per instance for the construction context and the turn.
+#[derive(Debug, Clone, Default)]
+struct Instance {
+    models: Option<crate::context::ModelPolicy>,
+    prompt: Option<Arc<crate::context::PromptTemplate>>,
+    users: crate::context::UserProjection,
 }
 
 /// The default [`AdapterServiceBuilder::memory_window`] of a durable service: the stored
@@ -493,6 +547,7 @@ pub struct AdapterServiceBuilder<A, L> {
     files: files::FileSettings,
     middleware: crate::tool::middleware::PortableMiddlewarePolicy,
     skills: Option<Arc<crate::skill::SkillCatalog>>,
+    instance: Instance,
 }
 
 impl<A: HarnessAdapter, L> fmt::Debug for AdapterServiceBuilder<A, L> {
@@ -518,7 +573,59 @@ impl<A: HarnessAdapter, L> AdapterServiceBuilder<A, L> {
             files: self.files,
             middleware: self.middleware,
             skills: self.skills,
+            instance: self.instance,
         }
+    }
+
+    /// The models a caller of this instance may choose, and the default (see
+    /// [`ModelPolicy`](crate::context::ModelPolicy)); without it a request that names a
+    /// model is refused and the adapter uses its own configured one.
+    ///
+    /// ```
+    /// use harness_core::context::ModelPolicy;
+    /// use harness_core::service::ExecutionRequest;
+    /// # use harness_core::service::AdapterService;
+    /// # use harness_core::adapter::{BoxStream, EventResult, RunContext, Simple, SimpleAdapter};
+    /// # use harness_core::manifest::{ContractVersion, ExecutionMode, HarnessDescriptor};
+    /// # struct Nop(HarnessDescriptor);
+    /// # impl harness_core::manifest::Describe for Nop {
+    /// #     fn descriptor(&self) -> &HarnessDescriptor { &self.0 }
+    /// # }
+    /// # impl SimpleAdapter for Nop {
+    /// #     fn stream(&self, _: RunContext) -> BoxStream<'static, EventResult> { Box::pin(futures_util::stream::empty()) }
+    /// # }
+    /// # let adapter = Simple::new(Nop(HarnessDescriptor::builder("nop".parse().unwrap(), "0.1.0")
+    /// #     .contract_version(ContractVersion::V1).execution_mode(ExecutionMode::in_process()).build().unwrap()));
+    /// let policy = ModelPolicy::new(["small", "large"])?.with_default("small")?;
+    /// let service = AdapterService::builder(adapter).models(policy).build();
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let err = service.start(ExecutionRequest::new("hi").with_model("huge")).await.unwrap_err();
+    /// assert_eq!(err.code().as_str(), "MODEL_NOT_ALLOWED");
+    /// assert!(err.message().contains("small, large"));
+    /// # });
+    /// # Ok::<(), harness_core::error::HarnessError>(())
+    /// ```
+    pub fn models(mut self, policy: crate::context::ModelPolicy) -> Self {
+        self.instance.models = Some(policy);
+        self
+    }
+
+    /// The instance prompt: rendered for each execution with the request's
+    /// [`prompt_parameters`](ExecutionRequest::prompt_parameters) and handed to the runtime
+    /// in [`RuntimeContext::prompt`] (see [`PromptTemplate`](crate::context::PromptTemplate)).
+    /// Without it a request that fills parameters is refused.
+    pub fn prompt(mut self, template: crate::context::PromptTemplate) -> Self {
+        self.instance.prompt = Some(Arc::new(template));
+        self
+    }
+
+    /// How a request's principal is projected for the adapter ([`TurnInput::user`]): the
+    /// id key and the attributes that pass (see
+    /// [`UserProjection`](crate::context::UserProjection); unkeyed ids and no attributes by
+    /// default).
+    pub fn users(mut self, projection: crate::context::UserProjection) -> Self {
+        self.instance.users = projection;
+        self
     }
 
     /// The operator's run limits, for every execution of the service (none by default). A
@@ -817,6 +924,7 @@ impl<A: HarnessAdapter, L> AdapterServiceBuilder<A, L> {
                 skills: self.skills,
                 pool: pool::evictable(adapter.descriptor())
                     .then(|| Arc::new(pool::Pool::new(self.config.runtime_pool))),
+                instance: self.instance,
                 adapter,
             }),
         }
@@ -849,6 +957,7 @@ impl<A: HarnessAdapter> AdapterService<A> {
             files: files::FileSettings::default(),
             middleware: crate::tool::middleware::PortableMiddlewarePolicy::allow_all(),
             skills: None,
+            instance: Instance::default(),
         }
     }
 
@@ -931,9 +1040,11 @@ impl<A: HarnessAdapter> AdapterService<A> {
         self.limits_of(&request)?;
         // The conversation is the caller's: the same id under another caller is another one.
         let conversation = request.conversation();
+        // The instance context the request picks or fills, checked before any work.
+        let (model, prompt) = self.instance_context(&request)?;
         let config = AgentConfig {
             options: request.options.clone(),
-            model: None,
+            model,
             conversation: conversation.clone(),
         };
         self.check_tools(&request)?;
@@ -1019,13 +1130,13 @@ impl<A: HarnessAdapter> AdapterService<A> {
             holders: Arc::new(Holders(Arc::clone(&shared))),
             replay: false,
         };
-        let turn = turn_of(id, &request, files);
+        let turn = turn_of(id, &request, files, self.user_of(&request));
         let driver = self.driver(
             shared,
             request,
             config,
             (binding, thread_state),
-            (turn, skills),
+            (turn, skills, prompt),
             None,
         );
         // The driver inherits the caller's span (a tracing layer enters the execution's span while
@@ -1040,12 +1151,14 @@ fn turn_of(
     id: ExecutionId,
     request: &ExecutionRequest,
     files: Vec<ValidatedInputFile>,
+    user: Option<crate::context::SafeUserContext>,
 ) -> TurnInput {
     TurnInput {
         execution_id: id,
         conversation_id: request.conversation_id.clone(),
         message: request.message.clone(),
         files,
+        user,
         client_context: request.client_context.clone(),
         trace_context: request.trace_context.clone(),
         deadline: request.deadline,
@@ -1115,6 +1228,50 @@ impl<A: HarnessAdapter> AdapterService<A> {
         Ok(limits)
     }
 
+    /// The model and the rendered prompt of `request`, narrowed by the instance's policy
+    /// and template; refused when the request picks or fills what the instance does not
+    /// offer, or carries an interrupt policy that bounds nothing.
+    fn instance_context(
+        &self,
+        request: &ExecutionRequest,
+    ) -> Result<
+        (
+            Option<crate::context::ModelSelection>,
+            Option<crate::context::RenderedPrompt>,
+        ),
+        HarnessError,
+    > {
+        let instance = &self.inner.instance;
+        let model = crate::context::ModelPolicy::select_under(
+            instance.models.as_ref(),
+            request.model.as_deref(),
+        )?;
+        let prompt = match &instance.prompt {
+            Some(template) => Some(template.render(&request.prompt_parameters)?),
+            None if request.prompt_parameters.is_empty() => None,
+            None => {
+                return Err(HarnessError::new(
+                    ErrorCategory::Configuration,
+                    "the request fills `promptParameters`, but this instance has no prompt \
+                     template: leave them out",
+                )
+                .with_code(ErrorCode::PROMPT_PARAMETER_INVALID));
+            }
+        };
+        if let Some(policy) = &request.interrupt_policy {
+            policy.check()?;
+        }
+        Ok((model, prompt))
+    }
+
+    /// The safe projection of the request's principal, if it names one.
+    fn user_of(&self, request: &ExecutionRequest) -> Option<crate::context::SafeUserContext> {
+        request
+            .extensions
+            .get::<CallerId>()
+            .map(|caller| self.inner.instance.users.project(caller))
+    }
+
     /// Refuses a request that selects tools the service does not offer, or any tool for an
     /// adapter that does not run portable tools.
     fn check_tools(&self, request: &ExecutionRequest) -> Result<(), HarnessError> {
@@ -1154,7 +1311,11 @@ impl<A: HarnessAdapter> AdapterService<A> {
         request: ExecutionRequest,
         config: AgentConfig,
         (binding, thread_state): (Option<SessionBinding>, Option<ScopedThreadState>),
-        (turn, skills): (TurnInput, crate::skill::SkillManifest),
+        (turn, skills, prompt): (
+            TurnInput,
+            crate::skill::SkillManifest,
+            Option<crate::context::RenderedPrompt>,
+        ),
         restored: Option<Restored>,
     ) -> Driver {
         let inner = &self.inner;
@@ -1166,7 +1327,8 @@ impl<A: HarnessAdapter> AdapterService<A> {
             execution_id: shared.id.clone(),
             config,
             binding,
-            prompt: None,
+            prompt,
+            interrupt_policy: request.interrupt_policy.clone().unwrap_or_default(),
             tools: Vec::new(),
             limits,
             thread_state,
@@ -1277,6 +1439,8 @@ impl<A: HarnessAdapter> AdapterService<A> {
             request.extensions.insert(caller);
         }
         let conversation = request.conversation();
+        // The model and prompt again, under this replica's instance configuration.
+        let (model, prompt) = self.instance_context(&request)?;
         // The files are resolved again, in the owner's scope: the runtime gets the same handles.
         let files = self.validated_files(&request).await?;
         let skills = self.granted_skills(&request)?;
@@ -1300,10 +1464,10 @@ impl<A: HarnessAdapter> AdapterService<A> {
             CancellationToken::new(),
         ));
         persist::spawn(durable.clone(), lease, &shared, stored);
-        let turn = turn_of(id, &request, files);
+        let turn = turn_of(id, &request, files, self.user_of(&request));
         let config = AgentConfig {
             options: request.options.clone(),
-            model: None,
+            model,
             conversation,
         };
         let restored_for_runtime = Restored::new(turn.clone(), pending, log, answers);
@@ -1312,7 +1476,7 @@ impl<A: HarnessAdapter> AdapterService<A> {
             request,
             config,
             state,
-            (turn, skills),
+            (turn, skills, prompt),
             Some(restored_for_runtime),
         );
         tokio::spawn(driver.run_restored(restored));

@@ -504,6 +504,16 @@ impl ExecutionRuntime {
         self.slot.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The execution's session binding, if it has a conversation.
+    pub(super) fn binding(&self) -> Option<&crate::session::SessionBinding> {
+        self.context.binding.as_ref()
+    }
+
+    /// The interrupt policy of the execution's request.
+    pub(super) fn interrupt_policy(&self) -> &crate::context::InterruptPolicy {
+        &self.context.interrupt_policy
+    }
+
     /// The runtime of the latest attempt, if one was created.
     pub(super) fn current(&self) -> Option<Arc<RuntimeCell>> {
         self.slot().cell.clone()
@@ -643,6 +653,9 @@ impl<A: HarnessAdapter> tower::Service<Segment> for RuntimeService<A> {
                     Ok(AdapterStream::open(&cell.runtime, move |rt| rt.stream(turn)).after(first))
                 }
                 Work::Resume(decision) => {
+                    // The engine's own check: a decision made for another binding (another
+                    // conversation, or an epoch a clear left behind) resumes nothing.
+                    decision.check_binding(execution.context.binding.as_ref())?;
                     let current = execution.current();
                     let restore = match current {
                         Some(_) => None,

@@ -440,10 +440,16 @@ impl WorkerRuntime {
                 adapter: context.adapter.clone(),
                 execution_id: context.execution_id.clone(),
                 options: context.config.options.clone(),
-                model: context.config.model.clone(),
+                model: context.config.model.as_ref().map(|m| m.as_str().to_owned()),
+                model_by_request: context
+                    .config
+                    .model
+                    .as_ref()
+                    .is_some_and(|m| m.by_request()),
                 conversation: context.config.conversation.as_ref().map(|c| c.id().clone()),
                 binding: context.binding.clone(),
-                prompt: context.prompt.clone(),
+                prompt: context.prompt.as_ref().map(|p| p.as_str().to_owned()),
+                interrupt_policy: context.interrupt_policy.clone(),
                 tools,
                 limits: context.limits,
                 delivery: context.delivery,
@@ -534,6 +540,10 @@ fn wire_turn(shared: &Shared, turn: TurnInput) -> WireTurn {
         conversation_id: turn.conversation_id,
         message: turn.message,
         files,
+        user: turn.user.map(|user| super::wire::WireUser {
+            id: user.id().to_owned(),
+            attributes: user.attributes().clone(),
+        }),
         client_context: turn.client_context,
         trace_context: turn.trace_context,
         deadline: turn.deadline,

@@ -435,6 +435,8 @@ async fn run(
         Err(e) => return Err(frame_error(e)),
     };
     let cancellation = CancellationToken::new();
+    // The runtime's binding: the decisions this worker makes are for it.
+    let binding = context.binding.clone();
     let built = build(link, *context, make, cancellation.clone()).await;
     let (runtime, heartbeat) = match built {
         Ok(built) => built,
@@ -465,7 +467,14 @@ async fn run(
         }
     });
     let pending: Arc<Mutex<Option<ActionRequest>>> = Arc::new(Mutex::new(None));
-    let result = serve_frames(reader, link, &runtime, &pending, &cancellation).await;
+    let result = serve_frames(
+        reader,
+        link,
+        (&runtime, binding.as_ref()),
+        &pending,
+        &cancellation,
+    )
+    .await;
     beating.abort();
     cancellation.cancel();
     if result.is_err() || link.closed.is_cancelled() {
@@ -514,11 +523,16 @@ async fn build(
             execution_id: context.execution_id,
             config: AgentConfig {
                 options: context.options,
-                model: context.model,
+                model: context.model.map(|m| {
+                    harness_core::context::ModelSelection::new(m, context.model_by_request)
+                }),
                 conversation: context.conversation.map(Conversation::anonymous),
             },
             binding: context.binding,
-            prompt: context.prompt,
+            prompt: context
+                .prompt
+                .map(harness_core::context::RenderedPrompt::new),
+            interrupt_policy: context.interrupt_policy,
             tools,
             limits: context.limits,
             thread_state,
@@ -545,7 +559,7 @@ fn frame_error(e: FrameError) -> HarnessError {
 async fn serve_frames(
     reader: &mut Box<dyn AsyncRead + Send + Unpin>,
     link: &Arc<Link>,
-    runtime: &Arc<dyn HarnessRuntime>,
+    (runtime, binding): (&Arc<dyn HarnessRuntime>, Option<&SessionBinding>),
     pending: &Arc<Mutex<Option<ActionRequest>>>,
     cancellation: &CancellationToken,
 ) -> Result<(), HarnessError> {
@@ -630,7 +644,7 @@ async fn serve_frames(
                 });
             }
             ToWorker::Resume { id, response } => {
-                let decision = decide(pending, *response);
+                let decision = decide(pending, *response, binding);
                 let pending = Arc::clone(pending);
                 tokio::spawn(async move {
                     match decision {
@@ -709,6 +723,9 @@ fn turn_input(
         conversation_id: turn.conversation_id,
         message: turn.message,
         files,
+        user: turn.user.map(|user| {
+            harness_core::context::SafeUserContext::new(user.id).with_attributes(user.attributes)
+        }),
         client_context: turn.client_context,
         trace_context: turn.trace_context,
         deadline: turn.deadline,
@@ -736,6 +753,7 @@ async fn guarded<T>(future: impl Future<Output = T>) -> Result<T, HarnessError> 
 fn decide(
     pending: &Mutex<Option<ActionRequest>>,
     mut response: ActionResponse,
+    binding: Option<&SessionBinding>,
 ) -> Result<ResumeDecision, HarnessError> {
     let request = pending
         .lock()
@@ -751,7 +769,7 @@ fn decide(
             "an answer that does not fit the pending action: {e}"
         ))
     })?;
-    Ok(ResumeDecision::new(validated))
+    Ok(ResumeDecision::new(validated).for_binding(binding.cloned()))
 }
 
 /// Sends one segment's items, then its end.

@@ -294,11 +294,17 @@ pub(crate) struct WireContext {
     pub(crate) execution_id: ExecutionId,
     pub(crate) options: Value,
     pub(crate) model: Option<String>,
+    /// Whether the request chose `model` (else it is the operator's default).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) model_by_request: bool,
     /// The conversation's id, without its caller (the worker hosts one runtime: the id is
     /// enough to key what it keeps, and the caller stays in the control plane).
     pub(crate) conversation: Option<ConversationId>,
     pub(crate) binding: Option<SessionBinding>,
     pub(crate) prompt: Option<String>,
+    /// The pauses the caller permits (the control plane's driver enforces it too).
+    #[serde(default, skip_serializing_if = "is_permit_all")]
+    pub(crate) interrupt_policy: harness_core::context::InterruptPolicy,
     pub(crate) tools: Vec<WireTool>,
     pub(crate) limits: RunLimits,
     /// How the caller takes the output (a hosted runtime may ask its provider for whole
@@ -317,6 +323,10 @@ pub(crate) struct WireContext {
     /// The adapter's own settings for its worker (the operator's configuration of the
     /// instance), opaque to the protocol.
     pub(crate) settings: Value,
+}
+
+fn is_permit_all(policy: &harness_core::context::InterruptPolicy) -> bool {
+    *policy == harness_core::context::InterruptPolicy::default()
 }
 
 fn is_allow_all(config: &harness_core::middleware::MiddlewareConfig) -> bool {
@@ -346,6 +356,15 @@ impl WireFile {
     }
 }
 
+/// The principal's safe projection ([`SafeUserContext`](harness_core::context::SafeUserContext)).
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct WireUser {
+    pub(crate) id: String,
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub(crate) attributes: std::collections::BTreeMap<String, String>,
+}
+
 /// One turn's input.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -353,6 +372,9 @@ pub(crate) struct WireTurn {
     pub(crate) conversation_id: Option<ConversationId>,
     pub(crate) message: String,
     pub(crate) files: Vec<WireFile>,
+    /// The principal's safe projection (never a credential).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) user: Option<WireUser>,
     pub(crate) client_context: Map<String, Value>,
     pub(crate) trace_context: Option<TraceContext>,
     pub(crate) deadline: Option<Timestamp>,
