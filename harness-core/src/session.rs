@@ -63,9 +63,9 @@ use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::boxed::BoxFuture;
 use crate::error::{ErrorCategory, ErrorCode, HarnessError};
 use crate::id::{CallerId, ConversationId, InvalidId};
-use crate::tool::BoxFuture;
 
 // ---------------------------------------------------------------------------------------------
 // Identifiers

@@ -215,6 +215,9 @@ pub struct HarnessStack {
     files: Files,
     middleware: harness_core::middleware::PortableMiddlewarePolicy,
     skills: Option<std::sync::Arc<harness_core::skill::SkillCatalog>>,
+    models: Option<harness_core::context::ModelPolicy>,
+    prompt: Option<harness_core::context::PromptTemplate>,
+    users: harness_core::context::UserProjection,
 }
 
 /// Where the services find uploaded files, and the operator's limits on input files.
@@ -529,6 +532,32 @@ impl HarnessStack {
         self.skills.as_ref()
     }
 
+    /// The models a caller may choose, and the default (see
+    /// [`AdapterServiceBuilder::models`](harness_core::service::AdapterServiceBuilder::models)).
+    pub fn models(mut self, policy: harness_core::context::ModelPolicy) -> Self {
+        self.models = Some(policy);
+        self
+    }
+
+    /// The instance prompt (see
+    /// [`AdapterServiceBuilder::prompt`](harness_core::service::AdapterServiceBuilder::prompt)).
+    pub fn prompt(mut self, template: harness_core::context::PromptTemplate) -> Self {
+        self.prompt = Some(template);
+        self
+    }
+
+    /// How a request's principal is projected for the adapter (see
+    /// [`AdapterServiceBuilder::users`](harness_core::service::AdapterServiceBuilder::users)).
+    pub fn users(mut self, projection: harness_core::context::UserProjection) -> Self {
+        self.users = projection;
+        self
+    }
+
+    /// The model policy, if set.
+    pub fn model_policy(&self) -> Option<&harness_core::context::ModelPolicy> {
+        self.models.as_ref()
+    }
+
     /// Sets the adapter service's timing knobs.
     pub fn config(mut self, config: ServiceConfig) -> Self {
         self.config = config;
@@ -584,7 +613,7 @@ impl HarnessStack {
     }
 
     /// The adapter service's builder with this stack's configuration, runtime layers,
-    /// tools, run limits, middleware, files and skills: for a service built by hand (more
+    /// tools, run limits, middleware, files, skills, models, prompt and user projection: for a service built by hand (more
     /// layers with [`layer`](harness_core::service::AdapterServiceBuilder::layer), a store)
     /// that keeps everything this stack holds. Wrap what it builds in
     /// [`admission`](Self::admission).
@@ -600,7 +629,14 @@ impl HarnessStack {
             .limits(self.limits)
             .middleware(self.middleware.clone())
             .file_limits(self.files.limits.clone())
+            .users(self.users.clone())
             .layer(self.runtime.clone());
+        if let Some(models) = &self.models {
+            builder = builder.models(models.clone());
+        }
+        if let Some(prompt) = &self.prompt {
+            builder = builder.prompt(prompt.clone());
+        }
         if let Some(workspace) = &self.files.workspace {
             builder = builder.files(std::sync::Arc::clone(workspace));
         }

@@ -110,6 +110,9 @@ pub struct Config {
     /// Installed skills, who may use them, and what is blocked ([`crate::skills`]).
     #[serde(default)]
     pub skills: Option<crate::skills::SkillsConfig>,
+    /// `[users]`: how a principal is shown to adapters.
+    #[serde(default)]
+    pub users: Option<UsersConfig>,
     /// The directory of the file read, against which relative paths were resolved.
     #[serde(skip)]
     base: Option<PathBuf>,
@@ -210,6 +213,78 @@ pub enum StoreKind {
     Memory,
 }
 
+/// `[users]`: how each execution's principal is projected for its adapter
+/// ([`SafeUserContext`](harness_core::context::SafeUserContext)): an opaque id, keyed with the
+/// secret in the environment variable `id_key_env` (unkeyed without one; see
+/// [`UserProjection`](harness_core::context::UserProjection)), and the attributes that pass
+/// for each principal (`[users.attributes.<principal>]`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct UsersConfig {
+    /// The environment variable holding the key of the opaque user ids (16 bytes or more).
+    #[serde(default)]
+    pub id_key_env: Option<String>,
+    /// What passes to adapters for each principal, by principal.
+    #[serde(default)]
+    pub attributes: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+impl UsersConfig {
+    /// The projection this table describes.
+    ///
+    /// # Errors
+    /// When the key's variable is unset or shorter than 16 bytes, a principal is not a
+    /// valid principal name, or an attribute is refused (naming it).
+    pub fn projection(&self) -> Result<harness_core::context::UserProjection, HarnessError> {
+        let mut projection = match &self.id_key_env {
+            Some(var) => {
+                let secret = std::env::var(var).map_err(|_| {
+                    invalid(format!(
+                        "`[users] id_key_env` names `{var}`, which is not set (or not UTF-8): \
+                         set it to a secret of 16 bytes or more"
+                    ))
+                })?;
+                let key = harness_core::context::UserIdKey::new(secret)
+                    .map_err(|e| invalid(format!("`[users] id_key_env`: {}", e.message())))?;
+                harness_core::context::UserProjection::keyed(key)
+            }
+            None => harness_core::context::UserProjection::new(),
+        };
+        for (principal, attributes) in &self.attributes {
+            let caller = principal
+                .parse::<harness_core::id::CallerId>()
+                .map_err(|e| invalid(format!("`[users.attributes.{principal}]`: {e}")))?;
+            projection = projection
+                .with_attributes(caller, attributes.clone())
+                .map_err(|e| invalid(format!("`[users.attributes]`: {}", e.message())))?;
+        }
+        Ok(projection)
+    }
+}
+
+/// The model policy and the prompt of `[<table>]` on `stack`, the prompt compiled (refused
+/// naming the table).
+fn instance_context(
+    stack: HarnessStack,
+    models: Option<&harness_core::context::ModelPolicy>,
+    prompt: Option<&harness_core::context::PromptConfig>,
+    table: &str,
+) -> Result<HarnessStack, HarnessError> {
+    let stack = match models {
+        Some(models) => stack.models(models.clone()),
+        None => stack,
+    };
+    match prompt {
+        Some(prompt) => {
+            let template = harness_core::context::PromptTemplate::compile(prompt)
+                .map_err(|e| invalid(format!("`[{table}.prompt]`: {}", e.message())))?;
+            Ok(stack.prompt(template))
+        }
+        None => Ok(stack),
+    }
+}
+
 /// One `[[tokens]]` entry.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -235,6 +310,14 @@ pub struct ScriptedConfig {
     /// The instance's middleware policy, in place of `[middleware]`.
     #[serde(default)]
     pub middleware: Option<MiddlewareConfig>,
+    /// The models a caller may choose and the default (`[scripted.models]`; see
+    /// [`ModelPolicy`](harness_core::context::ModelPolicy)).
+    #[serde(default)]
+    pub models: Option<harness_core::context::ModelPolicy>,
+    /// The instance prompt (`[scripted.prompt]`; see
+    /// [`PromptConfig`](harness_core::context::PromptConfig)).
+    #[serde(default)]
+    pub prompt: Option<harness_core::context::PromptConfig>,
 }
 
 /// `[sandbox]`: profiles by name (`[sandbox.profiles.<name>]`), each a
@@ -345,6 +428,12 @@ pub struct AcpConfig {
     /// The instance's middleware policy, in place of `[middleware]`.
     #[serde(default)]
     pub middleware: Option<MiddlewareConfig>,
+    /// Refused, naming why: an ACP agent chooses its own model.
+    #[serde(default)]
+    pub models: Option<toml::Value>,
+    /// Refused, naming why: an ACP agent builds its own system prompt.
+    #[serde(default)]
+    pub prompt: Option<toml::Value>,
     /// The installed skills this instance offers ([`crate::skills`]); every one when left
     /// out.
     #[serde(default)]
@@ -364,6 +453,16 @@ pub struct OpenAiConfig {
     /// The instance's middleware policy, in place of `[middleware]`.
     #[serde(default)]
     pub middleware: Option<MiddlewareConfig>,
+    /// The models a caller may choose and the default (`[openai.models]`; see
+    /// [`ModelPolicy`](harness_core::context::ModelPolicy)): the chosen model is sent to
+    /// the endpoint as is, in place of the endpoint's `model`.
+    #[serde(default)]
+    pub models: Option<harness_core::context::ModelPolicy>,
+    /// The instance prompt (`[openai.prompt]`; see
+    /// [`PromptConfig`](harness_core::context::PromptConfig)): the system message, after
+    /// the endpoint's `instructions`.
+    #[serde(default)]
+    pub prompt: Option<harness_core::context::PromptConfig>,
     /// The installed skills this instance offers ([`crate::skills`]); every one when left
     /// out.
     #[serde(default)]
@@ -942,6 +1041,12 @@ impl Config {
     {
         let mut instances = Vec::new();
         let service = self.service_config()?;
+        let users = self
+            .users
+            .as_ref()
+            .map(UsersConfig::projection)
+            .transpose()?
+            .unwrap_or_default();
         let skills = self
             .skills
             .as_ref()
@@ -974,13 +1079,19 @@ impl Config {
                 self.middleware.as_ref(),
                 "scripted",
             )?;
-            let stack = with_files(
-                HarnessStack::defaults_for(&adapter)?
-                    .limits(limits)
-                    .middleware(middleware)
-                    .config(service),
-                uploads,
-            );
+            let stack = instance_context(
+                with_files(
+                    HarnessStack::defaults_for(&adapter)?
+                        .limits(limits)
+                        .middleware(middleware)
+                        .config(service)
+                        .users(users.clone()),
+                    uploads,
+                ),
+                scripted.models.as_ref(),
+                scripted.prompt.as_ref(),
+                "scripted",
+            )?;
             instances.push(Instance::new(
                 &stack,
                 adapter,
@@ -993,6 +1104,7 @@ impl Config {
             uploads,
             middleware: self.middleware.as_ref(),
             skills: &skills,
+            users: &users,
         };
         if let Some(acp) = &self.acp {
             instances.push(Instance::new_acp(
@@ -1025,6 +1137,8 @@ struct Common<'a> {
     middleware: Option<&'a MiddlewareConfig>,
     /// The installed skills (`[skills]`), which each instance offers some of.
     skills: &'a crate::skills::Installed,
+    /// `[users]`: how principals are shown to every instance's adapter.
+    users: &'a harness_core::context::UserProjection,
 }
 
 /// `stack` finding uploaded files where `uploads` keeps them, within its limits.
@@ -1094,10 +1208,17 @@ impl Instance {
                 .tools(tools)
                 .limits(limits)
                 .middleware(middleware)
-                .config(common.service),
+                .config(common.service)
+                .users(common.users.clone()),
             common.uploads,
         )
         .skills(common.skills.catalog("openai", openai.skills.as_deref())?);
+        let stack = instance_context(
+            stack,
+            openai.models.as_ref(),
+            openai.prompt.as_ref(),
+            "openai",
+        )?;
         Ok(Self::new(
             &stack,
             adapter,
@@ -1116,6 +1237,18 @@ impl Instance {
     where
         S: harness_core::store::ExecutionStore + harness_core::session::ThreadStateStore + 'static,
     {
+        if acp.models.is_some() || acp.prompt.is_some() {
+            return Err(invalid(format!(
+                "`[acp.{}]`: an ACP agent chooses its own model and builds its own system \
+                 prompt, which this adapter cannot set; configure them in the agent's command \
+                 or environment and leave `[acp.models]` and `[acp.prompt]` out",
+                if acp.models.is_some() {
+                    "models"
+                } else {
+                    "prompt"
+                }
+            )));
+        }
         let agent = |name: &str, value: &toml::Value| acp_agent(name, value, sandboxes);
         let default = default_of(&acp.agents, harness_acp::DEFAULT_AGENT, "[acp.agents]")?;
         let mut adapter = AcpAdapter::new(agent(default.0, default.1)?)?;
@@ -1132,7 +1265,8 @@ impl Instance {
             HarnessStack::defaults_for(&adapter)?
                 .limits(limits)
                 .middleware(middleware)
-                .config(common.service),
+                .config(common.service)
+                .users(common.users.clone()),
             common.uploads,
         )
         .skills(common.skills.catalog("acp", acp.skills.as_deref())?);

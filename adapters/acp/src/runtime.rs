@@ -890,6 +890,39 @@ fn sandbox_isolation(agent: &AcpAgent) -> Capability {
         )
 }
 
+/// Refuses the engine's model choice and instance prompt: an ACP agent chooses its own model
+/// and builds its own system prompt, and this adapter does not drive ACP's session
+/// configuration options (`session/set_config_option`), so neither would reach the agent.
+/// A refusal, not a silent drop: an operator who declares models or a prompt for an ACP
+/// instance learns at once that they would not hold (`harness serve` refuses
+/// `[acp.models]` and `[acp.prompt]` before that).
+fn unselectable(
+    model: Option<&harness_core::context::ModelSelection>,
+    prompt: Option<&harness_core::context::RenderedPrompt>,
+) -> Result<(), HarnessError> {
+    if let Some(model) = model {
+        return Err(HarnessError::new(
+            ErrorCategory::Configuration,
+            format!(
+                "the ACP adapter cannot select model {:?}: an ACP agent chooses its own model \
+                 (configure it in the agent's command or environment); leave the instance's \
+                 model policy and the request's `model` out",
+                model.as_str()
+            ),
+        )
+        .with_code(ErrorCode::CAPABILITY_UNSUPPORTED));
+    }
+    if prompt.is_some() {
+        return Err(HarnessError::new(
+            ErrorCategory::Configuration,
+            "the ACP adapter cannot hand an agent an instance prompt: an ACP agent builds its \
+             own system prompt; leave the instance's prompt template out",
+        )
+        .with_code(ErrorCode::CAPABILITY_UNSUPPORTED));
+    }
+    Ok(())
+}
+
 impl HarnessAdapter for AcpAdapter {
     /// Ready when every agent's command resolves to an executable file and its working
     /// directory is there; nothing is started.
@@ -911,6 +944,7 @@ impl HarnessAdapter for AcpAdapter {
         _deployment: &'a DeploymentContext,
     ) -> BoxFuture<'a, Result<CapabilityReport, HarnessError>> {
         Box::pin(async move {
+            unselectable(config.model.as_ref(), None)?;
             // A caller's options, and a conversation bound to another agent, are refused
             // before anything is started.
             let (profile, setup) = self.profile(&config.options)?;
@@ -997,6 +1031,9 @@ impl HarnessAdapter for AcpAdapter {
         &self,
         mut context: RuntimeContext,
     ) -> BoxFuture<'_, Result<Box<dyn HarnessRuntime>, HarnessError>> {
+        if let Err(e) = unselectable(context.config.model.as_ref(), context.prompt.as_ref()) {
+            return Box::pin(async move { Err(e) });
+        }
         let profile = match self.profile(&context.config.options) {
             Ok(found) => found,
             Err(e) => return Box::pin(async move { Err(e) }),
