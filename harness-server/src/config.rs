@@ -1452,6 +1452,89 @@ mod tests {
         );
     }
 
+    /// The sample's commented `[openai.models]`, `[openai.prompt]` and `[users]` tables,
+    /// uncommented (on the scripted instance), are taken as written; mistakes in them are
+    /// refused naming the table.
+    #[tokio::test]
+    async fn the_samples_instance_context_tables_are_valid_and_mistakes_are_named() {
+        let start = SAMPLE
+            .find("# [openai.models]\n")
+            .expect("the sample has [openai.models]");
+        // Every commented line from `[openai.models]` to the end of `[users]`.
+        let block: String = SAMPLE[start..]
+            .split("\n\n# The operator's middleware rules")
+            .next()
+            .unwrap()
+            .lines()
+            .filter(|l| l.starts_with("# ") && !l.starts_with("# How each"))
+            .filter(|l| {
+                let body = &l[2..];
+                body.starts_with('[') || body.contains(" = ")
+            })
+            .map(|l| format!("{}\n", &l[2..]))
+            .collect();
+        // On the scripted instance; the key read from a variable every test process has.
+        let block = block
+            .replace("[openai.", "[scripted.")
+            .replace("HARNESS_USER_ID_KEY", "PATH");
+        assert!(
+            block.contains("[scripted.prompt]") && block.contains("[users]"),
+            "{block}"
+        );
+        let memory = "[store]\nkind = \"memory\"\n[scripted]\n";
+        let config = Config::from_toml(&format!("{memory}{block}")).unwrap();
+        assert_eq!(
+            config
+                .scripted
+                .as_ref()
+                .unwrap()
+                .models
+                .as_ref()
+                .unwrap()
+                .allowed(),
+            ["llama3.1", "qwen2.5"]
+        );
+        config.server(BearerTokens::new()).await.unwrap();
+
+        let message = refused(&format!(
+            "{memory}[scripted.prompt]\ntemplate = \"Hi {{{{who}}}}\"\n"
+        ))
+        .await;
+        assert!(
+            message.contains("`[scripted.prompt]`")
+                && message.contains("`{{who}}`, which is not declared"),
+            "{message}"
+        );
+        let message = refused(&format!(
+            "{memory}[users]\nid_key_env = \"HARNESS_TEST_UNSET_KEY_VARIABLE\"\n"
+        ))
+        .await;
+        assert!(
+            message.contains("`HARNESS_TEST_UNSET_KEY_VARIABLE`, which is not set"),
+            "{message}"
+        );
+        let message = refused(&format!(
+            "{memory}[users.attributes.alice]\n\"bad name\" = \"x\"\n"
+        ))
+        .await;
+        assert!(message.contains("not an attribute name"), "{message}");
+        let message = refused(
+            "[store]\nkind = \"memory\"\n[acp.agents.default]\ncommand = [\"true\"]\ncwd = \"/tmp\"\n[acp.models]\nallowed = [\"m\"]\n",
+        )
+        .await;
+        assert!(
+            message.contains("an ACP agent chooses its own model"),
+            "{message}"
+        );
+        let err = Config::from_toml(&format!("{memory}[scripted.models]\nallowed = []\n"))
+            .map(|_| ())
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("at least one `allowed` model"),
+            "{err}"
+        );
+    }
+
     #[tokio::test]
     async fn run_limits_are_read_per_instance_and_checked() {
         let memory = "[store]\nkind = \"memory\"\n";

@@ -83,7 +83,7 @@ impl From<HarnessError> for ApiError {
 /// | `IDEMPOTENCY_CONFLICT`, `ACTION_ALREADY_RESOLVED`, `ACTION_REVISION_STALE`, `EXECUTION_TERMINAL` | 409 |
 /// | `REQUEST_TOO_LARGE`, `FILE_TOO_LARGE`, `FILES_TOO_MANY` | 413 |
 /// | `FILE_TYPE_MISMATCH`, `FILE_TYPE_UNSUPPORTED` (a file's content, at upload or start) | 415 |
-/// | `ACTION_RESPONSE_INVALID`, `OPTIONS_INVALID`, `CAPABILITY_UNSUPPORTED`, `FILE_MODALITY_UNSUPPORTED` | 422 |
+/// | `ACTION_RESPONSE_INVALID`, `OPTIONS_INVALID`, `CAPABILITY_UNSUPPORTED`, `FILE_MODALITY_UNSUPPORTED`, `MODEL_NOT_ALLOWED`, `PROMPT_PARAMETER_INVALID` | 422 |
 /// | other `configuration` | 400 |
 /// | `authentication` | 401 |
 /// | `authorization` | 403 |
@@ -129,6 +129,8 @@ pub fn status_of(error: &PublicError) -> StatusCode {
         || is(ErrorCode::FILE_MODALITY_UNSUPPORTED)
         || is(ErrorCode::OPTIONS_INVALID)
         || is(ErrorCode::CAPABILITY_UNSUPPORTED)
+        || is(ErrorCode::MODEL_NOT_ALLOWED)
+        || is(ErrorCode::PROMPT_PARAMETER_INVALID)
     {
         return StatusCode::UNPROCESSABLE_ENTITY;
     }

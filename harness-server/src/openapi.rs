@@ -164,7 +164,8 @@ pub fn document() -> Value {
         (
             "422",
             "the options, required capabilities (skills included) or files' modalities are \
-             not supported",
+             not supported, the model is not offered (MODEL_NOT_ALLOWED), or the prompt \
+             parameters do not fit the instance's prompt (PROMPT_PARAMETER_INVALID)",
         ),
         (
             "503",

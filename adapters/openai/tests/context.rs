@@ -98,7 +98,11 @@ async fn a_model_the_instance_does_not_offer_never_reaches_the_model_server() {
         .await
         .unwrap_err();
     assert_eq!(err.code().as_str(), "MODEL_NOT_ALLOWED");
-    assert!(err.message().contains("gpt-4.1-mini, o4-mini"), "{}", err.message());
+    assert!(
+        err.message().contains("gpt-4.1-mini, o4-mini"),
+        "{}",
+        err.message()
+    );
     let err = service
         .start(ExecutionRequest::new("hello").with_prompt_parameter("tema", "x"))
         .await
@@ -118,6 +122,13 @@ async fn a_model_the_instance_does_not_offer_never_reaches_the_model_server() {
         panic!("two models for one request must fail");
     };
     assert_eq!(err.category(), ErrorCategory::Configuration);
-    assert!(err.message().contains("choose the model once"), "{}", err.message());
-    assert!(mock.journal().await.is_empty(), "nothing reached the model server");
+    assert!(
+        err.message().contains("choose the model once"),
+        "{}",
+        err.message()
+    );
+    assert!(
+        mock.journal().await.is_empty(),
+        "nothing reached the model server"
+    );
 }

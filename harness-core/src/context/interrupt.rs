@@ -64,6 +64,7 @@ pub struct InterruptPolicy {
     /// How long an action may wait for its answer, in milliseconds (1 to 604,800,000):
     /// past it the action expires and the run fails (`ACTION_EXPIRED`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 604_800_000))]
     pub answer_within_ms: Option<u64>,
 }
 
