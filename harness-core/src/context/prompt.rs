@@ -104,7 +104,7 @@ pub struct PromptTemplate {
     parameters: BTreeMap<String, ParameterSpec>,
 }
 
-fn operator(message: String) -> HarnessError {
+fn operator(message: &str) -> HarnessError {
     HarnessError::new(
         ErrorCategory::Configuration,
         format!("the prompt template is invalid: {message}"),
@@ -160,14 +160,14 @@ fn parse(template: &str) -> Result<Vec<Part>, HarnessError> {
             continue;
         }
         let Some(close) = after.find("}}") else {
-            return Err(operator(format!(
+            return Err(operator(&format!(
                 "`{{{{` at byte {at} is never closed: write `{{{{name}}}}`, or `{{{{{{{{` for a \
                  literal `{{{{`"
             )));
         };
         let name = after[..close].trim_matches(' ');
         if !is_name(name) {
-            return Err(operator(format!(
+            return Err(operator(&format!(
                 "`{{{{{}}}}}` at byte {at} does not name a parameter: a name is 1 to \
                  {MAX_NAME_CHARS} letters, digits or `_`, not starting with a digit (`{{{{{{{{` \
                  is a literal `{{{{`)",
@@ -199,20 +199,20 @@ impl PromptTemplate {
     /// largest rendering over [`MAX_RENDERED_BYTES`].
     pub fn compile(config: &PromptConfig) -> Result<Self, HarnessError> {
         if config.template.len() > MAX_TEMPLATE_BYTES {
-            return Err(operator(format!(
+            return Err(operator(&format!(
                 "it is {} bytes, more than the {MAX_TEMPLATE_BYTES} allowed",
                 config.template.len()
             )));
         }
         if config.parameters.len() > MAX_PARAMETERS {
-            return Err(operator(format!(
+            return Err(operator(&format!(
                 "it declares {} parameters, more than the {MAX_PARAMETERS} allowed",
                 config.parameters.len()
             )));
         }
         for (name, spec) in &config.parameters {
             if !is_name(name) {
-                return Err(operator(format!(
+                return Err(operator(&format!(
                     "parameter {:?} is not a name: 1 to {MAX_NAME_CHARS} letters, digits or `_`, \
                      not starting with a digit",
                     shown(name)
@@ -220,26 +220,26 @@ impl PromptTemplate {
             }
             let max = spec.max_bytes();
             if max == 0 || max > MAX_VALUE_BYTES {
-                return Err(operator(format!(
+                return Err(operator(&format!(
                     "parameter `{name}` has `maxBytes` {max}: it must be 1 to {MAX_VALUE_BYTES}"
                 )));
             }
             if let Some(default) = &spec.default {
                 if spec.required {
-                    return Err(operator(format!(
+                    return Err(operator(&format!(
                         "parameter `{name}` is `required` and has a `default`: a required \
                          parameter has none (drop one of the two)"
                     )));
                 }
                 if default.len() > max {
-                    return Err(operator(format!(
+                    return Err(operator(&format!(
                         "the default of parameter `{name}` is {} bytes, more than its \
                          `maxBytes` {max}",
                         default.len()
                     )));
                 }
                 if forbidden_char(default).is_some() {
-                    return Err(operator(format!(
+                    return Err(operator(&format!(
                         "the default of parameter `{name}` has a control character"
                     )));
                 }
@@ -253,7 +253,7 @@ impl PromptTemplate {
                 Part::Parameter(name) => match config.parameters.get(name) {
                     Some(spec) => largest += spec.max_bytes(),
                     None => {
-                        return Err(operator(format!(
+                        return Err(operator(&format!(
                             "it uses `{{{{{name}}}}}`, which is not declared: declare it under \
                              `parameters`"
                         )));
@@ -266,13 +266,13 @@ impl PromptTemplate {
                 .iter()
                 .any(|p| matches!(p, Part::Parameter(n) if n == name))
             {
-                return Err(operator(format!(
+                return Err(operator(&format!(
                     "parameter `{name}` is declared but the template never uses it"
                 )));
             }
         }
         if largest > MAX_RENDERED_BYTES {
-            return Err(operator(format!(
+            return Err(operator(&format!(
                 "its largest rendering (its text, each placeholder at its `maxBytes`) is \
                  {largest} bytes, more than the {MAX_RENDERED_BYTES} allowed: lower `maxBytes`"
             )));
@@ -399,8 +399,9 @@ mod tests {
     use super::*;
 
     fn config(template: &str, parameters: serde_json::Value) -> PromptConfig {
-        serde_json::from_value(serde_json::json!({"template": template, "parameters": parameters}))
-            .unwrap()
+        let mut config = serde_json::json!({"template": template});
+        config["parameters"] = parameters;
+        serde_json::from_value(config).unwrap()
     }
 
     fn values(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
