@@ -4,8 +4,8 @@
 #![doc = include_str!("../README.md")]
 
 pub use harness_core::{
-    action, adapter, artifact, capability, error, event, id, lifecycle, log, manifest, registry,
-    schema, service, session, time, tool, trace,
+    action, adapter, artifact, capability, context, error, event, id, lifecycle, log, manifest,
+    registry, schema, service, session, time, tool, trace,
 };
 
 /// The Tower layers of both stacks and the default stacks (feature `layers`).

@@ -29,6 +29,11 @@
 //! [`RuntimeContext`], [`TurnInput`] and [`ResumeDecision`] are immutable, narrowed values:
 //! none carries credentials, raw environment, transport objects or another adapter's state.
 //! Tools arrive as [`ToolHandle`]s, which validate arguments and never expose a credential.
+//! The model ([`AgentConfig::model`]), the instance prompt ([`RuntimeContext::prompt`]) and
+//! the interrupt policy ([`RuntimeContext::interrupt_policy`]) are the engine's narrowing of
+//! what the operator offers and the request picks (see [`context`](crate::context)); the
+//! turn's [`user`](TurnInput::user) is the principal's safe projection, never a token or a
+//! claim; a [`ResumeDecision`] names the session binding it was made for.
 
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};

@@ -870,6 +870,13 @@ impl LogReader {
         }
     }
 
+    /// The `action.requested` event of the open action request (see
+    /// [`pending_action`](Self::pending_action)): when it was asked.
+    #[must_use]
+    pub(crate) fn pending_event(&self) -> Option<Arc<Event>> {
+        self.shared.lock().pending.clone()
+    }
+
     /// The artifacts created so far, in creation order.
     #[must_use]
     pub fn artifacts(&self) -> Vec<ArtifactDescriptor> {

@@ -802,16 +802,18 @@ impl Driver {
     fn expiry(&self, pending: &crate::id::ActionId) -> Option<tokio::time::Instant> {
         let within = self.execution.interrupt_policy().answer_within()?;
         let now = tokio::time::Instant::now();
-        let requested = self
-            .shared
-            .reader
-            .last()
-            .and_then(|event| match event.payload() {
-                crate::event::EventPayload::ActionRequested(request) if request.id == *pending => {
-                    Some(event.time())
-                }
-                _ => None,
-            });
+        let requested =
+            self.shared
+                .reader
+                .pending_event()
+                .and_then(|event| match event.payload() {
+                    crate::event::EventPayload::ActionRequested(request)
+                        if request.id == *pending =>
+                    {
+                        Some(event.time())
+                    }
+                    _ => None,
+                });
         let elapsed = requested.map_or(Duration::ZERO, |at| {
             let ms = crate::time::Timestamp::now()
                 .as_millis()
