@@ -192,3 +192,47 @@ async fn a_requirement_the_descriptor_cannot_meet_is_refused_without_a_probe() {
     assert!(err.message().contains("stream.usage"), "{err:?}");
     assert_eq!(adapter.stats().snapshot().probes, 0);
 }
+
+/// An ACP agent chooses its own model and builds its own system prompt: a service that
+/// would hand it either is refused, before any process starts, rather than dropping them.
+#[tokio::test]
+async fn a_model_choice_or_an_instance_prompt_is_refused_before_any_process_starts() {
+    let adapter = AcpAdapter::new(AcpAgent::new(["/nonexistent/acp-agent"], "/"))
+        .expect("a valid configuration");
+    let config = AgentConfig {
+        model: Some(harness_core::context::ModelSelection::requested("gpt-x")),
+        ..AgentConfig::default()
+    };
+    let err = adapter
+        .evaluate(&config, &DeploymentContext::default())
+        .await
+        .expect_err("evaluate refuses a model");
+    assert_eq!(err.code(), &ErrorCode::CAPABILITY_UNSUPPORTED, "{err:?}");
+    assert!(err.message().contains("chooses its own model"), "{err:?}");
+
+    let models = harness_core::context::ModelPolicy::new(["gpt-x"])
+        .unwrap()
+        .with_default("gpt-x")
+        .unwrap();
+    let prompt = harness_core::context::PromptTemplate::compile(
+        &serde_json::from_value(json!({"template": "Be brief."})).unwrap(),
+    )
+    .unwrap();
+    for service in [
+        AdapterService::builder(adapter.clone())
+            .models(models)
+            .build(),
+        AdapterService::builder(adapter.clone())
+            .prompt(prompt)
+            .build(),
+    ] {
+        let handle = service.start(ExecutionRequest::new("go")).await.unwrap();
+        let Outcome::Failed(err) = handle.outcome().await else {
+            panic!("the execution must fail");
+        };
+        assert_eq!(err.code(), &ErrorCode::CAPABILITY_UNSUPPORTED, "{err:?}");
+        assert_eq!(err.category(), ErrorCategory::Configuration);
+    }
+    let stats = adapter.stats().snapshot();
+    assert_eq!((stats.agents_started, stats.probes), (0, 0), "{stats:?}");
+}
