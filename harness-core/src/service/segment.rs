@@ -805,3 +805,113 @@ pub(super) async fn catch<T>(fut: impl Future<Output = T>) -> Result<T, HarnessE
         .await
         .map_err(|p| panic_error("a future", &*p))
 }
+
+#[cfg(test)]
+mod tests {
+    use tower::Service;
+
+    use super::*;
+    use crate::action::{ActionRequest, FieldKind, FormField, FormRequest, FormValues};
+    use crate::adapter::{RunContext, Simple, SimpleAdapter};
+    use crate::lifecycle::Execution;
+    use crate::manifest::{ContractVersion, Describe, ExecutionMode, HarnessDescriptor};
+    use crate::session::SessionBinding;
+
+    struct Nop(HarnessDescriptor);
+    impl Describe for Nop {
+        fn descriptor(&self) -> &HarnessDescriptor {
+            &self.0
+        }
+    }
+    impl SimpleAdapter for Nop {
+        fn stream(&self, _: RunContext) -> BoxStream<'static, EventResult> {
+            Box::pin(futures_util::stream::empty())
+        }
+    }
+
+    /// The engine's own check, below every layer: a resume whose decision names another
+    /// binding than the execution's is refused before any runtime is looked for.
+    #[tokio::test]
+    async fn a_resume_on_another_binding_is_refused_by_the_runtime_service() {
+        let descriptor = HarnessDescriptor::builder("nop".parse().unwrap(), "0.1.0")
+            .contract_version(ContractVersion::V1)
+            .execution_mode(ExecutionMode::in_process())
+            .build()
+            .unwrap();
+        let adapter = Arc::new(Simple::new(Nop(descriptor)));
+        let id = ExecutionId::generate();
+        let queued = Execution::queue(id.clone());
+        let shared = Arc::new(Shared::new(
+            id.clone(),
+            "nop".parse().unwrap(),
+            queued.events(),
+            CancellationToken::new(),
+        ));
+        let mine = SessionBinding::new("nop:c-1".parse().unwrap(), "c-1".parse().unwrap());
+        let context = RuntimeContext {
+            contract_version: ContractVersion::V1,
+            adapter: "nop".parse().unwrap(),
+            execution_id: id.clone(),
+            config: crate::adapter::AgentConfig::default(),
+            binding: Some(mine.clone()),
+            prompt: None,
+            interrupt_policy: crate::context::InterruptPolicy::default(),
+            tools: Vec::new(),
+            limits: crate::limits::RunLimits::default(),
+            thread_state: None,
+            cancellation: CancellationToken::new(),
+            delivery: crate::adapter::Delivery::default(),
+            middleware: crate::tool::middleware::PortableMiddlewarePolicy::allow_all(),
+            skills: crate::skill::SkillManifest::default(),
+        };
+        let turn = TurnInput {
+            execution_id: id,
+            conversation_id: Some("c-1".parse().unwrap()),
+            message: "go".into(),
+            files: Vec::new(),
+            user: None,
+            client_context: serde_json::Map::new(),
+            trace_context: None,
+            deadline: None,
+            idempotency_key: None,
+        };
+        let execution = Arc::new(ExecutionRuntime::new(
+            shared,
+            context,
+            turn,
+            Extensions::default(),
+            Duration::from_secs(1),
+        ));
+        let form = FormRequest::new([FormField::new(
+            "name".parse().unwrap(),
+            "Name",
+            FieldKind::text(),
+        )])
+        .unwrap();
+        let request = ActionRequest::form(form);
+        let validated = || {
+            request
+                .validate(request.submit(FormValues::new().with("name", "Ada")))
+                .unwrap()
+        };
+        let mut service = RuntimeService::new(adapter);
+        let other = SessionBinding::new("nop:c-2".parse().unwrap(), "c-2".parse().unwrap());
+        for wrong in [Some(other), Some(mine.clone().with_epoch(3)), None] {
+            let decision = ResumeDecision::new(validated()).for_binding(wrong);
+            let segment = Segment::resume_of(Arc::clone(&execution), decision);
+            let Err(err) = service.call(segment).await else {
+                panic!("a decision on another binding must be refused");
+            };
+            assert_eq!(err.code(), &ErrorCode::ACTION_BINDING_MISMATCH);
+        }
+        // The execution's own binding passes the check (and finds no runtime to resume).
+        let decision = ResumeDecision::new(validated()).for_binding(Some(mine));
+        let Err(err) = service
+            .call(Segment::resume_of(Arc::clone(&execution), decision))
+            .await
+        else {
+            panic!("no runtime was created");
+        };
+        assert_eq!(err.category(), ErrorCategory::Internal, "{err:?}");
+    }
+}
