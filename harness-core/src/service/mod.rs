@@ -82,6 +82,11 @@
 //!   ACP adapter reports `interrupt.tool_approval` unsupported when nothing guarantees an
 //!   agent asks, yet answers the approvals such an agent does send). Artifacts are not
 //!   checked: the contract has no artifact capability.
+//! - The instance context a request picks or fills (its `model`, its `promptParameters`,
+//!   its `interruptPolicy`'s bounds) is checked before the tools, the files, the skills and
+//!   the capabilities, and before anything is recorded: a refused request starts nothing
+//!   (see [`context`](crate::context)). An adapter that cannot honour a choice the engine
+//!   made (the ACP adapter, for a model or a prompt) refuses it when its runtime is created.
 //! - An adapter error after output was emitted is marked "side effects may have occurred",
 //!   so retry policies never repeat it.
 //! - The request's `deadline` (caller data) is enforced here, in every state: past it, a
@@ -228,6 +233,17 @@ use crate::trace::TraceContext;
 ///     "idempotencyKey": "order-42"
 /// })).unwrap();
 /// assert_eq!(req.required_capabilities.len(), 2);
+/// // The instance context a caller picks or fills (checked against the instance at start).
+/// let req: ExecutionRequest = serde_json::from_value(serde_json::json!({
+///     "message": "review this diff",
+///     "model": "gpt-4.1-mini",
+///     "promptParameters": {"team": "payments"},
+///     "interruptPolicy": {"allow": ["tool_approval"], "answerWithinMs": 300000}
+/// })).unwrap();
+/// assert_eq!(req.model.as_deref(), Some("gpt-4.1-mini"));
+/// assert_eq!(req.prompt_parameters["team"], "payments");
+/// let policy = req.interrupt_policy.unwrap();
+/// assert!(!policy.permits(harness_core::action::ActionType::FormInput));
 /// let err = serde_json::from_value::<ExecutionRequest>(serde_json::json!({"mesage": "typo"})).unwrap_err();
 /// assert!(err.to_string().contains("unknown field `mesage`"));
 /// ```
