@@ -1026,14 +1026,22 @@ impl<A: HarnessAdapter> AdapterService<A> {
         self.inner.tools.as_deref()
     }
     /// Starts one execution: checks required capabilities, first against the adapter's
-    /// descriptor (the most it can do), then, if those hold, against what `evaluate` reports
-    /// for the request's configuration; then spawns its driver and returns its handle.
+    /// descriptor (the most it can do), then against what `evaluate` reports for the
+    /// request's configuration; then spawns its driver and returns its handle.
+    ///
+    /// `evaluate` is called for *every* request, not only one that requires capabilities:
+    /// its error (options the instance refuses, a configuration it cannot serve) refuses the
+    /// start, and so does a conversation on a configuration whose report does not offer
+    /// `session.multi_turn`. Adapters cache what `evaluate` needs from the provider (the ACP
+    /// adapter probes each agent once), so this costs no provider work per request.
     ///
     /// # Errors
     /// `CAPABILITY_UNSUPPORTED` (configuration) when a requirement is unmet (a requirement the
     /// descriptor cannot meet is refused without calling `evaluate`, which may do provider
-    /// work such as probing an agent); `evaluate`'s own error; `internal` when called outside
-    /// a Tokio runtime. No execution has started in any of these cases.
+    /// work such as probing an agent), or when the request names a conversation and the
+    /// evaluated report does not offer `session.multi_turn`; `evaluate`'s own error;
+    /// `internal` when called outside a Tokio runtime. No execution has started in any of
+    /// these cases.
     pub async fn start(&self, request: ExecutionRequest) -> Result<ExecutionHandle, HarnessError> {
         let tokio = tokio::runtime::Handle::try_current().map_err(|_| {
             HarnessError::new(
@@ -1077,13 +1085,22 @@ impl<A: HarnessAdapter> AdapterService<A> {
             }
         }
         let skills = self.granted_skills(&request)?;
-        if !required.is_empty() {
-            let report = catch(async { inner.adapter.evaluate(&config, &inner.deployment).await })
-                .await
-                .and_then(|r| r)?;
-            if let Err(unmet) = report.check(&required) {
-                return Err(unsupported(&unmet));
-            }
+        // `evaluate` answers for every request, required capabilities or not: an instance
+        // that cannot serve this configuration (options it refuses, a conversation on an
+        // agent that cannot reopen a session) refuses here, before any runtime exists.
+        // What the configuration implies is required too: a conversation needs
+        // `session.multi_turn`.
+        let report = catch(async { inner.adapter.evaluate(&config, &inner.deployment).await })
+            .await
+            .and_then(|r| r)?;
+        let mut implied = required;
+        if conversation.is_some() {
+            implied.push(crate::capability::Requirement::from(
+                crate::capability::CapabilityKey::SessionMultiTurn,
+            ));
+        }
+        if let Err(unmet) = report.check(&implied) {
+            return Err(unsupported(&unmet));
         }
 
         // The conversation's thread state, at its binding's current epoch; a store that
