@@ -595,7 +595,21 @@ impl RuntimeCell {
                 tracing::warn!(execution = %id, code = %err.code(), "runtime cleanup panicked");
             }
             Err(_) => {
-                tracing::warn!(execution = %id, ?deadline, "runtime cleanup exceeded its deadline");
+                // Cut here: the cleanup's future is dropped, and the runtime with it once the
+                // execution lets it go (its processes and connections released by their
+                // drop). The outcome the run reached stands; the cut is reported classified.
+                let err = HarnessError::new(
+                    ErrorCategory::Timeout,
+                    "the runtime's cleanup passed its deadline and was cut",
+                );
+                tracing::warn!(
+                    execution = %id,
+                    ?deadline,
+                    code = %err.code(),
+                    category = err.category().as_str(),
+                    "runtime cleanup exceeded its deadline: {}",
+                    err.message()
+                );
             }
         }
     }
