@@ -50,6 +50,18 @@ pub static FIXTURES: &[Fixture] = &[
         "cleanup twice returns, bounded, without panicking"
     ),
     fixture!(
+        "runtime.bounded_cleanup",
+        Lifecycle,
+        [RuntimeBoundedCleanup],
+        "cleanup returns within its deadline after a hanging segment and while paused; a cleanup that hangs is cut at the service's deadline, the outcome stands, a classified error is reported and the runtime released"
+    ),
+    fixture!(
+        "runtime.single_mutation",
+        Lifecycle,
+        [],
+        "only one mutating stream, resume, restart or cleanup call runs on a runtime at a time, under concurrent runs, cancels and answers"
+    ),
+    fixture!(
         "stream.text",
         Streaming,
         [StreamText],
@@ -98,6 +110,12 @@ pub static FIXTURES: &[Fixture] = &[
         "a failing tool call completes with failure"
     ),
     fixture!(
+        "tool.builtin",
+        Tools,
+        [ToolBuiltin],
+        "each tool call started completes exactly once; a portable tool runs once through its handle with the arguments the log reports"
+    ),
+    fixture!(
         "tool.approval.approve",
         Tools,
         [InterruptToolApproval],
@@ -143,7 +161,7 @@ pub static FIXTURES: &[Fixture] = &[
         "session.restart",
         Sessions,
         [RuntimeRestart],
-        "restart releases and the next segment still runs"
+        "restart releases and the next segment still runs; durable conversation state survives it: a later turn recalls across a restart, and a restart while paused keeps the interrupt answerable"
     ),
     fixture!(
         "session.multi_turn",
@@ -167,7 +185,13 @@ pub static FIXTURES: &[Fixture] = &[
         "session.expired_state",
         Sessions,
         [ThreadEvictionRestore],
-        "expired state is restored or refused"
+        "expired state (a replica lost with its runtimes; the provider's native session expired) is restored or refused persistence, never silently started afresh"
+    ),
+    fixture!(
+        "thread.durable_commit",
+        Sessions,
+        [ThreadDurableCommit],
+        "a turn's state is committed by its terminal event; concurrent turns of one conversation succeed or fail persistence"
     ),
     fixture!(
         "runtime.lease_fencing",
@@ -275,7 +299,7 @@ pub static FIXTURES: &[Fixture] = &[
         "faults.panic_sanitized",
         Faults,
         [],
-        "a panic becomes internal/ADAPTER_PANICKED and its text stays private"
+        "a panic (in the adapter: internal/ADAPTER_PANICKED; of a provider out of process: its crash) ends the run classified, and its text stays private"
     ),
     fixture!(
         "faults.malformed_events",
@@ -352,7 +376,7 @@ pub static FIXTURES: &[Fixture] = &[
 ];
 
 /// One tool approval over one call, no edit: the behaviour most action fixtures pause on.
-const ONE_APPROVAL: Behaviour = Behaviour::ToolApproval {
+pub(crate) const ONE_APPROVAL: Behaviour = Behaviour::ToolApproval {
     calls: 1,
     editable: false,
 };
@@ -553,6 +577,24 @@ async fn body<Kn: Knobs>(knobs: &Kn, id: &str) -> Result<Verdict, Skip> {
             )
             .await
         }
+        "tool.builtin" => {
+            crate::contract::tool_builtin(knobs, req(knobs, Behaviour::ToolSuccess)?).await
+        }
+        "runtime.single_mutation" => crate::contract::single_mutation(knobs).await,
+        "runtime.bounded_cleanup" => observe::isolated(knobs.bounds().grace, |obs| {
+            crate::contract::bounded_cleanup(knobs, obs)
+        }),
+        "thread.durable_commit" => {
+            let marker = sessions::marker();
+            let remember = req(
+                knobs,
+                Behaviour::Remember {
+                    marker: marker.clone(),
+                },
+            )?;
+            let recall = req(knobs, Behaviour::Recall)?;
+            replicas::durable_commit(knobs, &marker, remember, recall).await
+        }
         "tool.cancellation" => tool_cancellation(knobs, req(knobs, Behaviour::ToolSlow)?).await,
         "mcp.partial_failure" => partial_failure(knobs, req(knobs, Behaviour::ProviderTool)?).await,
         "mcp.caller_credential_isolation" => {
@@ -616,7 +658,7 @@ async fn body<Kn: Knobs>(knobs: &Kn, id: &str) -> Result<Verdict, Skip> {
             if id == "session.clear" {
                 replicas::clear(knobs, &marker, remember, recall).await
             } else {
-                replicas::expired_state(knobs, &marker, remember, recall).await
+                expired_state(knobs, &marker, remember, recall).await
             }
         }
         "session.cross_replica_resume" => {
@@ -1201,6 +1243,29 @@ async fn approval<Kn: Knobs>(
     ))
 }
 
+/// `session.expired_state`: a lost replica, then an expired native session.
+async fn expired_state<Kn: Knobs>(
+    knobs: &Kn,
+    marker: &str,
+    remember: ExecutionRequest,
+    recall: ExecutionRequest,
+) -> Verdict {
+    let lost = replicas::expired_state(knobs, marker, remember, recall).await?;
+    let marker = sessions::marker();
+    let remember = knobs.request_for(&Behaviour::Remember {
+        marker: marker.clone(),
+    });
+    let recall = knobs.request_for(&Behaviour::Recall);
+    let (Some(remember), Some(recall)) = (remember, recall) else {
+        return Err("the knobs stopped producing Remember and Recall".to_owned());
+    };
+    let native = match replicas::expired_native_state(knobs, &marker, remember, recall).await? {
+        Some(native) => native,
+        None => "no native state outside the thread state (Knobs::expire_native_state)".to_owned(),
+    };
+    Ok(format!("{lost}; {native}"))
+}
+
 async fn restart<Kn: Knobs>(knobs: &Kn) -> Verdict {
     let b = knobs.bounds();
     let adapter = knobs.adapter();
@@ -1216,7 +1281,13 @@ async fn restart<Kn: Knobs>(knobs: &Kn) -> Verdict {
     if let Some(Err(e)) = seg.terminal() {
         return Err(format!("the segment after restart failed: {}", e.message()));
     }
-    Ok("restart returned and the next segment ran to one terminal item".to_owned())
+    let kept = crate::contract::restart_keeps_state(knobs).await?;
+    if kept.is_empty() {
+        return Ok("restart returned and the next segment ran to one terminal item".to_owned());
+    }
+    Ok(format!(
+        "restart returned and the next segment ran to one terminal item; {kept}"
+    ))
 }
 
 async fn form_input<Kn: Knobs>(knobs: &Kn, request: ExecutionRequest) -> Verdict {
@@ -1603,16 +1674,27 @@ async fn panic_sanitized<Kn: Knobs>(knobs: &Kn, request: ExecutionRequest) -> Ve
     let Outcome::Failed(err) = &obs.outcome else {
         return Err(format!("the panicking run ended {}", obs.ended()));
     };
-    if err.code() != &ErrorCode::ADAPTER_PANICKED {
+    // In the adapter's process, the service catches the panic: ADAPTER_PANICKED. A provider
+    // out of process that panics crashes: its adapter reports it lost, classified
+    // (`unavailable`, or `internal` with a code of its own), never as the service's
+    // protocol verdict or an unclassified defect.
+    let in_process = err.code() == &ErrorCode::ADAPTER_PANICKED;
+    if !in_process
+        && !(crate::contract::is_provider_fault(err) && err.code() != &ErrorCode::INTERNAL)
+    {
         return Err(format!(
-            "failed with {}, expected ADAPTER_PANICKED",
-            err.code().as_str()
+            "failed with {}, expected internal/ADAPTER_PANICKED (a panic in the adapter) or a \
+             classified unavailable error (a provider that crashed)",
+            crate::contract::classified(err)
         ));
     }
     if let Some(at) = obs.leaks(CANARY) {
         return Err(format!("panic text not sanitized: it reached {at}"));
     }
-    Ok("internal/ADAPTER_PANICKED, panic text private".to_owned())
+    Ok(format!(
+        "{}, panic text private",
+        crate::contract::classified(err)
+    ))
 }
 
 async fn malformed<Kn: Knobs>(knobs: &Kn, request: ExecutionRequest) -> Verdict {

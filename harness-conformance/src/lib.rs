@@ -99,7 +99,9 @@
 //!   replica, which then goes away with its adapter (runtimes, processes, in-memory maps);
 //!   the next turn, on a second replica over the same store, must restore the marker or
 //!   refuse with a `persistence` error: succeeding without it (silently starting afresh)
-//!   fails;
+//!   fails. Then the provider's own state expires ([`Knobs::expire_native_state`]: an
+//!   agent's saved sessions deleted): the next turn must again restore or refuse
+//!   `persistence`;
 //! - `session.cross_replica_resume`: a run pauses on a tool approval on replica `a`, which
 //!   dies (its Tokio runtime shut down mid-flight: no lease released, nothing written
 //!   after); replica `b` recovers the execution with its pending action
@@ -121,6 +123,41 @@
 //! The replicas of these fixtures are services of their own over a fresh adapter each
 //! ([`Knobs::adapter`]), sharing one [`MemoryStore`](harness_core::store::MemoryStore)
 //! (executions and thread state) with a 300 ms lease.
+//!
+//! # The runtime contract's lifecycle rules
+//!
+//! Some rules are about what the service does with the adapter's runtimes; the suite checks
+//! them with a wrapper between the two (its runtimes delegate to the adapter's):
+//!
+//! - `runtime.single_mutation` (contract-level): every mutating call (`stream` and
+//!   `resume` until their terminal item, end or drop; `restart`; `cleanup`) marks its
+//!   runtime busy; a call that finds it busy fails the fixture. Driven with two runs at
+//!   once, a cancel while streaming, an answer and a cancel at once, two answers at once
+//!   then a cancel while resumed, and a run cut by its turn deadline;
+//! - `runtime.bounded_cleanup`: the adapter's cleanup returns within [`Bounds::grace`]
+//!   after a hanging segment was given up and while a pause is open; and a runtime whose
+//!   cleanup never returns is cut at the service's cleanup deadline: the run's outcome
+//!   stands, the service logs the cut as a classified error (`timeout`, `TIMEOUT`), and
+//!   the runtime (with the adapter's it holds) is dropped while the caller still holds the
+//!   handle;
+//! - `session.restart`: besides the runtime-boundary check (restart, then a segment runs),
+//!   restart is called before every segment through the service: a conversation's later
+//!   turn must recall what an earlier one kept, and a run paused on an approval, restarted
+//!   before its answer, must still report the same pending interrupt and run to
+//!   `run.succeeded` on the answer;
+//! - `tool.builtin`: every `tool.call.started` completes exactly once; for an adapter that
+//!   runs portable tools, [`tools::ECHO`] ran once with the arguments the log reports;
+//! - `thread.durable_commit`: a turn's state is committed by its terminal event (its
+//!   replica dropped at once, a fresh one over the same store recalls it), and two turns
+//!   of one conversation at once each succeed or fail `persistence`, one at least
+//!   succeeding.
+//!
+//! # Evidence per capability
+//!
+//! A passing fixture is evidence for the capabilities it is tied to:
+//! [`FixtureResult::verifies`] lists them (empty for any other outcome), and
+//! [`Report::verified_by`] answers which fixtures verified a capability. The text report
+//! ends with one `verified <capability> by <fixtures>` line each.
 //!
 //! # Group 12: observability
 //!
@@ -193,6 +230,7 @@ use harness_core::error::ErrorCategory;
 use harness_core::service::ExecutionRequest;
 use serde::Serialize;
 
+mod contract;
 mod files;
 mod fixtures;
 mod observe;
@@ -247,6 +285,15 @@ pub enum Behaviour {
         diagnostic: String,
     },
     /// Panic with `message` (a canary the suite looks for).
+    ///
+    /// For an adapter whose provider runs out of process (an agent, a model server), a
+    /// "panic" is the provider's crash, mid-stream, with `message` in what it leaves behind:
+    /// an agent process that panics (its stack trace, holding `message`, on its stderr, and
+    /// an abnormal exit), or a model server that fails mid-response (the failure's text,
+    /// holding `message`, in the truncated body). `faults.panic_sanitized` then requires the
+    /// run to end `run.failed` classified (`unavailable`, or `internal` with a code of the
+    /// adapter's), with `message` in no event and not in the public error; an in-process
+    /// panic must be `internal/ADAPTER_PANICKED`.
     Panic {
         /// The panic message.
         message: String,
@@ -420,6 +467,20 @@ pub trait Knobs: Send + Sync {
     /// The bounds on the suite's waits.
     fn bounds(&self) -> Bounds {
         Bounds::default()
+    }
+
+    /// Makes the provider's native conversation state expire, as the provider's retention
+    /// would: every session the adapter's provider keeps of its own, outside the service's
+    /// thread state (an ACP agent's saved sessions, a hosted thread), is deleted on the
+    /// provider's side. Returns whether it did; `false` (the default) says the provider keeps
+    /// no native state of its own, all of it being in the thread state (which
+    /// `session.expired_state` checks by losing a replica).
+    ///
+    /// With `true`, `session.expired_state` also checks that a conversation's next turn after
+    /// the expiry restores what was kept or refuses with a `persistence` error, never
+    /// silently starts afresh.
+    fn expire_native_state(&self) -> bool {
+        false
     }
 
     /// Whether the suite runs alone in its process, so that open file descriptors and child

@@ -69,6 +69,15 @@ impl Observers {
     fn traces(&self) -> Captured {
         self.capture.get()
     }
+
+    /// Every tracing event seen so far, as `field=value` pairs joined by spaces.
+    pub(crate) fn event_messages(&self) -> Vec<String> {
+        self.traces()
+            .events
+            .into_iter()
+            .map(|e| e.message)
+            .collect()
+    }
 }
 
 /// Runs the future `make` returns on a thread of its own (see the module docs); a panic in

@@ -199,7 +199,7 @@ impl Segment {
     }
 }
 
-fn is_terminal_item(item: &EventResult) -> bool {
+pub(crate) fn is_terminal_item(item: &EventResult) -> bool {
     matches!(
         item,
         Err(_) | Ok(AdapterEvent::Completed(_) | AdapterEvent::Action(_))

@@ -177,6 +177,141 @@ pub(crate) async fn expired_state<Kn: Knobs>(
     }
 }
 
+/// What a later turn of a conversation whose state was lost made of it: restored (the
+/// marker recalled) or refused `persistence`; succeeding without the marker fails.
+fn restored_or_refused(later: &Observed, marker: &str, what: &str) -> Verdict {
+    match &later.outcome {
+        Outcome::Succeeded(_) if message_text(later).contains(marker) => {
+            Ok(format!("{what}: restored (the marker recalled)"))
+        }
+        Outcome::Succeeded(_) => Err(format!(
+            "state silently lost: {what}, the conversation's next turn succeeded without what \
+             was kept (restore it, or refuse with a persistence error)"
+        )),
+        Outcome::Failed(e) if e.category() == ErrorCategory::Persistence => {
+            Ok(format!("{what}: refused persistence/{}", e.code()))
+        }
+        _ => Err(format!(
+            "{what}, the conversation's next turn ended {}: neither restored nor refused as \
+             persistence",
+            later.ended()
+        )),
+    }
+}
+
+/// `session.expired_state`, second part: the provider's own (native) state of a
+/// conversation expires ([`Knobs::expire_native_state`]); the next turn, on a fresh replica
+/// over the same store, restores it or refuses `persistence`. `None` when the provider
+/// keeps no native state of its own.
+pub(crate) async fn expired_native_state<Kn: Knobs>(
+    knobs: &Kn,
+    marker: &str,
+    remember: ExecutionRequest,
+    recall: ExecutionRequest,
+) -> Result<Option<String>, String> {
+    let b = knobs.bounds();
+    let store = Arc::new(MemoryStore::new());
+    let conversation = ConversationId::generate();
+    {
+        let a = replica(knobs, &store, "conformance-native-a");
+        let kept = turn(&a, remember, &conversation, "the remembering turn", b).await?;
+        succeeded(&kept, "the remembering turn")?;
+    }
+    if !knobs.expire_native_state() {
+        return Ok(None);
+    }
+    let later_replica = replica(knobs, &store, "conformance-native-b");
+    let later = turn(
+        &later_replica,
+        recall,
+        &conversation,
+        "the turn after the native state expired",
+        b,
+    )
+    .await?;
+    restored_or_refused(&later, marker, "the provider's native state expired").map(Some)
+}
+
+/// `thread.durable_commit`: a turn's state is committed when its terminal event is: the
+/// replica that ran it is dropped at once (service, adapter, runtimes), and a fresh replica
+/// over the same store recalls the marker. Then two turns of one conversation at once: each
+/// succeeds, or fails `persistence` (a compare-and-set conflict), never anything else (a
+/// lost update or a torn write would show as another failure or a protocol error).
+pub(crate) async fn durable_commit<Kn: Knobs>(
+    knobs: &Kn,
+    marker: &str,
+    remember: ExecutionRequest,
+    recall: ExecutionRequest,
+) -> Verdict {
+    let b = knobs.bounds();
+    let store = Arc::new(MemoryStore::new());
+    let conversation = ConversationId::generate();
+    {
+        let a = replica(knobs, &store, "conformance-commit-a");
+        let kept = turn(&a, remember, &conversation, "the committing turn", b).await?;
+        succeeded(&kept, "the committing turn")?;
+    }
+    let later_replica = replica(knobs, &store, "conformance-commit-b");
+    let later = turn(
+        &later_replica,
+        recall,
+        &conversation,
+        "the turn on a fresh replica",
+        b,
+    )
+    .await?;
+    succeeded(&later, "the turn on a fresh replica")?;
+    if !message_text(&later).contains(marker) {
+        return Err(
+            "the turn's state was not committed by its terminal event: a fresh replica over \
+             the same store, right after, did not recall it"
+                .to_owned(),
+        );
+    }
+    // Asked for only now: a knob may script the recall after the latest Remember it made.
+    let concurrent = || {
+        knobs
+            .request_for(&crate::Behaviour::Remember {
+                marker: crate::sessions::marker(),
+            })
+            .ok_or_else(|| "the knobs stopped producing Remember".to_owned())
+    };
+    let (x, y) = (concurrent()?, concurrent()?);
+    let other = ConversationId::generate();
+    let (x, y) = futures_util::future::join(
+        probe::run_to_end(&later_replica, x.with_conversation(other.clone()), b),
+        probe::run_to_end(&later_replica, y.with_conversation(other), b),
+    )
+    .await;
+    let mut succeeded_turns = 0;
+    for obs in [x?, y?] {
+        obs.check_log()?;
+        match &obs.outcome {
+            Outcome::Succeeded(_) => succeeded_turns += 1,
+            Outcome::Failed(e) if e.category() == ErrorCategory::Persistence => {}
+            _ => {
+                return Err(format!(
+                    "of two turns of one conversation at once, one ended {}: a commit that \
+                     conflicts must fail persistence",
+                    obs.ended()
+                ));
+            }
+        }
+    }
+    if succeeded_turns == 0 {
+        return Err(
+            "of two turns of one conversation at once, neither succeeded: one commit must win"
+                .to_owned(),
+        );
+    }
+    // Which one wins varies from run to run: the evidence does not say.
+    Ok(
+        "committed by the terminal event (a fresh replica recalled it at once); two turns at \
+         once: each succeeded or failed persistence, at least one succeeded"
+            .to_owned(),
+    )
+}
+
 /// A store whose every call fails `Unavailable` while cut: a replica partitioned from its
 /// database.
 #[derive(Clone)]

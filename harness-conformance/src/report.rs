@@ -18,16 +18,27 @@ pub struct FixtureResult {
     pub group: Group,
     /// The capabilities it exercises.
     pub capabilities: Vec<CapabilityKey>,
+    /// The capabilities this result is evidence for: the fixture's capabilities when it
+    /// passed (each was usable for the configuration and the rule held), none otherwise. A
+    /// capability claim links to the fixtures that verified it through this list (see
+    /// [`Report::verified_by`]).
+    pub verifies: Vec<CapabilityKey>,
     /// How it ended.
     pub outcome: FixtureOutcome,
 }
 
 impl FixtureResult {
     pub(crate) fn new(fixture: &Fixture, outcome: FixtureOutcome) -> Self {
+        let verifies = if matches!(outcome, FixtureOutcome::Passed { .. }) {
+            fixture.capabilities.to_vec()
+        } else {
+            Vec::new()
+        };
         Self {
             id: fixture.id.to_owned(),
             group: fixture.group,
             capabilities: fixture.capabilities.to_vec(),
+            verifies,
             outcome,
         }
     }
@@ -124,6 +135,41 @@ impl Report {
     #[must_use]
     pub fn result(&self, id: &str) -> Option<&FixtureResult> {
         self.results.iter().find(|r| r.id == id)
+    }
+
+    /// The ids of the fixtures that verified `capability` (passed with it usable), in run
+    /// order; empty when none did. Each fixture's evidence is
+    /// `<`[`evidence_id`](Self::evidence_id)`>#<fixture id>`.
+    ///
+    /// ```no_run
+    /// # async fn link(report: harness_conformance::Report) {
+    /// use harness_core::capability::CapabilityKey;
+    /// for id in report.verified_by(CapabilityKey::RuntimeRestart) {
+    ///     println!("runtime.restart verified by {}#{id}", report.evidence_id);
+    /// }
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn verified_by(&self, capability: CapabilityKey) -> Vec<&str> {
+        self.results
+            .iter()
+            .filter(|r| r.verifies.contains(&capability))
+            .map(|r| r.id.as_str())
+            .collect()
+    }
+
+    /// Every capability some fixture verified, each with the fixtures that did, in key
+    /// order.
+    #[must_use]
+    pub fn verified(&self) -> std::collections::BTreeMap<CapabilityKey, Vec<&str>> {
+        let mut map: std::collections::BTreeMap<CapabilityKey, Vec<&str>> =
+            std::collections::BTreeMap::new();
+        for r in &self.results {
+            for key in &r.verifies {
+                map.entry(*key).or_default().push(r.id.as_str());
+            }
+        }
+        map
     }
 
     /// The report as pretty JSON.
@@ -252,6 +298,11 @@ impl fmt::Display for Report {
                 r.outcome.detail()
             )?;
         }
+        // One line per verified capability, single-spaced (the table's rows alone are
+        // compared by `check_published`).
+        for (key, ids) in self.verified() {
+            writeln!(f, "verified {} by {}", key.as_str(), ids.join(", "))?;
+        }
         let count = |status: &str| {
             self.results
                 .iter()
@@ -297,6 +348,7 @@ mod tests {
                     id: (*id).to_owned(),
                     group: Group::Streaming,
                     capabilities: Vec::new(),
+                    verifies: Vec::new(),
                     outcome: outcome.clone(),
                 })
                 .collect(),
@@ -366,6 +418,44 @@ mod tests {
             .unwrap_err();
         assert!(missing.contains("UPDATE_REPORTS=1"), "{missing}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_passed_fixture_verifies_its_capabilities_and_no_other_outcome_does() {
+        use crate::Fixture;
+        use harness_core::capability::CapabilityKey as K;
+        let fixture = Fixture {
+            id: "session.restart",
+            group: Group::Sessions,
+            capabilities: &[K::RuntimeRestart],
+            rule: "restart",
+        };
+        let passed = FixtureResult::new(&fixture, passed("ok"));
+        let failed = FixtureResult::new(
+            &fixture,
+            FixtureOutcome::Failed {
+                reason: "no".into(),
+            },
+        );
+        assert_eq!(passed.verifies, vec![K::RuntimeRestart]);
+        assert!(failed.verifies.is_empty());
+        let mut report = report(&[]);
+        report.results = vec![passed, failed];
+        assert_eq!(
+            report.verified_by(K::RuntimeRestart),
+            vec!["session.restart"]
+        );
+        assert!(report.verified_by(K::StreamText).is_empty());
+        let text = report.to_string();
+        assert!(
+            text.contains("verified runtime.restart by session.restart"),
+            "{text}"
+        );
+        let json: serde_json::Value = serde_json::from_str(&report.to_json()).unwrap();
+        assert_eq!(
+            json["results"][0]["verifies"],
+            serde_json::json!(["runtime.restart"])
+        );
     }
 
     #[test]

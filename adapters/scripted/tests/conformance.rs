@@ -38,6 +38,10 @@ async fn the_scripted_adapter_passes_the_conformance_suite() {
         "session.expired_state",
         "runtime.lease_fencing",
         "runtime.eviction_recovery",
+        "runtime.bounded_cleanup",
+        "runtime.single_mutation",
+        "thread.durable_commit",
+        "session.restart",
     ] {
         assert!(
             matches!(
