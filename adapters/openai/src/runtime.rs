@@ -272,9 +272,10 @@ const AHEAD: usize = 64;
     capability(
         "runtime.restart",
         native,
-        explanation = "restart drops the runtime's HTTP client (its connections) and the turn in \
-            progress; the next segment makes a new client, and the history stays in the \
-            thread state",
+        explanation = "restart drops the runtime's HTTP client (its connections); the next \
+            round makes a new one. Durable conversation state stays: the history (in the \
+            thread state), the turn's transcript, and a pause with its pending interrupt, \
+            which an answer after the restart resumes",
     ),
     capability(
         "runtime.bounded_cleanup",
@@ -1445,10 +1446,10 @@ impl HarnessRuntime for OpenAiRuntime {
 
     fn restart(&self) -> BoxFuture<'_, Result<(), HarnessError>> {
         Box::pin(async move {
-            // Nothing is held between segments but the turn's own state: a restarted
-            // runtime starts its next turn afresh (the history is in the thread state).
-            *self.turn.lock().await = Turn::default();
-            *lock(&self.pending) = None;
+            // Releases the provider client only (its connections); the next round makes a
+            // new one. The conversation's state stays: the turn's transcript, its counters
+            // and a pause with its pending interrupt, so that an answer after a restart
+            // resumes the run (no segment runs meanwhile: one mutating call at a time).
             *lock(&self.client) = None;
             Ok(())
         })
