@@ -126,10 +126,112 @@ async fn echo_trace_server(api: Api) -> String {
     url
 }
 
+/// A fault-injecting model server (a mock for fault injection only: the mock model server
+/// cannot misbehave this way). What it does depends on the request's body:
+///
+/// - `conformance panic`: the server panics mid-response, as a model server's worker does:
+///   the status and one streamed text delta go out (chunked), then the next chunk, which
+///   announces more bytes than it holds, carries the panic's text (`thread 'main' panicked
+///   at …: <the panic message>` and a stack backtrace), and the connection is closed in the
+///   middle of it. The model loop must end the run classified (the stream broke off) with
+///   the panic's text in no event and not in the public error.
+/// - `conformance malformed`: a stream event whose data is not JSON, then the connection is
+///   held open (the run must end `protocol` by itself, not by waiting).
+struct Faults {
+    url: String,
+    /// The panic message the server writes (the suite's canary), set by the knobs.
+    panic: std::sync::Arc<Mutex<String>>,
+}
+
+impl Faults {
+    async fn start(api: Api) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/v1", listener.local_addr().unwrap());
+        let panic = std::sync::Arc::new(Mutex::new(String::new()));
+        let message = std::sync::Arc::clone(&panic);
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                let message = message
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .clone();
+                tokio::spawn(fault(socket, api, message));
+            }
+        });
+        Self { url, panic }
+    }
+}
+
+/// Reads one request (head and body, by its content length).
+async fn read_request(socket: &mut tokio::net::TcpStream) -> Option<String> {
+    let mut request = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        if let Some(end) = request.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&request[..end]).to_lowercase();
+            let length: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            if request.len() >= end + 4 + length {
+                return Some(String::from_utf8_lossy(&request).into_owned());
+            }
+        }
+        match socket.read(&mut buf).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => request.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+async fn fault(mut socket: tokio::net::TcpStream, api: Api, message: String) {
+    let Some(request) = read_request(&mut socket).await else {
+        return;
+    };
+    let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n";
+    let chunk = |body: &str| format!("{:x}\r\n{body}\r\n", body.len());
+    if request.contains("conformance malformed") {
+        let _ = socket
+            .write_all(format!("{head}{}", chunk("data: this is not json\n\n")).as_bytes())
+            .await;
+        // Held open: the model loop must not wait for more.
+        tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
+        return;
+    }
+    if request.contains("conformance panic") {
+        let delta = match api {
+            Api::ChatCompletions => format!(
+                "data: {}\n\n",
+                json!({"choices": [{"index": 0, "delta": {"content": "partial"}}]})
+            ),
+            Api::Responses => format!(
+                "event: response.output_text.delta\ndata: {}\n\n",
+                json!({"type": "response.output_text.delta", "delta": "partial"})
+            ),
+        };
+        let trace = format!(
+            "thread 'main' panicked at src/server.rs:42:7:\n{message}\nstack backtrace:\n   \
+             0: rust_begin_unwind\n   1: core::panicking::panic_fmt\n   2: model_server::stream\n"
+        );
+        // The chunk announces more than it holds: the response breaks off mid-chunk.
+        let broken = format!("{:x}\r\n{trace}", trace.len() + 4096);
+        let _ = socket
+            .write_all(format!("{head}{}{broken}", chunk(&delta)).as_bytes())
+            .await;
+        let _ = socket.flush().await;
+        return;
+    }
+    let _ = socket
+        .write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+        .await;
+}
+
 struct OpenAiKnobs {
     mock: Mock,
     api: Api,
     trace: String,
+    faults: Faults,
     /// Fixtures added for markers and secrets, newest first.
     dynamic: Mutex<Vec<Value>>,
 }
@@ -156,8 +258,10 @@ impl Knobs for OpenAiKnobs {
             .with_api(self.api)
             .with_api_key("sk-operator-key-for-the-mock");
         let trace = Endpoint::new(self.trace.clone(), "gpt-4.1").with_api(self.api);
+        let faults = Endpoint::new(self.faults.url.clone(), "gpt-4.1").with_api(self.api);
         OpenAiAdapter::new(endpoint)
             .and_then(|a| a.with_endpoint("trace", trace))
+            .and_then(|a| a.with_endpoint("faults", faults))
             .expect("valid endpoints")
     }
 
@@ -197,6 +301,20 @@ impl Knobs for OpenAiKnobs {
                 request(&format!("conformance remember {marker}"))
             }
             Behaviour::Recall => request("conformance recall"),
+            // The fault-injecting server: a panic mid-response, an event that is not JSON.
+            Behaviour::Panic { message } => {
+                message.clone_into(
+                    &mut self
+                        .faults
+                        .panic
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner),
+                );
+                request("conformance panic")
+                    .with_options(OpenAiOptions::endpoint("faults").to_value())
+            }
+            Behaviour::MalformedOrder => request("conformance malformed")
+                .with_options(OpenAiOptions::endpoint("faults").to_value()),
             Behaviour::ToolSlow => request("conformance slow tool"),
             Behaviour::ProviderTool => request("conformance provider tool"),
             Behaviour::CredentialTool => request("conformance credential tool"),
@@ -226,6 +344,7 @@ async fn certify_one(api: Api, report_name: &str) {
         mock,
         api,
         trace: echo_trace_server(api).await,
+        faults: Faults::start(api).await,
         dynamic: Mutex::new(Vec::new()),
     };
     let report = certify(&knobs).await;
@@ -255,6 +374,13 @@ async fn certify_one(api: Api, report_name: &str) {
         "observability.trace_propagation",
         "runtime.eviction_recovery",
         "skills.missing_blocked",
+        "faults.panic_sanitized",
+        "faults.malformed_events",
+        "session.restart",
+        "tool.builtin",
+        "thread.durable_commit",
+        "runtime.bounded_cleanup",
+        "runtime.single_mutation",
     ] {
         assert!(
             matches!(
