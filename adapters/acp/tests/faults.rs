@@ -99,10 +99,54 @@ async fn malformed_output_ends_as_protocol() {
     assert_no_process_left(&mark).await;
 }
 
+/// The service evaluates every request: the capability probe's `initialize` meets the
+/// unsupported version, and the start is refused before any execution runs an agent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unsupported_protocol_version_is_refused_at_initialize() {
-    let (err, mark) = failure("bad-version").await;
+    let mark = marker("bad-version");
+    let adapter = adapter_for(test_agent("bad-version", &mark));
+    let err = harness_core::service::AdapterService::new(adapter.clone())
+        .start(harness_core::service::ExecutionRequest::new("go"))
+        .await
+        .expect_err("refused at start");
     assert_eq!(err.category(), ErrorCategory::Configuration, "{err:?}");
+    assert_eq!(adapter.stats().snapshot().agents_started, 0);
+    assert_no_process_left(&mark).await;
+}
+
+/// A "panic" of an agent out of process: it panics mid-turn (its panic message and a stack
+/// backtrace, holding a secret, on stderr) and aborts. The run ends classified
+/// `unavailable`, the secret in no event and not in the public error; the stderr tail,
+/// redacted, is the diagnostic's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_panics_mid_turn_ends_the_run_unavailable_and_sanitized() {
+    let mark = marker("panic");
+    let adapter = adapter_for(test_agent("panic", &mark));
+    let execution = harness_core::service::AdapterService::new(adapter)
+        .start(harness_core::service::ExecutionRequest::new(
+            "token sk-panic-secret-0123456789abcdef",
+        ))
+        .await
+        .expect("execution starts");
+    let Outcome::Failed(err) = outcome(&execution).await else {
+        panic!("expected a failure");
+    };
+    assert_eq!(err.category(), ErrorCategory::Unavailable, "{err:?}");
+    let public = serde_json::to_string(&err.public()).unwrap();
+    assert!(!public.contains("sk-panic-secret"), "{public}");
+    let events = read_until(&execution, Cursor::START, |e| e.kind().is_terminal()).await;
+    for e in &events {
+        let json = serde_json::to_string(&**e).unwrap();
+        assert!(!json.contains("panicked"), "{json}");
+        assert!(!json.contains("sk-panic-secret"), "{json}");
+    }
+    let diagnostic = err.diagnostic().unwrap_or_default();
+    assert!(diagnostic.contains("panicked"), "{diagnostic}");
+    assert!(
+        !diagnostic.contains("sk-panic-secret-0123456789abcdef"),
+        "{diagnostic}"
+    );
+    drop(execution);
     assert_no_process_left(&mark).await;
 }
 
@@ -382,7 +426,9 @@ async fn a_cancel_the_agent_answers_ends_the_run_before_its_group_is_reaped() {
             stats.groups_terminated,
             stats.groups_killed
         ),
-        (1, 0, 1, 1, 1),
+        // Two groups reaped: the run's agent, and the capability probe's (the service
+        // evaluates every request; the probe's agent exits when its stdin closes).
+        (1, 0, 2, 1, 1),
         "{stats:?}"
     );
     drop(execution);
@@ -426,7 +472,9 @@ async fn a_cancel_the_agent_ignores_ends_the_run_once_the_grace_has_passed() {
             stats.groups_reaped,
             stats.groups_killed
         ),
-        (0, 1, 1, 1),
+        // Two groups reaped: the run's agent, and the capability probe's (the service
+        // evaluates every request; the probe's agent exits when its stdin closes).
+        (0, 1, 2, 1),
         "{stats:?}"
     );
     drop(execution);
@@ -449,7 +497,9 @@ async fn a_group_that_exited_on_its_own_is_not_signalled() {
             stats.groups_terminated,
             stats.groups_killed
         ),
-        (1, 0, 0),
+        // Two groups reaped: the run's agent, and the capability probe's (the service
+        // evaluates every request; the probe's agent exits when its stdin closes).
+        (2, 0, 0),
         "{stats:?}"
     );
     drop(execution);

@@ -172,23 +172,26 @@ async fn a_conversation_on_an_agent_without_load_session_is_refused_at_preflight
     assert_no_process_left(&mark).await;
 }
 
+/// Defect: without required capabilities the service did not call `evaluate`, so a
+/// conversation on an agent that cannot reopen a session ran its first turn and failed only
+/// at the second. Now every request is evaluated: the first turn is refused at start.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_later_turn_without_preflight_on_an_agent_without_load_session_fails_unsupported() {
+async fn a_conversation_on_an_agent_without_load_session_is_refused_without_requirements() {
     let mark = marker("no-load-runtime");
-    let service = AdapterService::new(adapter_for(test_agent("no-load", &mark)));
+    let adapter = adapter_for(test_agent("no-load", &mark));
+    let service = AdapterService::new(adapter.clone());
     let conv = conversation("conv_no_load_runtime");
-    let request = |message: &str| ExecutionRequest::new(message).with_conversation(conv.clone());
-    // No capability is required, so no preflight: the first turn opens a session...
-    let (events, outcome) = run(&service, request("hello")).await;
-    assert!(matches!(outcome, Outcome::Succeeded(_)), "{outcome:?}");
-    assert_eq!(text(&events), "turn 1: hello");
-    // ... and the second cannot reopen it.
-    let (_, outcome) = run(&service, request("again")).await;
-    let Outcome::Failed(err) = outcome else {
-        panic!("expected a failure, got {outcome:?}");
-    };
+    let err = service
+        .start(ExecutionRequest::new("hello").with_conversation(conv))
+        .await
+        .expect_err("refused at start");
     assert_eq!(err.code(), &ErrorCode::CAPABILITY_UNSUPPORTED, "{err:?}");
     assert!(err.message().contains("session.multi_turn"), "{err:?}");
+    let stats = adapter.stats().snapshot();
+    assert_eq!((stats.probes, stats.agents_started), (1, 0), "{stats:?}");
+    // Without a conversation the same agent runs.
+    let (_, outcome) = run(&service, ExecutionRequest::new("hello")).await;
+    assert!(matches!(outcome, Outcome::Succeeded(_)), "{outcome:?}");
     assert_no_process_left(&mark).await;
 }
 
@@ -338,28 +341,25 @@ async fn a_conversation_continued_with_another_agent_is_refused_naming_both() {
         .session_of(&Conversation::anonymous(conv.clone()))
         .expect("the conversation is mapped");
 
-    // At preflight (the request requires a capability, so the adapter evaluates).
-    let refused = service
-        .start(request(Some("other"), "again").require(CapabilityKey::SessionMultiTurn))
-        .await
-        .expect_err("refused at preflight");
-    assert_eq!(
-        refused.category(),
-        ErrorCategory::Configuration,
-        "{refused:?}"
-    );
-    assert!(
-        refused.message().contains("`other`") && refused.message().contains("`default`"),
-        "{refused:?}"
-    );
-    // Without a preflight: the run fails the same way, before an agent is started.
+    // Refused at start, whether the request requires a capability or not: the service
+    // evaluates every request, before an agent is started for it.
     let started = adapter.stats().snapshot().agents_started;
-    let (_, outcome) = run(&service, request(Some("other"), "again")).await;
-    let Outcome::Failed(err) = outcome else {
-        panic!("not refused: {outcome:?}");
-    };
-    assert_eq!(err.category(), ErrorCategory::Configuration, "{err:?}");
-    assert!(err.message().contains("`other`"), "{err:?}");
+    for required in [Some(CapabilityKey::SessionMultiTurn), None] {
+        let mut moved = request(Some("other"), "again");
+        if let Some(key) = required {
+            moved = moved.require(key);
+        }
+        let refused = service.start(moved).await.expect_err("refused at start");
+        assert_eq!(
+            refused.category(),
+            ErrorCategory::Configuration,
+            "{refused:?}"
+        );
+        assert!(
+            refused.message().contains("`other`") && refused.message().contains("`default`"),
+            "{refused:?}"
+        );
+    }
     assert_eq!(adapter.stats().snapshot().agents_started, started);
 
     // The conversation still maps to its session, and continues with its own agent.
