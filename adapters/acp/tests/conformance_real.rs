@@ -189,6 +189,20 @@ impl Knobs for RealKnobs {
         ExecutionRequest::new("say hello")
     }
 
+    /// Codex keeps each session's rollout under `CODEX_HOME/sessions` (`CODEX_HOME` is
+    /// `<home>/.codex`), which `session/load` reads: deleting them is its retention
+    /// expiring them.
+    fn expire_native_state(&self) -> bool {
+        let sessions = self.home.join(".codex/sessions");
+        assert!(
+            sessions.is_dir(),
+            "no Codex sessions under {}: where does this version keep them?",
+            sessions.display()
+        );
+        std::fs::remove_dir_all(&sessions).expect("delete Codex's sessions");
+        true
+    }
+
     /// This test binary holds one test, so child processes and descriptors are the suite's.
     fn process_isolated(&self) -> bool {
         true

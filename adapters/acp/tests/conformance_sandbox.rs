@@ -45,5 +45,5 @@ async fn suite(knobs: &AcpKnobs, published: &str) {
         .iter()
         .filter(|r| r.outcome.status() == "passed")
         .count();
-    assert_eq!(passed, 43, "{report}");
+    assert_eq!(passed, 47, "{report}");
 }

@@ -28,6 +28,8 @@
 //! | `hang-child` | spawns a child (`acp-test-agent sleep TAG...`, same process group, ignoring `SIGTERM`, sleeping 300 s) as Claude Code's bridge does its model process; message chunk `child <pid>`, then as `hang` (answers `session/cancel` with `cancelled` at once); the agent itself exits on `SIGTERM` |
 //! | `ignore-cancel` | ignores `SIGTERM` from the start; spawns a child (`acp-test-agent sleep TAG...`, same process group, ignoring `SIGTERM`, sleeping 300 s) that outlives it; message chunk `spawned a child`; never ends the turn, ignores `session/cancel` |
 //! | `crash` | message chunk `about to crash`, then a secret-looking line on stderr (ending with `TAG... <prompt text>`), then exit status 3 mid-turn |
+//! | `panic` | message chunk `about to panic`, then the agent panics mid-turn: a thread panics with the message `agent bug: <prompt text>` (the default hook prints it on stderr), the first frames of a forced stack backtrace follow on stderr, and the process aborts (`SIGABRT`, as a `panic = "abort"` build or a Node agent's uncaught exception ends): what a provider's panic looks like from outside its process |
+//! | `slow-session` | answers `initialize` (so a capability probe succeeds), then never answers `session/new`: a start that is slow after the handshake |
 //! | `malformed` | message chunk `about to babble`, then the line `this is not json` on stdout; never ends the turn |
 //! | `bad-version` | answers `initialize` with protocol version 999 |
 //! | `fs` | asks for `fs/read_text_file` of `<cwd>/inside.txt` and of `/etc/passwd`, `terminal/create`, `fs/write_text_file` of `<cwd>/new.txt` (`written`) and of `<cwd>/../escape.txt`; reports `inside:<content or error>;outside:…;terminal:…;write:…;escape:…` (`served` / `declined`) as message chunks; `end_turn` |
@@ -119,6 +121,8 @@ enum Mode {
     HangChild,
     IgnoreCancel,
     Crash,
+    Panic,
+    SlowSession,
     Malformed,
     BadVersion,
     Fs,
@@ -176,6 +180,8 @@ impl Mode {
             "hang-child" => Self::HangChild,
             "ignore-cancel" => Self::IgnoreCancel,
             "crash" => Self::Crash,
+            "panic" => Self::Panic,
+            "slow-session" => Self::SlowSession,
             "malformed" => Self::Malformed,
             "bad-version" => Self::BadVersion,
             "fs" => Self::Fs,
@@ -664,6 +670,9 @@ impl TestAgent {
         responder: Responder<NewSessionResponse>,
         cx: &ConnectionTo<Client>,
     ) -> Outcome {
+        if self.mode == Mode::SlowSession {
+            return cx.spawn(never_answer(responder));
+        }
         let mut state = self.lock();
         state.created += 1;
         let nanos = SystemTime::now()
@@ -897,6 +906,23 @@ impl TestAgent {
                 );
                 let _ = stderr.flush();
                 std::process::exit(3);
+            }
+            Mode::Panic => {
+                let before = self.out.flushed();
+                turn.say("about to panic")?;
+                self.out.flushed_past(before).await;
+                let message = format!("agent bug: {text}");
+                // A real panic (the default hook writes it on stderr), then the backtrace and
+                // an abort: the process dies as a panic = "abort" build does.
+                let _ = std::thread::spawn(move || -> () { panic!("{message}") }).join();
+                // The backtrace's first frames (a whole debug backtrace would push the panic's
+                // own line out of any bounded tail a client keeps).
+                let trace = std::backtrace::Backtrace::force_capture().to_string();
+                let frames: Vec<&str> = trace.lines().take(12).collect();
+                let mut stderr = std::io::stderr();
+                let _ = writeln!(stderr, "stack backtrace:\n{}", frames.join("\n"));
+                let _ = stderr.flush();
+                std::process::abort();
             }
             Mode::Malformed => {
                 let before = self.out.flushed();

@@ -26,8 +26,10 @@ pub struct AcpKnobs {
 }
 
 /// The test agent's modes the knobs offer, by agent name (the same).
-const MODES: [&str; 17] = [
+const MODES: [&str; 19] = [
     "text",
+    "panic",
+    "slow-session",
     "reasoning",
     "tool",
     "tool-error",
@@ -140,6 +142,8 @@ impl Knobs for AcpKnobs {
                 diagnostic,
             } => request("auth", diagnostic),
             Behaviour::EmitSecret { secret } => request("emit", secret),
+            // The agent process panics mid-turn, the message in its panic on stderr.
+            Behaviour::Panic { message } => request("panic", message),
             // Hostile work runs only where a sandbox holds it.
             Behaviour::Escape { .. } | Behaviour::ForkBomb if self.sandbox.is_none() => {
                 return None;
@@ -152,6 +156,20 @@ impl Knobs for AcpKnobs {
             Behaviour::UseSkill { .. } => request("skills", harness_acp::CLAUDE_SKILLS_DIR),
             other => request(Self::mode_for(other)?, "conformance"),
         })
+    }
+
+    /// The agent's saved sessions (its native state) are files in the conversations'
+    /// workspace: deleting them is a provider's retention expiring them.
+    fn expire_native_state(&self) -> bool {
+        let dir = self.conversations.join(".acp-test-agent");
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => true,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
+            Err(e) => panic!(
+                "cannot expire the agent's sessions in {}: {e}",
+                dir.display()
+            ),
+        }
     }
 
     /// This test binary holds one test, so child processes and descriptors are the suite's.
@@ -181,7 +199,9 @@ impl AcpKnobs {
             } => "approval",
             Behaviour::FormInput => "elicit",
             Behaviour::Hang => "hang",
-            Behaviour::SlowInitialize => "slow-init",
+            // Slow after the handshake (`session/new` unanswered): the capability probe that
+            // the service's `evaluate` runs for every request still gets its answer.
+            Behaviour::SlowInitialize => "slow-session",
             Behaviour::ApprovalThenHang => "approval-hang",
             Behaviour::SequentialApprovals => "sequential",
             Behaviour::EchoTraceContext => "trace",
