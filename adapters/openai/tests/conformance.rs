@@ -327,6 +327,11 @@ impl Knobs for OpenAiKnobs {
                     "response": {"content": format!("The skill says {marker}.")}}));
                 request("conformance skill")
             }
+            // Not produced: the model loop's `initialize` does no provider work (no process,
+            // no session; its HTTP client is made on the first round), so there is no slow
+            // start for a cancel to interrupt, and `cancel.during_initialize` stays not
+            // exercised rather than faked.
+            Behaviour::SlowInitialize => return None,
             _ => return None,
         })
     }
