@@ -1679,9 +1679,8 @@ async fn panic_sanitized<Kn: Knobs>(knobs: &Kn, request: ExecutionRequest) -> Ve
     // (`unavailable`, or `internal` with a code of its own), never as the service's
     // protocol verdict or an unclassified defect.
     let in_process = err.code() == &ErrorCode::ADAPTER_PANICKED;
-    if !in_process
-        && !(crate::contract::is_provider_fault(err) && err.code() != &ErrorCode::INTERNAL)
-    {
+    let crashed = crate::contract::is_provider_fault(err) && err.code() != &ErrorCode::INTERNAL;
+    if !(in_process || crashed) {
         return Err(format!(
             "failed with {}, expected internal/ADAPTER_PANICKED (a panic in the adapter) or a \
              classified unavailable error (a provider that crashed)",
