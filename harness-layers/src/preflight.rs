@@ -43,6 +43,12 @@
 //! Every refusal is a `configuration` error, returned without calling the inner service, and
 //! counted in `harness_preflight_rejections_total` by capability (`options` for options).
 //!
+//! These checks need no provider: the descriptor is the most the adapter can do. What one
+//! configuration of it can do is the adapter's `evaluate`, which the service below calls for
+//! every request (required capabilities or not; see `AdapterService::start`): a request the
+//! descriptor allows but the configuration cannot serve (a conversation on an ACP agent
+//! without `loadSession`) is refused there, still before any runtime is created.
+//!
 //! Neighbours: put it outside capacity and retry (a refusal should cost no permit and never
 //! be retried) and inside idempotency (so a conflict is answered before this work). The
 //! descriptor is fixed when the layer is built: build it from the same adapter the inner

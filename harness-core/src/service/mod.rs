@@ -1031,15 +1031,17 @@ impl<A: HarnessAdapter> AdapterService<A> {
     ///
     /// `evaluate` is called for *every* request, not only one that requires capabilities:
     /// its error (options the instance refuses, a configuration it cannot serve) refuses the
-    /// start, and so does a conversation on a configuration whose report does not offer
-    /// `session.multi_turn`. Adapters cache what `evaluate` needs from the provider (the ACP
-    /// adapter probes each agent once), so this costs no provider work per request.
+    /// start, and so does a conversation on a configuration whose report withdraws the
+    /// `session.multi_turn` the descriptor declares (a descriptor that does not declare it
+    /// is for `harness_layers::preflight::PreflightLayer` to refuse). Adapters cache what
+    /// `evaluate` needs from the provider (the ACP adapter probes each agent once), so this
+    /// costs no provider work per request.
     ///
     /// # Errors
     /// `CAPABILITY_UNSUPPORTED` (configuration) when a requirement is unmet (a requirement the
     /// descriptor cannot meet is refused without calling `evaluate`, which may do provider
     /// work such as probing an agent), or when the request names a conversation and the
-    /// evaluated report does not offer `session.multi_turn`; `evaluate`'s own error;
+    /// evaluated report withdraws `session.multi_turn`; `evaluate`'s own error;
     /// `internal` when called outside a Tokio runtime. No execution has started in any of
     /// these cases.
     pub async fn start(&self, request: ExecutionRequest) -> Result<ExecutionHandle, HarnessError> {
@@ -1088,16 +1090,23 @@ impl<A: HarnessAdapter> AdapterService<A> {
         // `evaluate` answers for every request, required capabilities or not: an instance
         // that cannot serve this configuration (options it refuses, a conversation on an
         // agent that cannot reopen a session) refuses here, before any runtime exists.
-        // What the configuration implies is required too: a conversation needs
-        // `session.multi_turn`.
+        // A conversation on a configuration whose report withdraws the `session.multi_turn`
+        // its descriptor declares is refused too. (Whether the descriptor declares it at
+        // all is the preflight layer's check; the bare service leaves that to it.)
         let report = catch(async { inner.adapter.evaluate(&config, &inner.deployment).await })
             .await
             .and_then(|r| r)?;
         let mut implied = required;
-        if conversation.is_some() {
-            implied.push(crate::capability::Requirement::from(
-                crate::capability::CapabilityKey::SessionMultiTurn,
-            ));
+        let multi_turn = crate::capability::CapabilityKey::SessionMultiTurn;
+        if conversation.is_some()
+            && inner
+                .adapter
+                .descriptor()
+                .capabilities()
+                .level(multi_turn)
+                .is_usable()
+        {
+            implied.push(crate::capability::Requirement::from(multi_turn));
         }
         if let Err(unmet) = report.check(&implied) {
             return Err(unsupported(&unmet));
