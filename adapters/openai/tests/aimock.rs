@@ -577,16 +577,13 @@ async fn a_request_picks_only_what_the_operator_allows() {
         (json!({"baseUrl": "http://attacker.example"}), "baseUrl"),
         (json!({"apiKey": "x"}), "apiKey"),
     ] {
-        let e = failure(
-            service
-                .start(ExecutionRequest::new("hi").with_options(options))
-                .await
-                .unwrap()
-                .outcome()
-                .await,
-        );
-        assert_eq!(e.code.as_str(), "OPTIONS_INVALID");
-        assert!(e.message.contains(named), "{}", e.message);
+        // Refused at start: the service evaluates every request.
+        let e = service
+            .start(ExecutionRequest::new("hi").with_options(options))
+            .await
+            .expect_err("refused at start");
+        assert_eq!(e.code().as_str(), "OPTIONS_INVALID");
+        assert!(e.message().contains(named), "{}", e.message());
     }
     assert_eq!(
         mock.journal().await.len(),

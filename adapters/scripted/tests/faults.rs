@@ -7,7 +7,7 @@ use common::{events, kinds, start, wire};
 use harness_core::error::{ErrorCategory, ErrorCode, PublicError};
 use harness_core::event::EventPayload;
 use harness_core::service::{AdapterService, ExecutionHandle, ExecutionRequest, Outcome};
-use harness_scripted::{Script, ScriptedAdapter, Step};
+use harness_scripted::{Script, ScriptedAdapter, ScriptedOptions, Step};
 use rstest::rstest;
 use tower::ServiceExt;
 
@@ -192,11 +192,17 @@ async fn an_invalid_built_step_fails_the_run_that_reaches_it_with_configuration(
     assert_eq!(kinds(&execution)[3], "message.delta");
     assert_eq!(stats.snapshot().runtimes_created, 1);
 
-    // Through the options it is refused before any runtime exists.
-    let (execution, err) = failed(&script).await;
+    // Through the options it is refused at start, before any runtime exists.
+    let err = common::service()
+        .oneshot(
+            ExecutionRequest::new("go")
+                .with_options(ScriptedOptions::with_script(script).to_value()),
+        )
+        .await
+        .expect_err("refused at start");
     assert_eq!(err.category(), ErrorCategory::Configuration);
     assert!(err.message().contains("steps[1] (native)"), "{err}");
-    assert!(!kinds(&execution).contains(&"message.delta"));
+    assert_eq!(stats.snapshot().runtimes_created, 1);
 }
 
 #[tokio::test]

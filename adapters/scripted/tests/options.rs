@@ -53,33 +53,29 @@ async fn an_unknown_option_fails_with_configuration_naming_the_field() {
     let adapter = ScriptedAdapter::new(default_script());
     let stats = adapter.stats();
     let service = AdapterService::new(adapter);
-    let execution = service
+    // Refused at start, no execution made: the service evaluates every request.
+    let err = service
         .oneshot(ExecutionRequest::new("go").with_options(json!({"scirpt": {"steps": []}})))
         .await
-        .unwrap();
-    let Outcome::Failed(err) = execution.outcome().await else {
-        panic!("{:?}", kinds(&execution))
-    };
+        .expect_err("refused at start");
     assert_eq!(err.category(), ErrorCategory::Configuration);
     assert_eq!(err.code(), &ErrorCode::OPTIONS_INVALID);
     assert!(err.message().contains("unknown field `scirpt`"), "{err}");
-    assert_eq!(
-        kinds(&execution),
-        ["run.queued", "run.starting", "run.running", "run.failed"]
-    );
     assert_eq!(stats.snapshot().runtimes_created, 0);
 }
 
 #[tokio::test]
 async fn an_invalid_script_in_the_options_names_the_step() {
-    let (_, outcome) = run(json!({"script": {"steps": [
-        {"type": "text", "text": "fine"},
-        {"type": "usage", "inputTokens": -1}
-    ]}}))
-    .await;
-    let Outcome::Failed(err) = outcome else {
-        panic!("{outcome:?}")
-    };
+    let service = AdapterService::new(ScriptedAdapter::new(default_script()));
+    let err = service
+        .oneshot(
+            ExecutionRequest::new("go").with_options(json!({"script": {"steps": [
+                {"type": "text", "text": "fine"},
+                {"type": "usage", "inputTokens": -1}
+            ]}})),
+        )
+        .await
+        .expect_err("refused at start");
     assert_eq!(err.category(), ErrorCategory::Configuration);
     assert!(err.message().contains("steps[1] (usage)"), "{err}");
 }
