@@ -300,7 +300,8 @@ pub enum Behaviour {
     },
     /// Produce output the contract or the provider's protocol forbids: an item after the
     /// terminal one (a runtime of one's own), or, from a provider behind an adapter, a message
-    /// its protocol refuses (an ACP agent's line that is not JSON-RPC). A deliberate protocol
+    /// its protocol refuses (an ACP agent's line that is not JSON-RPC, a model server's
+    /// stream event that is not JSON). A deliberate protocol
     /// fault, which must end the run `protocol` with one terminal.
     MalformedOrder,
     /// Stream, as message text, the W3C `traceparent` the runtime propagates to its provider
