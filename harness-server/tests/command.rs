@@ -725,9 +725,10 @@ fn an_acp_agent_that_cannot_start_is_named_and_serve_exits_2() {
 }
 
 /// An agent that passes the start-up check (an executable file on the PATH) but that the OS
-/// will not run (its interpreter is missing): the run fails (exit 1) with the caller's safe
-/// message, and the operator's log on serve's stderr names the program, the PATH searched
-/// and the OS error.
+/// will not run (its interpreter is missing): the run is refused (exit 1) with the caller's
+/// safe message (at start: the capability probe the service's `evaluate` runs for every
+/// request cannot spawn it), and the operator's log on serve's stderr names the program, the
+/// PATH searched and the OS error.
 #[test]
 fn an_acp_agent_that_fails_to_spawn_at_run_time_is_named_in_the_operators_log() {
     use std::os::unix::fs::PermissionsExt as _;
@@ -787,7 +788,10 @@ fn an_acp_agent_that_fails_to_spawn_at_run_time_is_named_in_the_operators_log() 
     let start = Instant::now();
     let logged = loop {
         let logged = std::fs::read_to_string(&log).unwrap();
-        if logged.contains("execution failed") || start.elapsed() > Duration::from_secs(10) {
+        if logged.contains("execution failed")
+            || logged.contains("execution refused")
+            || start.elapsed() > Duration::from_secs(10)
+        {
             break logged;
         }
         std::thread::sleep(Duration::from_millis(50));

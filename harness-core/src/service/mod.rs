@@ -1093,9 +1093,25 @@ impl<A: HarnessAdapter> AdapterService<A> {
         // A conversation on a configuration whose report withdraws the `session.multi_turn`
         // its descriptor declares is refused too. (Whether the descriptor declares it at
         // all is the preflight layer's check; the bare service leaves that to it.)
-        let report = catch(async { inner.adapter.evaluate(&config, &inner.deployment).await })
+        let report = match catch(async { inner.adapter.evaluate(&config, &inner.deployment).await })
             .await
-            .and_then(|r| r)?;
+            .and_then(|r| r)
+        {
+            Ok(report) => report,
+            Err(err) => {
+                // The operator's record of why (an agent that cannot be spawned, say): the
+                // caller sees the safe projection only, and no execution exists to log it.
+                tracing::warn!(
+                    adapter = %inner.adapter.descriptor().id(),
+                    code = %err.code(),
+                    category = err.category().as_str(),
+                    diagnostic = err.diagnostic().unwrap_or(""),
+                    "execution refused at start, evaluate failed: {}",
+                    err.message()
+                );
+                return Err(err);
+            }
+        };
         let mut implied = required;
         let multi_turn = crate::capability::CapabilityKey::SessionMultiTurn;
         if conversation.is_some()
