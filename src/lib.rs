@@ -5,7 +5,7 @@
 
 pub use harness_core::{
     action, adapter, artifact, capability, context, error, event, id, lifecycle, log, manifest,
-    registry, schema, service, session, time, tool, trace,
+    registry, schema, service, session, telemetry, time, tool, trace,
 };
 
 /// The Tower layers of both stacks and the default stacks (feature `layers`).

@@ -96,6 +96,11 @@ pub(crate) async fn direct<A: HarnessAdapter>(
         cancellation,
         delivery: harness_core::adapter::Delivery::default(),
         skills: harness_core::skill::SkillManifest::default(),
+        telemetry: harness_core::telemetry::TelemetrySink::new(
+            adapter.descriptor().id().clone(),
+            execution_id.clone(),
+            tracing::Span::current(),
+        ),
     };
     let runtime = hook("create_runtime", bounds.grace, move || {
         adapter.create_runtime(context)

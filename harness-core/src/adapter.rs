@@ -162,6 +162,10 @@ pub struct RuntimeContext {
     /// [`skill`](crate::skill). A runtime whose adapter declares `skills` usable delivers
     /// them to its harness.
     pub skills: crate::skill::SkillManifest,
+    /// The execution's telemetry: spans that are children of the execution's span and
+    /// metrics under the adapter's prefix and labels (see [`telemetry`](crate::telemetry)).
+    /// Emit the runtime's own measurements here rather than to the global recorder.
+    pub telemetry: crate::telemetry::TelemetrySink,
 }
 
 /// How the caller of an execution takes its output

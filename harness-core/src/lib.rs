@@ -26,6 +26,7 @@ pub mod session;
 pub mod skill;
 mod state;
 pub mod store;
+pub mod telemetry;
 pub mod time;
 pub mod tool;
 pub use tool::middleware;

@@ -285,6 +285,13 @@ impl Connection {
             }
             Ok((service, tools))
         };
+        // The connection outlives the execution that opened it, and rmcp's serving task keeps
+        // the span current at `serve` for its life: under a root span of its own, so that no
+        // execution's span (and its exported trace) stays open as long as the connection.
+        let opening = tracing::Instrument::instrument(
+            opening,
+            tracing::info_span!(parent: None, "harness.mcp.connection", server = %name),
+        );
         match tokio::time::timeout(timeout, opening).await {
             Ok(opened) => opened.map(|(service, tools)| Self {
                 service,

@@ -28,6 +28,7 @@ use harness_core::id::{AdapterId, ExecutionId, ToolCallId};
 use harness_core::manifest::{Adapter as _, HarnessDescriptor};
 use harness_core::session::{ScopedThreadState, StateKey, Version};
 use harness_core::skill::disclosure;
+use harness_core::telemetry::TelemetrySink;
 use harness_core::tool::{
     Approved, ProviderNameRule, ProviderToolNames, ToolCallContext, ToolHandle, ToolOutcome,
 };
@@ -37,6 +38,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::config::{Endpoint, OpenAiOptions, invalid};
 use crate::error::{http_error, idle, protocol, transport_error};
@@ -481,6 +483,12 @@ impl HarnessAdapter for OpenAiAdapter {
                     turn: tokio::sync::Mutex::new(Turn::default()),
                     pending: Mutex::new(None),
                     kept: AtomicBool::new(false),
+                    // The name is a valid constant; a refusal would only lose the metric.
+                    model_seconds: context
+                        .telemetry
+                        .histogram(MODEL_REQUEST_SECONDS)
+                        .unwrap_or_else(|_| metrics::Histogram::noop()),
+                    telemetry: context.telemetry,
                 }) as Box<dyn HarnessRuntime>
             });
         Box::pin(async move { result })
@@ -593,6 +601,11 @@ struct Turn {
     awaiting: Option<Awaiting>,
 }
 
+/// The span of one model round (the execution's telemetry).
+const MODEL_REQUEST_SPAN: &str = "model.request";
+/// The histogram of model round durations, in seconds (the execution's telemetry).
+const MODEL_REQUEST_SECONDS: &str = "model_request_seconds";
+
 struct OpenAiRuntime {
     adapter: AdapterId,
     execution_id: ExecutionId,
@@ -620,6 +633,12 @@ struct OpenAiRuntime {
     /// Whether the current pause is kept in the thread state (a fresh runtime could take
     /// it over).
     kept: AtomicBool,
+    /// The execution's telemetry: a `model.request` span per round, under the execution's
+    /// span.
+    telemetry: TelemetrySink,
+    /// `harness_adapter_<adapter id>_model_request_seconds`: how long each model round took,
+    /// from the request to the end of its response (failed rounds included).
+    model_seconds: metrics::Histogram,
 }
 
 impl fmt::Debug for OpenAiRuntime {
@@ -791,7 +810,7 @@ impl OpenAiRuntime {
             }
             state.rounds += 1;
             let (text, calls) = self
-                .round(emit, &state.transcript, state.trace.as_ref())
+                .measured_round(emit, &state.transcript, state.trace.as_ref())
                 .await?;
             state.transcript.push(Item::Assistant {
                 text,
@@ -925,6 +944,24 @@ impl OpenAiRuntime {
             });
         }
         Ok(planned)
+    }
+
+    /// [`round`](Self::round) inside a `model.request` span of the execution's telemetry,
+    /// its duration recorded in the model request histogram.
+    async fn measured_round(
+        &self,
+        emit: &Emit,
+        transcript: &[Item],
+        trace: Option<&TraceContext>,
+    ) -> Result<(String, Vec<Call>), HarnessError> {
+        let started = std::time::Instant::now();
+        let round = self.round(emit, transcript, trace);
+        let result = match self.telemetry.span(MODEL_REQUEST_SPAN) {
+            Ok(span) => round.instrument(span).await,
+            Err(_) => round.await,
+        };
+        self.model_seconds.record(started.elapsed().as_secs_f64());
+        result
     }
 
     /// One model round: the request, then the stream, read to its end.

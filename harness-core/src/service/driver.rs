@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use futures_util::FutureExt;
 use tower::{Service, ServiceExt};
+use tracing::Instrument;
 
 use super::budget::{Admit, Budget};
 use super::config::ServiceConfig;
@@ -176,6 +177,14 @@ fn protocol(message: &str, diagnostic: String) -> HarnessError {
         .with_diagnostic(diagnostic)
 }
 
+/// The span of one segment (`harness.segment`, INFO): the stack's call and the runtime's
+/// stream, read to the segment's end. A child of the span current in the driver's task (the
+/// execution's, under `harness_layers::trace`); the adapter's spans and the tool calls made
+/// meanwhile are its children. `kind` is `turn` or `resume`.
+fn segment_span(kind: &'static str, execution: &crate::id::ExecutionId) -> tracing::Span {
+    tracing::info_span!("harness.segment", kind, execution_id = execution.as_str())
+}
+
 /// A panic in a layer of the runtime stack. Its message went to the process's panic hook; it
 /// is not copied here, where no redactor would see it.
 fn layer_panicked(what: &str) -> HarnessError {
@@ -323,15 +332,17 @@ impl Driver {
             return self.finish_cancel(queued).await;
         }
         let starting = queued.start();
+        let span = segment_span("turn", &self.shared.id);
         let stream = match self
             .call(Segment::turn_of(Arc::clone(&self.execution)))
+            .instrument(span.clone())
             .await
         {
             Ok(stream) => stream,
             Err(end) => return self.end_starting(starting, end).await,
         };
         let mut running = starting.run();
-        let end = self.consume(&mut running, stream).await;
+        let end = self.consume(&mut running, stream).instrument(span).await;
         self.drive(running, end).await;
     }
 
@@ -353,8 +364,9 @@ impl Driver {
         match resumed {
             Ok((mut running, decision)) => {
                 let segment = Segment::resume_of(Arc::clone(&self.execution), decision);
-                let end = match self.call(segment).await {
-                    Ok(stream) => self.consume(&mut running, stream).await,
+                let span = segment_span("resume", &self.shared.id);
+                let end = match self.call(segment).instrument(span.clone()).await {
+                    Ok(stream) => self.consume(&mut running, stream).instrument(span).await,
                     Err(end) => end,
                 };
                 self.drive(running, end).await;
@@ -396,8 +408,11 @@ impl Driver {
                         Ok((next, decision)) => {
                             running = next;
                             let segment = Segment::resume_of(Arc::clone(&self.execution), decision);
-                            end = match self.call(segment).await {
-                                Ok(stream) => self.consume(&mut running, stream).await,
+                            let span = segment_span("resume", &self.shared.id);
+                            end = match self.call(segment).instrument(span.clone()).await {
+                                Ok(stream) => {
+                                    self.consume(&mut running, stream).instrument(span).await
+                                }
                                 Err(end) => end,
                             };
                         }

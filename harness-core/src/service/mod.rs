@@ -1394,6 +1394,12 @@ impl<A: HarnessAdapter> AdapterService<A> {
             delivery: request.delivery,
             middleware: inner.middleware.clone(),
             skills,
+            // Built while the execution's span (the trace layer's) is current.
+            telemetry: crate::telemetry::TelemetrySink::new(
+                shared.adapter.clone(),
+                shared.id.clone(),
+                tracing::Span::current(),
+            ),
         };
         let mut execution = ExecutionRuntime::new(
             Arc::clone(&shared),

@@ -292,7 +292,19 @@ impl ToolHandle {
             // Decided now, without arming a timer.
             return ToolInvocation::ready(self.deadline_passed(false));
         }
-        if self.cancellation.is_none() && deadline.is_none() && self.policy.retry_count() == 0 {
+        // Identifiers only: never the arguments or the outcome (they may hold anything).
+        let span = tracing::info_span!(
+            "harness.tool_call",
+            tool = self.id().as_str(),
+            call_id = ctx.call_id.as_str(),
+            execution_id = ctx.execution_id.as_str(),
+        );
+        // A recorded span takes the boxed path (the plain one has no room for it).
+        if span.is_disabled()
+            && self.cancellation.is_none()
+            && deadline.is_none()
+            && self.policy.retry_count() == 0
+        {
             // Nothing to race: the plain call, unboxed.
             return ToolInvocation {
                 state: InvocationState::Once {
@@ -304,7 +316,10 @@ impl ToolHandle {
         }
         ToolInvocation {
             state: InvocationState::Boxed {
-                future: Box::pin(self.governed(arguments, ctx)),
+                future: Box::pin(tracing::Instrument::instrument(
+                    self.governed(arguments, ctx),
+                    span,
+                )),
             },
         }
     }

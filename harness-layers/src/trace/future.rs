@@ -16,12 +16,18 @@ pin_project! {
         #[pin]
         inner: F,
         span: Span,
+        // Closed (dropped) when the inner future answers.
+        admission: Option<Span>,
     }
 }
 
 impl<F> ResponseFuture<F> {
-    pub(super) fn new(inner: F, span: Span) -> Self {
-        Self { inner, span }
+    pub(super) fn new(inner: F, span: Span, admission: Span) -> Self {
+        Self {
+            inner,
+            span,
+            admission: Some(admission),
+        }
     }
 }
 
@@ -47,6 +53,16 @@ where
             let _entered = span.enter();
             ready!(this.inner.poll(cx)).map_err(Into::into)
         };
+        if let Some(admission) = this.admission.take() {
+            admission.record(
+                "outcome",
+                if result.is_ok() {
+                    "admitted"
+                } else {
+                    "rejected"
+                },
+            );
+        }
         match &result {
             Ok(handle) => {
                 span.record("adapter", handle.adapter().as_str());

@@ -42,6 +42,11 @@
 //! error text or client context ever goes on the span, so it holds nothing secret by
 //! construction (a redaction layer has nothing to strip here).
 //!
+//! A child span `harness.admission` runs from the call to the inner service's answer (the
+//! layers below, preflight, acceptance), with `outcome` `admitted` or `rejected`. It is
+//! not entered: what runs meanwhile logs into the execution's span, and the execution's
+//! driver, spawned meanwhile, has the execution's span, not the admission's, as its parent.
+//!
 //! The span is entered while the inner service's `call` and its future run, so whatever the
 //! layers below and the service log while starting the execution is inside it. It stays open
 //! until the execution's terminal event (a [terminal hook](harness_core::log::LogReader::on_terminal)
@@ -58,6 +63,15 @@
 //! sees this execution's span as its parent. A request without a context starts a new trace
 //! (a fresh trace id; sampled when a subscriber records the span).
 //!
+//! # Exporters
+//!
+//! A `tracing` span has no W3C ids of its own; an exporter that has them (OpenTelemetry) must
+//! be told that the execution's span continues the caller's trace. [`set_parent_hook`]
+//! installs, once per process, a function the layer calls with each execution's span and the
+//! caller's context, after the span is made and before it is first entered (the moment such
+//! a backend can still take a parent). `harness_observe::otlp` installs one. A request
+//! without a caller's context has no parent to give: the exporter's trace id is then its own.
+//!
 //! # Neighbours
 //!
 //! - Put it **outermost** (the default stack does): its span then covers every other layer,
@@ -73,6 +87,7 @@ mod layer;
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
@@ -87,6 +102,20 @@ pub use self::layer::TraceLayer;
 
 /// The name of the span of one execution.
 pub const SPAN_NAME: &str = "harness.execution";
+
+/// What [`set_parent_hook`] installs: gives an execution's span (first argument) the caller's
+/// trace context (second) as its parent in a tracing backend.
+pub type ParentHook = fn(&tracing::Span, &TraceContext);
+
+static PARENT_HOOK: OnceLock<ParentHook> = OnceLock::new();
+
+/// Installs `hook` for the whole process: every [`Trace`] calls it with each execution's span
+/// and the caller's context (see [Exporters](self#exporters)). The first hook stays; `false`
+/// when one was already installed (the hook follows the global subscriber, which is also set
+/// once).
+pub fn set_parent_hook(hook: ParentHook) -> bool {
+    PARENT_HOOK.set(hook).is_ok()
+}
 
 /// Opens a span per execution and continues the request's trace context. See the
 /// [module docs](self).
@@ -152,6 +181,9 @@ where
         let context = match request.trace_context.take() {
             Some(parent) => {
                 span.record("parent_span_id", parent.parent_id());
+                if let Some(hook) = PARENT_HOOK.get() {
+                    hook(&span, &parent);
+                }
                 // `span_id` is always valid; should `child` refuse it, pass the caller's on.
                 Some(parent.child(&span_id).unwrap_or(parent))
             }
@@ -164,11 +196,13 @@ where
             }
         }
         request.trace_context = context;
+        // After the parent hook: a child makes an exporter start its parent.
+        let admission = tracing::info_span!(parent: &span, "harness.admission", outcome = Empty);
         let inner = {
             let _entered = span.enter();
             self.inner.call(request)
         };
-        ResponseFuture::new(inner, span)
+        ResponseFuture::new(inner, span, admission)
     }
 }
 

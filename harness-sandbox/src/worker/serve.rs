@@ -516,6 +516,13 @@ async fn build(
         (true, None) => return Err(refused("thread state without a binding".into())),
         (false, _) => None,
     };
+    // The worker's runtime reports in the worker's process: its spans are children of the
+    // span current here (the worker's own, not the control plane's execution span).
+    let telemetry = harness_core::telemetry::TelemetrySink::new(
+        context.adapter.clone(),
+        context.execution_id.clone(),
+        tracing::Span::current(),
+    );
     let runtime = adapter
         .create_runtime(RuntimeContext {
             contract_version: ContractVersion::V1,
@@ -542,6 +549,7 @@ async fn build(
             // Skills are delivered by the control plane (written in the workspace the
             // sandbox binds), not across the worker protocol.
             skills: harness_core::skill::SkillManifest::default(),
+            telemetry,
         })
         .await?;
     let heartbeat = Duration::from_millis(context.heartbeat_ms.clamp(10, 60_000));

@@ -155,11 +155,16 @@ pub fn approve_all(action: &ActionRequest, approval: &ApprovalRequest) -> Approv
 
 /// A runtime of `adapter`, created directly (not through the service).
 pub async fn runtime(adapter: &AcpAdapter) -> Box<dyn HarnessRuntime> {
+    let execution_id = ExecutionId::generate();
     let context = RuntimeContext {
+        telemetry: harness_core::telemetry::TelemetrySink::detached(
+            adapter.descriptor().id().clone(),
+            execution_id.clone(),
+        ),
         middleware: harness_core::middleware::PortableMiddlewarePolicy::allow_all(),
         contract_version: ContractVersion::V1,
         adapter: adapter.descriptor().id().clone(),
-        execution_id: ExecutionId::generate(),
+        execution_id,
         config: AgentConfig::default(),
         binding: None,
         prompt: None,

@@ -92,11 +92,16 @@ pub(crate) fn wire(handle: &ExecutionHandle) -> String {
 
 /// A runtime context for driving a runtime by hand.
 pub(crate) fn context(options: Value) -> RuntimeContext {
+    let execution_id = ExecutionId::generate();
     RuntimeContext {
+        telemetry: harness_core::telemetry::TelemetrySink::detached(
+            "scripted".parse().unwrap(),
+            execution_id.clone(),
+        ),
         middleware: harness_core::middleware::PortableMiddlewarePolicy::allow_all(),
         contract_version: ContractVersion::V1,
         adapter: "scripted".parse().unwrap(),
-        execution_id: ExecutionId::generate(),
+        execution_id,
         config: AgentConfig {
             options,
             ..AgentConfig::default()
