@@ -4,6 +4,7 @@
 pub mod health;
 pub mod logging;
 pub mod names;
+pub mod otlp;
 pub mod prometheus;
 
 use harness_layers::metrics::names as execution;

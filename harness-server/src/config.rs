@@ -113,9 +113,65 @@ pub struct Config {
     /// `[users]`: how a principal is shown to adapters.
     #[serde(default)]
     pub users: Option<UsersConfig>,
+    /// `[telemetry]`: trace export ([`TelemetryConfig`]).
+    #[serde(default)]
+    pub telemetry: TelemetryConfig,
     /// The directory of the file read, against which relative paths were resolved.
     #[serde(skip)]
     base: Option<PathBuf>,
+}
+
+/// `[telemetry]`: what `harness serve` exports besides its Prometheus metrics.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct TelemetryConfig {
+    /// `[telemetry.otlp]`: export traces over OTLP/HTTP; none without it.
+    #[serde(default)]
+    pub otlp: Option<OtlpTomlConfig>,
+}
+
+/// `[telemetry.otlp]`: the collector traces go to ([`harness_observe::otlp`]).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct OtlpTomlConfig {
+    /// The collector's OTLP/HTTP base URL (`http://127.0.0.1:4318`); spans go to
+    /// `<endpoint>/v1/traces`.
+    pub endpoint: String,
+    /// The `service.name` resource attribute (`harness`).
+    #[serde(default)]
+    pub service_name: Option<String>,
+    /// Seconds one export request may take (10).
+    #[serde(default)]
+    pub timeout_secs: Option<f64>,
+}
+
+impl OtlpTomlConfig {
+    /// The exporter's configuration.
+    ///
+    /// # Errors
+    /// A `configuration` error when `timeout_secs` is not a positive number of seconds
+    /// (at most a day).
+    pub fn otlp(&self) -> Result<harness_observe::otlp::OtlpConfig, HarnessError> {
+        let mut config = harness_observe::otlp::OtlpConfig::new(self.endpoint.clone());
+        if let Some(name) = &self.service_name {
+            config = config.with_service_name(name.clone());
+        }
+        if let Some(secs) = self.timeout_secs {
+            if !(secs > 0.0 && secs <= 86_400.0) {
+                return Err(HarnessError::new(
+                    ErrorCategory::Configuration,
+                    format!(
+                        "[telemetry.otlp] timeout_secs = {secs}: expected a positive number of \
+                         seconds, at most 86400"
+                    ),
+                ));
+            }
+            config = config.with_timeout(std::time::Duration::from_secs_f64(secs));
+        }
+        Ok(config)
+    }
 }
 
 /// `[connections]`: each left out keeps its [`ConnectionLimits`] default.

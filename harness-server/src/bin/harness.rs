@@ -443,8 +443,9 @@ fn token(principal: &str, rotate: bool, config: Option<PathBuf>) -> Result<ExitC
 
 /// The operator's log: on stderr, warnings and above unless `$HARNESS_LOG` says otherwise
 /// (`tracing_subscriber`'s target syntax: `info`, `warn,harness_acp=debug`). Diagnostics,
-/// which never reach a client, reach the operator here.
-fn install_log() -> Result<(), Failure> {
+/// which never reach a client, reach the operator here. With `otlp`, spans at INFO and above
+/// are also exported (whatever `$HARNESS_LOG` says: it filters the log, not the export).
+fn install_log(otlp: Option<&harness_observe::otlp::OtlpExporter>) -> Result<(), Failure> {
     use tracing_subscriber::Layer as _;
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
@@ -460,6 +461,7 @@ fn install_log() -> Result<(), Failure> {
     };
     // Another subscriber already installed (a test harness) keeps its place.
     let _ = tracing_subscriber::registry()
+        .with(otlp.map(harness_observe::otlp::OtlpExporter::layer))
         .with(
             tracing_subscriber::fmt::layer()
                 .with_writer(std::io::stderr)
@@ -474,8 +476,23 @@ async fn serve(
     config: Option<PathBuf>,
     listen: Option<std::net::SocketAddr>,
 ) -> Result<ExitCode, Failure> {
-    install_log()?;
     let (config, read) = load_config(config)?;
+    let otlp = match &config.telemetry.otlp {
+        Some(otlp) => {
+            let settings = otlp.otlp().map_err(|e| usage(e.message().to_owned()))?;
+            // The built-in rules: the server's redactor is the same (the configuration
+            // adds none).
+            let redactor = harness_layers::redaction::Redactor::builder()
+                .build()
+                .map_err(failed)?;
+            Some(
+                harness_observe::otlp::OtlpExporter::new(&settings, std::sync::Arc::new(redactor))
+                    .map_err(|e| usage(format!("[telemetry.otlp]: {e}")))?,
+            )
+        }
+        None => None,
+    };
+    install_log(otlp.as_ref())?;
     let listen = listen.unwrap_or_else(|| config.listen());
     let limits = config.connection_limits()?;
     config.check_programs()?;
@@ -531,6 +548,10 @@ async fn serve(
     harness_server::serve(listener, server.router(), limits)
         .with_graceful_shutdown(shutdown())
         .await;
+    if let Some(otlp) = &otlp {
+        // The spans still in the batch (the last executions') go out before the exit.
+        otlp.shutdown();
+    }
     Ok(ExitCode::SUCCESS)
 }
 
