@@ -41,6 +41,8 @@ struct EventRecord {
     message: String,
     /// The index of the span the event happened in.
     span: Option<usize>,
+    /// The indexes of that span and its ancestors, innermost first.
+    scope: Vec<usize>,
 }
 
 #[derive(Debug, Default)]
@@ -138,11 +140,20 @@ where
         let mut fields = BTreeMap::new();
         event.record(&mut Fields(&mut fields));
         let span = ctx.event_span(event).map(|s| s.id().into_u64());
+        let scope: Vec<u64> = ctx
+            .event_scope(event)
+            .map(|scope| scope.map(|s| s.id().into_u64()).collect())
+            .unwrap_or_default();
         self.with(|c| {
             let span = span.and_then(|id| c.open.get(&id).copied());
+            let scope = scope
+                .iter()
+                .filter_map(|id| c.open.get(id).copied())
+                .collect();
             c.events.push(EventRecord {
                 message: fields.remove("message").unwrap_or_default(),
                 span,
+                scope,
             });
         });
     }
@@ -450,7 +461,8 @@ fn without_a_subscriber_the_context_is_still_continued() {
 }
 
 /// The core service spawns each driver instrumented with the current span, which this layer
-/// makes the execution's: the adapter's work logs inside it.
+/// makes the execution's: the adapter's work logs inside it (in the turn's `harness.segment`
+/// span, a child of the execution's).
 #[test]
 fn the_adapters_work_runs_inside_the_execution_span() {
     let (mut service, _) = probe();
@@ -467,7 +479,13 @@ fn the_adapters_work_runs_inside_the_execution_span() {
         .iter()
         .find(|e| e.message == "adapter stream opened")
         .expect("the adapter logged");
-    assert_eq!(opened.span, Some(id), "{events:?}");
+    let segment = opened.span.expect("in a span");
+    assert_eq!(
+        capture.with(|c| c.spans[segment].name),
+        "harness.segment",
+        "{events:?}"
+    );
+    assert_eq!(opened.scope, [segment, id], "{events:?}");
 }
 
 #[test]

@@ -238,12 +238,13 @@ fn trace_context_on_a_request_reaches_the_adapter_and_the_executions_span() {
             .iter()
             .find(|l| l["fields"]["message"] == "adapter stream opened")
             .expect("the adapter's log line");
-        assert_eq!(opened["span"]["name"], "harness.execution", "{opened}");
-        assert_eq!(
-            opened["span"]["trace_id"],
-            "4bf92f3577b34da6a3ce929d0e0e4736"
-        );
-        assert_eq!(opened["span"]["span_id"], span_id.as_str());
+        // Its own span is the turn's segment, whose parent is the execution's span.
+        assert_eq!(opened["span"]["name"], "harness.segment", "{opened}");
+        assert_eq!(opened["span"]["kind"], "turn", "{opened}");
+        let outer = &opened["spans"][0];
+        assert_eq!(outer["name"], "harness.execution", "{opened}");
+        assert_eq!(outer["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(outer["span_id"], span_id.as_str());
     });
 }
 
