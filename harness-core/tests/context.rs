@@ -396,10 +396,11 @@ async fn a_decision_carries_its_binding_and_another_binding_s_is_refused() {
     // A runtime of this binding, given a decision made for another conversation's, or for
     // this one before a clear: refused, nothing resumed.
     let (adapter, seen) = recorder();
+    let execution_id = ExecutionId::generate();
     let context = RuntimeContext {
         contract_version: ContractVersion::V1,
         adapter: "recorder".parse().unwrap(),
-        execution_id: ExecutionId::generate(),
+        execution_id: execution_id.clone(),
         config: AgentConfig::default(),
         binding: Some(binding.clone()),
         prompt: None,
@@ -411,6 +412,10 @@ async fn a_decision_carries_its_binding_and_another_binding_s_is_refused() {
         delivery: harness_core::adapter::Delivery::default(),
         middleware: harness_core::middleware::PortableMiddlewarePolicy::allow_all(),
         skills: harness_core::skill::SkillManifest::default(),
+        telemetry: harness_core::telemetry::TelemetrySink::detached(
+            "recorder".parse().unwrap(),
+            execution_id,
+        ),
     };
     let runtime = adapter.create_runtime(context).await.unwrap();
     let turn = harness_core::adapter::TurnInput {

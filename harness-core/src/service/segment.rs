@@ -877,6 +877,10 @@ mod tests {
             delivery: crate::adapter::Delivery::default(),
             middleware: crate::tool::middleware::PortableMiddlewarePolicy::allow_all(),
             skills: crate::skill::SkillManifest::default(),
+            telemetry: crate::telemetry::TelemetrySink::detached(
+                "nop".parse().unwrap(),
+                id.clone(),
+            ),
         };
         let turn = TurnInput {
             execution_id: id,
