@@ -376,7 +376,9 @@ struct Captured {
     /// Every field of every span: (span name, field, value).
     span_fields: Vec<(String, String, String)>,
     events: Vec<EventRec>,
-    /// Live span ids of execution spans, to their index.
+    /// Live span ids of execution spans and of every span inside one (a segment's, a tool
+    /// call's, the adapter's own), to the execution span's index: work in a child span of
+    /// the execution's is inside it.
     ids: HashMap<u64, usize>,
 }
 
@@ -392,6 +394,10 @@ impl Captured {
 /// The index of an execution span, kept in the span's extensions.
 #[derive(Debug, Clone, Copy)]
 struct ExecIndex(usize);
+
+/// The index of the execution span a span is inside of, kept in its extensions.
+#[derive(Debug, Clone, Copy)]
+struct Within(usize);
 
 #[derive(Clone, Default)]
 struct Capture(Arc<Mutex<Captured>>);
@@ -449,12 +455,21 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> tracing_subscriber::Layer<S> for Ca
         let index = (name == SPAN_NAME).then(|| {
             let mut captured = self.lock();
             captured.executions.push(SpanRec::default());
-            let index = captured.executions.len() - 1;
-            captured.ids.insert(id.into_u64(), index);
-            index
+            captured.executions.len() - 1
         });
-        if let (Some(index), Some(span)) = (index, ctx.span(id)) {
-            span.extensions_mut().insert(ExecIndex(index));
+        if let Some(span) = ctx.span(id) {
+            let within = index.or_else(|| {
+                let parent = span.parent()?;
+                let within = parent.extensions().get::<Within>().map(|w| w.0);
+                within
+            });
+            if let Some(index) = index {
+                span.extensions_mut().insert(ExecIndex(index));
+            }
+            if let Some(within) = within {
+                span.extensions_mut().insert(Within(within));
+                self.lock().ids.insert(id.into_u64(), within);
+            }
         }
         self.fields(name, values, index);
     }
@@ -489,13 +504,13 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> tracing_subscriber::Layer<S> for Ca
 
     fn on_close(&self, id: Id, ctx: Context<'_, S>) {
         let Some(span) = ctx.span(&id) else { return };
-        if let Some(ExecIndex(i)) = span.extensions().get::<ExecIndex>().copied() {
-            let mut captured = self.lock();
-            if let Some(span) = captured.executions.get_mut(i) {
-                span.closed = true;
-            }
-            captured.ids.remove(&id.into_u64());
+        let mut captured = self.lock();
+        if let Some(ExecIndex(i)) = span.extensions().get::<ExecIndex>().copied()
+            && let Some(span) = captured.executions.get_mut(i)
+        {
+            span.closed = true;
         }
+        captured.ids.remove(&id.into_u64());
     }
 }
 

@@ -24,6 +24,7 @@ const LAYERS: &[&[&str]] = &[
         "extensions",
         "json_schema",
         "trace",
+        "telemetry",
         "program",
         "boxed",
         "state",

@@ -226,10 +226,11 @@ async fn a_model_choice_or_an_instance_prompt_is_refused_before_any_process_star
             .prompt(prompt)
             .build(),
     ] {
-        let handle = service.start(ExecutionRequest::new("go")).await.unwrap();
-        let Outcome::Failed(err) = handle.outcome().await else {
-            panic!("the execution must fail");
-        };
+        // The service evaluates every request: refused at start, before any execution.
+        let err = service
+            .start(ExecutionRequest::new("go"))
+            .await
+            .expect_err("the start must be refused");
         assert_eq!(err.code(), &ErrorCode::CAPABILITY_UNSUPPORTED, "{err:?}");
         assert_eq!(err.category(), ErrorCategory::Configuration);
     }
