@@ -93,26 +93,7 @@ transport = {{ stdio = {{ command = ["node", "{everything}", "stdio"], env = ["P
         .as_str()
         .unwrap_or_else(|| panic!("{started}"))
         .to_owned();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let events = loop {
-        let page: Value = http
-            .get(format!("{url}/v1/executions/{id}/events?after=0"))
-            .bearer_auth(TOKEN)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if page["ended"] == true {
-            break page["events"].as_array().unwrap().clone();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the execution did not end: {page}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let events = events_until_ended(&http, &url, &id).await;
     let kinds: Vec<&str> = events.iter().filter_map(|e| e["kind"].as_str()).collect();
     assert_eq!(kinds.last(), Some(&"run.succeeded"), "{kinds:?}");
     let started = events
@@ -238,26 +219,7 @@ callerCredential = {{ env = "MY_CRED" }}
     let started: Value = response.json().await.unwrap();
     assert!(!started.to_string().contains(SECRET), "{started}");
     let id = started["id"].as_str().unwrap().to_owned();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let events = loop {
-        let page: Value = http
-            .get(format!("{url}/v1/executions/{id}/events?after=0"))
-            .bearer_auth(TOKEN)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if page["ended"] == true {
-            break page["events"].as_array().unwrap().clone();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the execution did not end: {page}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let events = events_until_ended(&http, &url, &id).await;
     let all = Value::Array(events.clone()).to_string();
     assert!(
         !all.contains(SECRET),
@@ -339,4 +301,28 @@ callerCredential = {{ env = "MY_CRED" }}
         );
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The events of execution `id` once it has ended (polled; at most a minute).
+async fn events_until_ended(http: &reqwest::Client, url: &str, id: &str) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let page: Value = http
+            .get(format!("{url}/v1/executions/{id}/events?after=0"))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if page["ended"] == true {
+            return page["events"].as_array().unwrap().clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the execution did not end: {page}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

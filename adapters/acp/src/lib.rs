@@ -42,6 +42,7 @@
 mod client;
 mod elicitation;
 mod health;
+mod held;
 pub mod mcp;
 mod options;
 mod runtime;

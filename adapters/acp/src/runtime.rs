@@ -1043,10 +1043,7 @@ impl HarnessAdapter for AcpAdapter {
         let skills = std::mem::take(&mut context.skills);
         let agent = Arc::clone(&profile.0.agent);
         let with_skills = move |inner: Box<dyn HarnessRuntime>, installed| {
-            Box::new(crate::skills::WithSkills {
-                inner,
-                installed: Mutex::new(Some(installed)),
-            }) as Box<dyn HarnessRuntime>
+            crate::held::Holding::boxed(inner, installed)
         };
         if let (Some(sandbox), Some(worker)) = (&profile.0.agent.sandbox, &profile.0.agent.worker) {
             let name = Arc::clone(&profile.0.name);

@@ -266,55 +266,6 @@ pub(crate) async fn install(
     Ok(installed)
 }
 
-/// A runtime whose execution's skills are installed: cleanup removes them.
-pub(crate) struct WithSkills {
-    pub(crate) inner: Box<dyn HarnessRuntime>,
-    pub(crate) installed: Mutex<Option<Installed>>,
-}
-
-impl HarnessRuntime for WithSkills {
-    fn identity(&self) -> RuntimeIdentity {
-        self.inner.identity()
-    }
-    fn initialize(&self) -> BoxFuture<'_, Result<RuntimeInit, HarnessError>> {
-        self.inner.initialize()
-    }
-    fn stream(&self, turn: TurnInput) -> BoxStream<'_, EventResult> {
-        self.inner.stream(turn)
-    }
-    fn resume(&self, decision: ResumeDecision) -> BoxStream<'_, EventResult> {
-        self.inner.resume(decision)
-    }
-    fn pending_action(&self) -> BoxFuture<'_, Option<ActionRequest>> {
-        self.inner.pending_action()
-    }
-    fn cancel(&self, reason: CancelReason) -> BoxFuture<'_, CancelResult> {
-        self.inner.cancel(reason)
-    }
-    fn restart(&self) -> BoxFuture<'_, Result<(), HarnessError>> {
-        self.inner.restart()
-    }
-    fn cleanup(&self) -> BoxFuture<'_, ()> {
-        Box::pin(async move {
-            self.inner.cleanup().await;
-            drop(
-                self.installed
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .take(),
-            );
-        })
-    }
-    fn restore(&self, restored: Restored) -> BoxFuture<'_, Result<(), HarnessError>> {
-        self.inner.restore(restored)
-    }
-    fn restorable(&self) -> bool {
-        self.inner.restorable()
-    }
-    fn lost(&self) -> BoxFuture<'_, ()> {
-        self.inner.lost()
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -50,10 +50,8 @@ pub(crate) async fn start(
     .await?;
     match relay {
         None => Ok(Box::new(runtime)),
-        Some(relay) => Ok(Box::new(WithRelay {
-            inner: Box::new(runtime),
-            relay: Mutex::new(Some(relay)),
-        })),
+        // The relay ends (its bridged servers killed) with the runtime's cleanup.
+        Some(relay) => Ok(crate::held::Holding::boxed(Box::new(runtime), relay)),
     }
 }
 
@@ -66,56 +64,6 @@ fn settings(name: &str, agent: &AcpAgent, relay: Option<&McpRelay>) -> Value {
     json!({"name": name, "agent": inside})
 }
 
-/// A worker's runtime with the relay that serves its agent the credentialed MCP servers: the
-/// relay ends (its bridged servers killed) with the runtime's cleanup.
-struct WithRelay {
-    inner: Box<dyn HarnessRuntime>,
-    relay: Mutex<Option<McpRelay>>,
-}
-
-impl HarnessRuntime for WithRelay {
-    fn identity(&self) -> RuntimeIdentity {
-        self.inner.identity()
-    }
-    fn initialize(&self) -> BoxFuture<'_, Result<RuntimeInit, HarnessError>> {
-        self.inner.initialize()
-    }
-    fn stream(&self, turn: TurnInput) -> BoxStream<'_, EventResult> {
-        self.inner.stream(turn)
-    }
-    fn resume(&self, decision: ResumeDecision) -> BoxStream<'_, EventResult> {
-        self.inner.resume(decision)
-    }
-    fn pending_action(&self) -> BoxFuture<'_, Option<ActionRequest>> {
-        self.inner.pending_action()
-    }
-    fn cancel(&self, reason: CancelReason) -> BoxFuture<'_, CancelResult> {
-        self.inner.cancel(reason)
-    }
-    fn restart(&self) -> BoxFuture<'_, Result<(), HarnessError>> {
-        self.inner.restart()
-    }
-    fn cleanup(&self) -> BoxFuture<'_, ()> {
-        Box::pin(async move {
-            self.inner.cleanup().await;
-            drop(
-                self.relay
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .take(),
-            );
-        })
-    }
-    fn restore(&self, restored: Restored) -> BoxFuture<'_, Result<(), HarnessError>> {
-        self.inner.restore(restored)
-    }
-    fn restorable(&self) -> bool {
-        self.inner.restorable()
-    }
-    fn lost(&self) -> BoxFuture<'_, ()> {
-        self.inner.lost()
-    }
-}
 
 /// The worker's adapter, from the control plane's settings.
 ///
