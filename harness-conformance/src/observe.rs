@@ -458,11 +458,7 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> tracing_subscriber::Layer<S> for Ca
             captured.executions.len() - 1
         });
         if let Some(span) = ctx.span(id) {
-            let within = index.or_else(|| {
-                let parent = span.parent()?;
-                let within = parent.extensions().get::<Within>().map(|w| w.0);
-                within
-            });
+            let within = index.or_else(|| Some(span.parent()?.extensions().get::<Within>()?.0));
             if let Some(index) = index {
                 span.extensions_mut().insert(ExecIndex(index));
             }

@@ -39,13 +39,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 
-use harness_core::action::ActionRequest;
-use harness_core::adapter::{
-    BoxFuture, BoxStream, CancelResult, EventResult, HarnessRuntime, Restored, ResumeDecision,
-    RuntimeIdentity, RuntimeInit, TurnInput,
-};
 use harness_core::error::{ErrorCategory, HarnessError};
-use harness_core::event::CancelReason;
 use harness_core::skill::{SKILL_FILE, SkillManifest};
 
 use crate::AcpAgent;
@@ -265,7 +259,6 @@ pub(crate) async fn install(
     }
     Ok(installed)
 }
-
 
 #[cfg(test)]
 mod tests {

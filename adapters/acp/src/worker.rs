@@ -2,15 +2,9 @@
 //! (`AcpAgent::hosted_by_worker`).
 
 use std::path::Path;
-use std::sync::{Mutex, PoisonError};
 
-use harness_core::action::ActionRequest;
-use harness_core::adapter::{
-    BoxFuture, BoxStream, CancelResult, EventResult, HarnessRuntime, Restored, ResumeDecision,
-    RuntimeContext, RuntimeIdentity, RuntimeInit, TurnInput,
-};
+use harness_core::adapter::{HarnessRuntime, RuntimeContext};
 use harness_core::error::HarnessError;
-use harness_core::event::CancelReason;
 use harness_sandbox::worker::{WorkerLink, WorkerOptions, WorkerRuntime};
 use harness_sandbox::{Launch, Sandbox};
 use serde_json::{Value, json};
@@ -63,7 +57,6 @@ fn settings(name: &str, agent: &AcpAgent, relay: Option<&McpRelay>) -> Value {
     inside.worker = None;
     json!({"name": name, "agent": inside})
 }
-
 
 /// The worker's adapter, from the control plane's settings.
 ///

@@ -214,26 +214,19 @@ async fn a_model_choice_or_an_instance_prompt_is_refused_before_any_process_star
         .unwrap()
         .with_default("gpt-x")
         .unwrap();
-    let prompt = harness_core::context::PromptTemplate::compile(
-        &serde_json::from_value(json!({"template": "Be brief."})).unwrap(),
-    )
-    .unwrap();
-    for service in [
-        AdapterService::builder(adapter.clone())
-            .models(models)
-            .build(),
-        AdapterService::builder(adapter.clone())
-            .prompt(prompt)
-            .build(),
-    ] {
-        // The service evaluates every request: refused at start, before any execution.
-        let err = service
-            .start(ExecutionRequest::new("go"))
-            .await
-            .expect_err("the start must be refused");
-        assert_eq!(err.code(), &ErrorCode::CAPABILITY_UNSUPPORTED, "{err:?}");
-        assert_eq!(err.category(), ErrorCategory::Configuration);
-    }
+    // The service evaluates every request, and evaluate refuses the model before it
+    // probes: refused at start, before any execution or process. (An instance prompt, which
+    // evaluate cannot see, is refused when the runtime is made; `harness serve` refuses
+    // `[acp.prompt]` when it starts.)
+    let service = AdapterService::builder(adapter.clone())
+        .models(models)
+        .build();
+    let err = service
+        .start(ExecutionRequest::new("go"))
+        .await
+        .expect_err("the start must be refused");
+    assert_eq!(err.code(), &ErrorCode::CAPABILITY_UNSUPPORTED, "{err:?}");
+    assert_eq!(err.category(), ErrorCategory::Configuration);
     let stats = adapter.stats().snapshot();
     assert_eq!((stats.agents_started, stats.probes), (0, 0), "{stats:?}");
 }
