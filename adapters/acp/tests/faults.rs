@@ -352,6 +352,19 @@ fn alive(pid: u32) -> bool {
     })
 }
 
+/// Probes the adapter's agent once (the service evaluates every request, and the ACP adapter
+/// probes each agent once) and waits until the probe's process group is reaped: the counts
+/// after it are the baseline a test's own run is measured from, whether the probe's agent
+/// exited on its own or was signalled.
+async fn probed(adapter: &harness_acp::AcpAdapter) -> harness_acp::StatsSnapshot {
+    use harness_core::adapter::{AgentConfig, DeploymentContext, HarnessAdapter as _};
+    adapter
+        .evaluate(&AgentConfig::default(), &DeploymentContext::default())
+        .await
+        .expect("the capability probe");
+    until_reaped(&adapter.stats()).await
+}
+
 /// Waits (bounded) until the adapter has reaped every process group it stopped.
 async fn until_reaped(stats: &harness_acp::Stats) -> harness_acp::StatsSnapshot {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -377,6 +390,7 @@ async fn a_cancel_the_agent_answers_ends_the_run_before_its_group_is_reaped() {
     let mark = marker("hang-child");
     let adapter = adapter_for(test_agent("hang-child", &mark).with_cancel_grace(grace));
     let stats = adapter.stats();
+    let base = probed(&adapter).await;
     let execution = start(&adapter).await;
     let events = read_until(&execution, Cursor::START, |e| {
         e.kind() == EventKind::MessageDelta || e.kind().is_terminal()
@@ -420,15 +434,14 @@ async fn a_cancel_the_agent_answers_ends_the_run_before_its_group_is_reaped() {
     let stats = until_reaped(&stats).await;
     assert_eq!(
         (
-            stats.graceful_cancels,
-            stats.forced_cancels,
-            stats.groups_reaped,
-            stats.groups_terminated,
-            stats.groups_killed
+            stats.graceful_cancels - base.graceful_cancels,
+            stats.forced_cancels - base.forced_cancels,
+            stats.groups_reaped - base.groups_reaped,
+            stats.groups_terminated - base.groups_terminated,
+            stats.groups_killed - base.groups_killed
         ),
-        // Two groups reaped: the run's agent, and the capability probe's (the service
-        // evaluates every request; the probe's agent exits when its stdin closes).
-        (1, 0, 2, 1, 1),
+        // The run's own agent, counted from the probe's baseline.
+        (1, 0, 1, 1, 1),
         "{stats:?}"
     );
     drop(execution);
@@ -444,6 +457,7 @@ async fn a_cancel_the_agent_ignores_ends_the_run_once_the_grace_has_passed() {
     let mark = marker("ignore-cancel");
     let adapter = adapter_for(test_agent("ignore-cancel", &mark).with_cancel_grace(grace));
     let stats = adapter.stats();
+    let base = probed(&adapter).await;
     let execution = start(&adapter).await;
     read_until(&execution, Cursor::START, |e| {
         e.kind() == EventKind::MessageDelta || e.kind().is_terminal()
@@ -467,14 +481,13 @@ async fn a_cancel_the_agent_ignores_ends_the_run_once_the_grace_has_passed() {
     let stats = until_reaped(&stats).await;
     assert_eq!(
         (
-            stats.graceful_cancels,
-            stats.forced_cancels,
-            stats.groups_reaped,
-            stats.groups_killed
+            stats.graceful_cancels - base.graceful_cancels,
+            stats.forced_cancels - base.forced_cancels,
+            stats.groups_reaped - base.groups_reaped,
+            stats.groups_killed - base.groups_killed
         ),
-        // Two groups reaped: the run's agent, and the capability probe's (the service
-        // evaluates every request; the probe's agent exits when its stdin closes).
-        (0, 1, 2, 1),
+        // The run's own agent, counted from the probe's baseline.
+        (0, 1, 1, 1),
         "{stats:?}"
     );
     drop(execution);
@@ -488,18 +501,18 @@ async fn a_group_that_exited_on_its_own_is_not_signalled() {
     let mark = marker("crash");
     let adapter = adapter_for(test_agent("crash", &mark));
     let stats = adapter.stats();
+    let base = probed(&adapter).await;
     let execution = start(&adapter).await;
     assert!(matches!(outcome(&execution).await, Outcome::Failed(_)));
     let stats = until_reaped(&stats).await;
     assert_eq!(
         (
-            stats.groups_reaped,
-            stats.groups_terminated,
-            stats.groups_killed
+            stats.groups_reaped - base.groups_reaped,
+            stats.groups_terminated - base.groups_terminated,
+            stats.groups_killed - base.groups_killed
         ),
-        // Two groups reaped: the run's agent, and the capability probe's (the service
-        // evaluates every request; the probe's agent exits when its stdin closes).
-        (2, 0, 0),
+        // The run's own agent, counted from the probe's baseline.
+        (1, 0, 0),
         "{stats:?}"
     );
     drop(execution);
