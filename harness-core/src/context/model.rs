@@ -15,7 +15,7 @@ const MAX_MODEL_BYTES: usize = 256;
 /// A request's `model` must be one of [`allowed`](Self::allowed), or it is refused before
 /// anything runs (`configuration`, `MODEL_NOT_ALLOWED`, naming the models offered). Without
 /// a policy an instance offers no choice: a request that names a model is refused, and the
-/// adapter uses its own configured model. Without a [`default`](Self::default) a request
+/// adapter uses its own configured model. Without a [`default`](Self::with_default) a request
 /// that names none leaves the choice to the adapter's own configuration.
 ///
 /// ```

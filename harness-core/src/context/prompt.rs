@@ -96,8 +96,8 @@ enum Part {
 }
 
 /// A compiled instance prompt: what the service renders for each request
-/// ([`AdapterServiceBuilder::prompt`](crate::service::AdapterServiceBuilder::prompt)); see
-/// the [module docs](self) for the language.
+/// ([`AdapterServiceBuilder::prompt`](crate::service::AdapterServiceBuilder::prompt)). The
+/// language: `{{name}}` is a named parameter, `{{{{` a literal `{{`; nothing else is special.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PromptTemplate {
     parts: Vec<Part>,
